@@ -1,0 +1,31 @@
+"""xlpretrain: cross-lingual language-model pre-training in JAX/Flax."""
+
+from setuptools import find_packages, setup
+
+setup(
+    name="xlpretrain",
+    version="0.1.0",
+    description="Cross-lingual encoder pre-training (XLM-R, ERNIE-M, VECO, XLM-E) in JAX/Flax",
+    python_requires=">=3.10",
+    packages=find_packages(include=["xlpretrain", "xlpretrain.*"]),
+    install_requires=[
+        "jax>=0.4.35",
+        "flax>=0.10",
+        "optax>=0.2.4",
+        "orbax-checkpoint>=0.11",
+        "grain>=0.2.10",
+        "ml-collections>=1.0",
+        "sentencepiece>=0.2",
+        "chex>=0.1.87",
+        "absl-py>=2.0",
+        "babel>=2.14",
+        "tensorboardX>=2.6",
+        "numpy>=1.26",
+    ],
+    extras_require={
+        "test": ["pytest>=8", "ruff>=0.6", "matplotlib>=3.8"],
+        "gpu": ["jax[cuda12]"],
+        "tpu": ["jax[tpu]"],
+        "tfds": ["tensorflow-datasets>=4.9", "array-record>=0.5"],
+    },
+)
