@@ -1,0 +1,38 @@
+"""Test session set-up: 8 fake CPU devices so sharded and unsharded runs can be compared."""
+
+import os
+
+os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+import pathlib  # noqa: E402
+
+import pytest  # noqa: E402
+
+# Identical train steps compiled by several tests (resume, sharding) compile once.
+os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", "/tmp/xlpretrain-test-jax-cache")
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+UDHR = REPO.parent / "shared" / "data" / "udhr"
+
+
+@pytest.fixture(scope="session")
+def udhr() -> pathlib.Path:
+    """The UDHR corpus (528 languages) that CI places beside the clone as ../shared."""
+    if not (UDHR / "mono").is_dir():
+        pytest.skip(f"UDHR corpus not found at {UDHR}")
+    return UDHR
+
+
+@pytest.fixture(scope="session")
+def udhr_tokenizer_path(udhr, tmp_path_factory) -> pathlib.Path:
+    """A small SentencePiece model trained once per session on a UDHR sample."""
+    from xlpretrain.data.sources import MonolingualSource
+    from xlpretrain.tokenizer import train_tokenizer
+
+    mono = MonolingualSource.from_dir(udhr / "mono")
+    texts = {lang: [mono.line(lang, i) for i in range(5)] for lang in mono.languages[:150]}
+    path = tmp_path_factory.mktemp("tokenizer") / "udhr.model"
+    train_tokenizer(texts, path, 1002, character_coverage=0.99)
+    return path

@@ -1,0 +1,216 @@
+"""Examples, masking, sampling and the grain pipeline: the Batch contract and determinism."""
+
+import numpy as np
+import pytest
+
+from xlpretrain.data import batch as batch_lib
+from xlpretrain.data.examples import FIRST_POSITION, monolingual_row, translation_pair_row
+from xlpretrain.data.masking import mask_row
+from xlpretrain.data.pipeline import (
+    MONO,
+    PARALLEL,
+    Corpus,
+    StepBatchBuilder,
+    StreamSpec,
+    language_vocabulary,
+    make_dataset,
+    process_rows,
+)
+from xlpretrain.data.sampling import language_probabilities
+from xlpretrain.data.sources import MonolingualSource, ParallelSource
+from xlpretrain.tokenizer import Tokenizer
+
+BOS, PAD, EOS = Tokenizer.BOS_ID, Tokenizer.PAD_ID, Tokenizer.EOS_ID
+
+
+@pytest.fixture(scope="module")
+def tokenizer(udhr_tokenizer_path):
+    return Tokenizer.load(udhr_tokenizer_path)
+
+
+@pytest.fixture(scope="module")
+def corpus(udhr):
+    mono = MonolingualSource.from_dir(udhr / "mono", languages=["007", "008", "009", "010"])
+    parallel = ParallelSource.from_dir(udhr / "parallel", pairs=[("eng", "007"), ("eng", "008")])
+    return Corpus(mono, parallel, language_vocabulary(mono, parallel))
+
+
+def _units(row):
+    """(start, end) of each unit in a row, from segment_ids."""
+    seg = row["segment_ids"]
+    return [tuple(np.flatnonzero(seg == s)[[0, -1]] + [0, 1]) for s in range(1, seg.max() + 1)]
+
+
+def test_language_probabilities_follow_alpha():
+    p = language_probabilities({"a": 100, "b": 1}, 0.5)
+    assert p["a"] / p["b"] == pytest.approx(10.0)
+    assert sum(p.values()) == pytest.approx(1.0)
+    assert language_probabilities({"a": 100, "b": 1}, 0.0) == {"a": 0.5, "b": 0.5}
+    with pytest.raises(ValueError, match="no examples"):
+        language_probabilities({"a": 0}, 0.3)
+
+
+@pytest.mark.parametrize("pack", [True, False])
+def test_monolingual_row_layout(corpus, tokenizer, pack):
+    rng = np.random.default_rng(0)
+    row = monolingual_row(corpus.mono, tokenizer, "008", 3, rng, length=96, pack=pack)
+    units = _units(row)
+    assert len(units) >= (2 if pack else 1) and (pack or len(units) == 1)
+    for start, end in units:
+        assert row["input_ids"][start] == BOS and row["input_ids"][end - 1] == EOS
+        np.testing.assert_array_equal(
+            row["positions"][start:end], FIRST_POSITION + np.arange(end - start)
+        )
+        assert not np.isin(row["input_ids"][start + 1 : end - 1], [BOS, PAD, EOS]).any()
+    pad = row["segment_ids"] == 0
+    assert (row["input_ids"][pad] == PAD).all() and (row["positions"][pad] == PAD).all()
+    assert (row["lang_ids"][~pad] == 3).all()
+    np.testing.assert_array_equal(row["pair_ids"], row["segment_ids"])
+
+
+@pytest.mark.parametrize("reset", [False, True])
+def test_translation_pair_row_layout(corpus, tokenizer, reset):
+    rng = np.random.default_rng(1)
+    row = translation_pair_row(
+        corpus.parallel,
+        tokenizer,
+        ("eng", "007"),
+        (5, 6),
+        rng,
+        length=256,
+        pack=True,
+        reset_positions=reset,
+    )
+    for start, end in _units(row):
+        ids, side = row["input_ids"][start:end], row["side"][start:end]
+        a_len = int((side == batch_lib.SIDE_SOURCE).sum())
+        # <s> a </s></s> b </s>
+        assert ids[0] == BOS and ids[a_len - 1] == EOS and ids[a_len] == EOS and ids[-1] == EOS
+        assert (side[:a_len] == 0).all() and (side[a_len:] == 1).all()
+        lang = row["lang_ids"][start:end]
+        assert {lang[0], lang[-1]} == {5, 6} and len(set(lang[:a_len])) == 1
+        pos = row["positions"][start:end]
+        np.testing.assert_array_equal(pos[:a_len], FIRST_POSITION + np.arange(a_len))
+        second = FIRST_POSITION if reset else FIRST_POSITION + a_len
+        np.testing.assert_array_equal(pos[a_len:], second + np.arange(end - start - a_len))
+
+
+def test_pair_truncation_keeps_both_sides(corpus, tokenizer):
+    row = translation_pair_row(
+        corpus.parallel,
+        tokenizer,
+        ("eng", "008"),
+        (0, 1),
+        np.random.default_rng(2),
+        length=24,
+        pack=False,
+        reset_positions=False,
+    )
+    assert (row["segment_ids"] == 1).all()  # one unit filling the row
+    assert (row["side"] == 0).sum() >= 6 and (row["side"] == 1).sum() >= 6
+
+
+def test_masking_rates_and_specials(tokenizer):
+    rng = np.random.default_rng(0)
+    length, vocab = 512, tokenizer.vocab_size
+    row = batch_lib.stack_rows([_plain_row(length, rng, vocab)])
+    row = {k: v[0] for k, v in row.items()}
+    specials = tokenizer.special_ids()
+    totals = np.zeros(3)
+    for seed in range(40):
+        out = mask_row(
+            row,
+            np.random.default_rng(seed),
+            rate=0.15,
+            num_slots=77,
+            special_ids=specials,
+            mask_id=tokenizer.mask_id,
+            first_regular_id=4,
+            vocab_size=vocab,
+        )
+        chosen = np.flatnonzero(out["is_masked"])
+        maskable = (row["segment_ids"] > 0) & ~np.isin(row["input_ids"], specials)
+        assert len(chosen) == round(0.15 * maskable.sum())
+        assert maskable[chosen].all()  # never a special token or padding
+        np.testing.assert_array_equal(out["labels"][chosen], row["input_ids"][chosen])
+        np.testing.assert_array_equal(out["pred_positions"][: len(chosen)], chosen)
+        np.testing.assert_array_equal(out["pred_labels"][: len(chosen)], row["input_ids"][chosen])
+        assert out["pred_weights"].sum() == len(chosen) == out["label_weights"].sum()
+        new = out["input_ids"][chosen]
+        is_mask = new == tokenizer.mask_id
+        kept = new == row["input_ids"][chosen]
+        totals += [is_mask.sum(), (~is_mask & ~kept).sum(), kept.sum()]
+        assert not np.isin(new[~is_mask], specials).any()  # random ids are never special
+        untouched = np.setdiff1d(np.arange(length), chosen)
+        np.testing.assert_array_equal(out["input_ids"][untouched], row["input_ids"][untouched])
+    shares = totals / totals.sum()
+    # 80% <mask>; 10% random; 10% kept (+ random draws that hit the original id)
+    np.testing.assert_allclose(shares, [0.8, 0.1, 0.1], atol=0.03)
+
+
+def _plain_row(length, rng, vocab):
+    row = {k: np.zeros(length, t) for k, t in batch_lib.TOKEN_FIELDS.items()}
+    row["input_ids"] = rng.integers(4, vocab - 1, size=length).astype(np.int32)
+    row["input_ids"][[0, 200]] = BOS
+    row["input_ids"][[199, 450]] = EOS
+    row["input_ids"][451:] = PAD
+    row["segment_ids"][:200] = 1
+    row["segment_ids"][200:451] = 2
+    return row
+
+
+def _builder(corpus, tokenizer, **overrides):
+    options = dict(
+        seed=3,
+        batch_size=8,
+        max_length=64,
+        mono_alpha=0.3,
+        parallel_alpha=0.3,
+        pack=True,
+        reset_positions=False,
+    )
+    options.update(overrides)
+    streams = {"mmlm": StreamSpec(MONO, 0.15), "tlm": StreamSpec(PARALLEL, 0.25)}
+    return StepBatchBuilder(corpus, tokenizer, streams, **options)
+
+
+def test_batches_are_deterministic_and_independent_of_process_count(corpus, tokenizer):
+    whole = _builder(corpus, tokenizer).map(5)
+    halves = [
+        _builder(corpus, tokenizer, row_start=a, row_end=b).map(5)
+        for a, b in (process_rows(8, 0, 2), process_rows(8, 1, 2))
+    ]
+    for name in whole:
+        for key, value in whole[name].items():
+            np.testing.assert_array_equal(
+                value, np.concatenate([h[name][key] for h in halves]), err_msg=f"{name}/{key}"
+            )
+    again = _builder(corpus, tokenizer).map(5)
+    np.testing.assert_array_equal(whole["mmlm"]["input_ids"], again["mmlm"]["input_ids"])
+    other = _builder(corpus, tokenizer).map(6)
+    assert not np.array_equal(whole["mmlm"]["input_ids"], other["mmlm"]["input_ids"])
+    assert whole["tlm"]["pred_positions"].shape == (8, 16)  # ceil(0.25 · 64) slots
+    assert set(whole["mmlm"]) == set(batch_lib.TOKEN_FIELDS) | set(batch_lib.PREDICTION_FIELDS)
+    with pytest.raises(ValueError, match="not divisible"):
+        process_rows(8, 0, 3)
+
+
+def test_iterator_state_resumes_the_exact_stream(corpus, tokenizer):
+    dataset = make_dataset(_builder(corpus, tokenizer), 10, num_workers=0, prefetch=2)
+    iterator = iter(dataset)
+    for _ in range(3):
+        next(iterator)
+    state = iterator.get_state()
+    expected = next(iterator)
+    resumed = iter(make_dataset(_builder(corpus, tokenizer), 10, num_workers=0, prefetch=2))
+    resumed.set_state(state)
+    np.testing.assert_array_equal(next(resumed)["tlm"]["input_ids"], expected["tlm"]["input_ids"])
+    np.testing.assert_array_equal(
+        expected["mmlm"]["input_ids"], _builder(corpus, tokenizer).map(3)["mmlm"]["input_ids"]
+    )
+
+
+def test_missing_kind_is_a_clear_error(corpus, tokenizer):
+    mono_only = Corpus(corpus.mono, None, corpus.languages)
+    with pytest.raises(ValueError, match="parallel_dir"):
+        _builder(mono_only, tokenizer)

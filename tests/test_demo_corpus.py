@@ -1,0 +1,171 @@
+"""Tests of the built-in demo corpus made from babel's CLDR data: languages and scripts
+covered, the user-corpus file format, key alignment of the parallel files, real text,
+determinism across processes, caching and recovery from an interrupted build."""
+
+import os
+import shutil
+import subprocess
+import sys
+import unicodedata
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from xlpretrain.data import demo_corpus
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("demo")
+    mono, parallel = demo_corpus.build_demo_corpus(root)
+    assert (mono, parallel) == (root / "mono", root / "parallel")
+    return root
+
+
+def tree(root: Path) -> dict[str, bytes]:
+    return {
+        str(p.relative_to(root)): p.read_bytes()
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and p.name != ".lock"
+    }
+
+
+def read_lines(path: Path) -> list[str]:
+    text = path.read_text(encoding="utf-8")
+    assert text.endswith("\n") and "\r" not in text
+    lines = text[:-1].split("\n")
+    assert len(text.splitlines()) == len(lines)  # no other line breaks hide in the text
+    return lines
+
+
+def dominant_script(text: str) -> str:
+    letters = Counter(unicodedata.name(ch, "?").split()[0] for ch in text[:20_000] if ch.isalpha())
+    return letters.most_common(1)[0][0]
+
+
+def test_languages_and_scripts(corpus):
+    languages = sorted(p.stem for p in (corpus / "mono").glob("*.txt"))
+    assert len(languages) == 40 and "en" in languages
+    assert all(code.isalpha() and code.islower() for code in languages)  # base CLDR codes
+    scripts = {
+        lang: dominant_script((corpus / "mono" / f"{lang}.txt").read_text(encoding="utf-8"))
+        for lang in languages
+    }
+    assert len(set(scripts.values())) >= 6
+    assert {
+        "LATIN",
+        "CYRILLIC",
+        "GREEK",
+        "ARABIC",
+        "HEBREW",
+        "DEVANAGARI",
+        "CJK",
+        "HANGUL",
+        "THAI",
+    } <= set(scripts.values())
+    assert {scripts["de"], scripts["ru"], scripts["el"], scripts["zh"]} == {
+        "LATIN",
+        "CYRILLIC",
+        "GREEK",
+        "CJK",
+    }
+
+
+def test_mono_format(corpus):
+    for path in sorted((corpus / "mono").glob("*.txt")):
+        lines = read_lines(path)
+        assert len(lines) >= 300, path.name
+        assert all(line and line == line.strip() and "\t" not in line for line in lines)
+        words = sorted(len(line.split()) for line in lines)
+        if path.stem not in ("zh", "ja", "yue", "th", "lo"):  # scripts without spaces
+            assert 5 <= words[len(words) // 2] <= 40, path.name
+
+
+def test_parallel_format_and_alignment(corpus):
+    languages = sorted(p.stem for p in (corpus / "mono").glob("*.txt"))
+    files = sorted(p.name for p in (corpus / "parallel").iterdir())
+    assert files == [f"en-{lang}.tsv" for lang in languages if lang != "en"]
+    english = None
+    for name in files:
+        rows = [line.split("\t") for line in read_lines(corpus / "parallel" / name)]
+        assert len(rows) >= 500
+        assert all(len(row) == 2 and all(f and f == f.strip() for f in row) for row in rows)
+        # Every file holds the same CLDR items in the same order: one English column.
+        if english is None:
+            english = [row[0] for row in rows]
+            assert len(set(english)) == len(english)
+        assert [row[0] for row in rows] == english, name
+    de = dict(line.split("\t") for line in read_lines(corpus / "parallel" / "en-de.tsv"))
+    fr = dict(line.split("\t") for line in read_lines(corpus / "parallel" / "en-fr.tsv"))
+    assert de["January"] == "Januar" and fr["January"] == "janvier"
+    assert de["Germany: Euro"] == "Deutschland: Euro"
+    assert fr["Germany: Euro"] == "Allemagne: euro"
+
+
+def test_text_is_real(corpus):
+    def mono(lang: str) -> str:
+        return (corpus / "mono" / f"{lang}.txt").read_text(encoding="utf-8")
+
+    assert "Deutschland" in mono("de") and "Januar" in mono("de")
+    assert "Allemagne" in mono("fr") and "janvier" in mono("fr")
+    assert "Германия" in mono("ru") and "ドイツ" in mono("ja") and "Γερμανία" in mono("el")
+    assert "Germany: German" in mono("en") and "Euro" in mono("en")
+
+
+def test_build_is_deterministic_across_processes(corpus, tmp_path):
+    """A fresh interpreter, with another string-hash seed, writes the same bytes."""
+    code = (
+        "import sys; from xlpretrain.data import demo_corpus as d; d.build_demo_corpus(sys.argv[1])"
+    )
+    env = {**os.environ, "PYTHONHASHSEED": "12345"}
+    subprocess.run([sys.executable, "-c", code, str(tmp_path)], check=True, env=env)
+    assert tree(tmp_path) == tree(corpus)
+
+
+def test_cached_build_is_not_rewritten(corpus, monkeypatch):
+    mtimes = {p: p.stat().st_mtime_ns for p in corpus.rglob("*")}
+
+    def fail(*args):
+        raise AssertionError("cached corpus rebuilt")
+
+    monkeypatch.setattr(demo_corpus, "_write_corpus", fail)
+    assert demo_corpus.build_demo_corpus(corpus) == (corpus / "mono", corpus / "parallel")
+    assert {p: p.stat().st_mtime_ns for p in corpus.rglob("*")} == mtimes
+
+
+def test_interrupted_build_is_redone(corpus, tmp_path):
+    copy = tmp_path / "copy"
+    shutil.copytree(corpus, copy)
+    # As if killed mid-build: no stamp, a truncated file, a half-written build folder.
+    (copy / "DONE").unlink()
+    (copy / "mono" / "de.txt").write_text("Deutsch", encoding="utf-8")
+    (copy / ".build-stale" / "mono").mkdir(parents=True)
+    demo_corpus.build_demo_corpus(copy)
+    assert tree(copy) == tree(corpus)
+    assert not list(copy.glob(".build-*"))
+
+
+def test_other_settings_rebuild(corpus, tmp_path):
+    copy = tmp_path / "copy"
+    shutil.copytree(corpus, copy)
+    mono, parallel = demo_corpus.build_demo_corpus(copy, num_languages=5)
+    languages = sorted(p.stem for p in mono.glob("*.txt"))
+    assert len(languages) == 5 and "en" in languages
+    assert len(list(parallel.glob("*.tsv"))) == 4
+    # With few slots, every language is in a script of its own.
+    scripts = {dominant_script((mono / f"{lang}.txt").read_text("utf-8")) for lang in languages}
+    assert len(scripts) == 5
+    with pytest.raises(ValueError, match="num_languages"):
+        demo_corpus.build_demo_corpus(copy, num_languages=1)
+    with pytest.raises(ValueError, match="min_entries"):
+        demo_corpus.build_demo_corpus(copy, num_languages=400)
+
+
+def test_default_cache_dir(monkeypatch, tmp_path):
+    monkeypatch.setenv("XLPRETRAIN_CACHE", str(tmp_path))
+    assert demo_corpus.default_demo_cache_dir() == tmp_path
+    monkeypatch.delenv("XLPRETRAIN_CACHE")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    expected = tmp_path / ".cache" / "xlpretrain" / "demo_corpus_v1"
+    assert demo_corpus.default_demo_cache_dir() == expected

@@ -1,0 +1,278 @@
+"""The XLM-R encoder: packing independence, layer-stack variants, numerics, parameter axes,
+and a NumPy reference forward standing in for Hugging Face parity."""
+
+import dataclasses
+import functools
+import math
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import pytest
+
+from xlpretrain import masks
+from xlpretrain.model import MaskedLM, ModelConfig, dot_product_attention, init_params
+
+CFG = ModelConfig(
+    vocab_size=50, hidden_size=32, num_layers=2, num_heads=4, mlp_dim=64, max_positions=20
+)
+# NumPy, not jax.random, for test inputs: multi-dimensional jax.random draws take seconds to
+# compile on CPU.
+RNG = np.random.default_rng(0)
+LOGICAL_AXES = {"embed", "mlp", "heads", "kv", "vocab", "layers", "positions", "languages", None}
+
+
+@functools.partial(jax.jit, static_argnames=("cfg", "deterministic"))
+def hidden(params, batch, cfg, deterministic=True, dropout_rng=None):
+    rngs = None if dropout_rng is None else {"dropout": dropout_rng}
+    return MaskedLM(cfg).apply(
+        {"params": params},
+        batch["input_ids"],
+        batch["positions"],
+        mask_fn=masks.mmlm,
+        mask_meta={"segment_ids": batch["segment_ids"]},
+        lang_ids=batch.get("lang_ids"),
+        deterministic=deterministic,
+        rngs=rngs,
+    )
+
+
+def make_batch(rows):
+    """rows: list of (ids, segment_ids, positions) lists, padded to 12 with pad tokens."""
+    length = 12
+    pad = [(1, 0, 1)] * length
+    cols = [list(zip(*row, strict=True)) + pad[len(row[0]) :] for row in rows]
+    ids, seg, pos = (np.array([[tok[i] for tok in row] for row in cols]) for i in range(3))
+    return {"input_ids": ids, "segment_ids": seg, "positions": pos}
+
+
+A = [0, 7, 8, 9, 2]
+B = [0, 10, 11, 2]
+
+
+def segment(ids, seg_id):
+    return ids, [seg_id] * len(ids), list(range(2, 2 + len(ids)))
+
+
+def concat(*rows):
+    return tuple(sum((list(r[i]) for r in rows), []) for i in range(3))
+
+
+@pytest.fixture(scope="module")
+def boxed():
+    return init_params(CFG, jax.random.key(0))
+
+
+@pytest.fixture(scope="module")
+def params(boxed):
+    return nn.unbox(boxed)
+
+
+@pytest.fixture(scope="module")
+def batch():
+    """Rows: A and B packed; A alone; B alone; A alone with non-pad ids in its padding."""
+    rows = make_batch(
+        [concat(segment(A, 1), segment(B, 2)), segment(A, 1), segment(B, 1), segment(A, 1)]
+    )
+    rows["input_ids"][3, len(A) :] = np.arange(30, 30 + 12 - len(A))
+    return rows
+
+
+@pytest.fixture(scope="module")
+def base_hidden(params, batch):
+    return np.asarray(hidden(params, batch, CFG))
+
+
+def test_packed_segments_and_padding_are_independent(base_hidden):
+    out = base_hidden
+    assert out.shape == (4, 12, CFG.hidden_size) and out.dtype == np.float32
+    np.testing.assert_allclose(out[0, : len(A)], out[1, : len(A)], atol=1e-5)
+    np.testing.assert_allclose(out[0, len(A) : len(A) + len(B)], out[2, : len(B)], atol=1e-5)
+    np.testing.assert_allclose(out[3, : len(A)], out[1, : len(A)], atol=1e-5)
+
+
+def test_unrolled_layers_match_scanned(params, batch, base_hidden):
+    layers = params["encoder"]["layers"]
+    unrolled = dict(params)
+    unrolled["encoder"] = {
+        f"layers_{i}": jax.tree.map(lambda a, i=i: a[i], layers) for i in range(CFG.num_layers)
+    }
+    cfg = dataclasses.replace(CFG, scan_layers=False)
+    abstract = jax.eval_shape(init_params, cfg, jax.random.key(0))
+    assert jax.tree.structure(nn.unbox(abstract)) == jax.tree.structure(unrolled)
+    np.testing.assert_allclose(hidden(unrolled, batch, cfg), base_hidden, atol=1e-6)
+
+
+def test_remat_gives_same_outputs_and_grads(params, batch):
+    weights = RNG.normal(size=(4, 12, CFG.hidden_size)).astype(np.float32)
+
+    def value_and_grad(cfg):
+        def loss(p):
+            return jnp.sum(hidden(p, batch, cfg) * weights)
+
+        return jax.jit(jax.value_and_grad(loss))(params)
+
+    ref_loss, ref_grads = value_and_grad(CFG)
+    for remat in ("full", "dots"):
+        loss, grads = value_and_grad(dataclasses.replace(CFG, remat=remat))
+        np.testing.assert_allclose(loss, ref_loss, rtol=1e-6)
+        jax.tree.map(
+            lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-4), grads, ref_grads
+        )
+
+
+def test_bfloat16_compute_keeps_float32_params(params, batch, base_hidden):
+    cfg = dataclasses.replace(CFG, dtype="bfloat16")
+    abstract = nn.unbox(jax.eval_shape(init_params, cfg, jax.random.key(0)))
+    assert {leaf.dtype for leaf in jax.tree.leaves(abstract)} == {jnp.dtype("float32")}
+    out = hidden(params, batch, cfg)
+    assert out.dtype == jnp.bfloat16
+    np.testing.assert_allclose(np.asarray(out, np.float32), base_hidden, atol=0.1)
+    logits = MaskedLM(cfg).apply({"params": params}, out[:, :2], method=MaskedLM.mlm_logits)
+    assert logits.dtype == jnp.float32
+
+
+@pytest.mark.parametrize("scan_layers", [True, False])
+def test_every_param_has_logical_axes(scan_layers):
+    cfg = dataclasses.replace(CFG, scan_layers=scan_layers, num_languages=3)
+    boxed = jax.eval_shape(init_params, cfg, jax.random.key(0))
+    leaves = jax.tree_util.tree_leaves_with_path(
+        boxed, is_leaf=lambda x: isinstance(x, nn.LogicallyPartitioned)
+    )
+    assert len(leaves) == len(jax.tree.leaves(boxed)) > 0
+    for path, leaf in leaves:
+        name = jax.tree_util.keystr(path)
+        assert isinstance(leaf, nn.LogicallyPartitioned), name
+        assert len(leaf.names) == leaf.value.ndim, name
+        assert set(leaf.names) <= LOGICAL_AXES, name
+        stacked = scan_layers and name.startswith("['encoder']")
+        assert (leaf.names[0] == "layers") == stacked, name
+    assert "language_embeddings" in boxed["embeddings"]
+    assert set(boxed["lm_head"]) == {"dense", "layer_norm", "bias"}  # no untied decoder
+
+
+def test_dropout(params, batch, base_hidden):
+    np.testing.assert_array_equal(hidden(params, batch, CFG), base_hidden)
+    a, b, c = (
+        np.asarray(hidden(params, batch, CFG, deterministic=False, dropout_rng=jax.random.key(s)))
+        for s in (1, 2, 1)
+    )
+    np.testing.assert_array_equal(a, c)
+    assert not np.allclose(a, b)
+    assert not np.allclose(a, base_hidden)
+
+
+def layer_norm(x, p, eps=CFG.layer_norm_eps):
+    mean = x.mean(-1, keepdims=True)
+    var = ((x - mean) ** 2).mean(-1, keepdims=True)
+    return (x - mean) / np.sqrt(var + eps) * p["scale"] + p["bias"]
+
+
+_erf = np.vectorize(math.erf)
+
+
+def gelu(x):
+    return 0.5 * x * (1.0 + _erf(x / math.sqrt(2.0)))
+
+
+def test_mlm_logits_use_tied_embedding(params):
+    h = RNG.normal(size=(5, CFG.hidden_size)).astype(np.float32)
+    got = MaskedLM(CFG).apply({"params": params}, h, method=MaskedLM.mlm_logits)
+    p = jax.tree.map(lambda a: np.asarray(a, np.float64), params)
+    head = p["lm_head"]
+    x = layer_norm(gelu(h @ head["dense"]["kernel"] + head["dense"]["bias"]), head["layer_norm"])
+    expected = x @ p["embeddings"]["word_embeddings"]["embedding"].T + head["bias"]
+    assert got.shape == (5, CFG.vocab_size) and got.dtype == jnp.float32
+    np.testing.assert_allclose(got, expected, atol=1e-5)
+
+
+def reference_layer(x, p, allowed):
+    """One post-LN XLM-R layer in float64 NumPy, written from the HF module structure."""
+    att = p["attention"]
+    q, k, v = (
+        np.einsum("ble,ehd->blhd", x, att[n]["kernel"]) + att[n]["bias"]
+        for n in ("query", "key", "value")
+    )
+    scores = np.einsum("bqhd,bkhd->bhqk", q, k) / math.sqrt(q.shape[-1])
+    scores = np.where(allowed, scores, -np.inf)
+    probs = np.exp(scores - scores.max(-1, keepdims=True))
+    probs /= probs.sum(-1, keepdims=True)
+    ctx = np.einsum("bhqk,bkhd->bqhd", probs, v)
+    out = np.einsum("bqhd,hde->bqe", ctx, att["out"]["kernel"]) + att["out"]["bias"]
+    x = layer_norm(x + out, p["attention_norm"])
+    mlp = p["mlp"]
+    h = gelu(x @ mlp["wi"]["kernel"] + mlp["wi"]["bias"]) @ mlp["wo"]["kernel"]
+    return layer_norm(x + h + mlp["wo"]["bias"], p["mlp_norm"])
+
+
+def test_matches_numpy_reference_forward(batch):
+    cfg = dataclasses.replace(CFG, num_languages=3)
+    params = nn.unbox(init_params(cfg, jax.random.key(4)))
+    lang_batch = dict(batch, lang_ids=np.array([[0] * 5 + [2] * 7, [1] * 12, [2] * 12, [0] * 12]))
+    got = hidden(params, lang_batch, cfg)
+
+    p = jax.tree.map(lambda a: np.asarray(a, np.float64), params)
+    emb = p["embeddings"]
+    x = (
+        emb["word_embeddings"]["embedding"][batch["input_ids"]]
+        + emb["position_embeddings"]["embedding"][batch["positions"]]
+        + emb["token_type_embeddings"]["embedding"][0]
+        + emb["language_embeddings"]["embedding"][lang_batch["lang_ids"]]
+    )
+    x = layer_norm(x, emb["layer_norm"])
+    seg = batch["segment_ids"]
+    allowed = (seg[:, :, None] == seg[:, None, :])[:, None]
+    for i in range(cfg.num_layers):
+        x = reference_layer(x, jax.tree.map(lambda a, i=i: a[i], p["encoder"]["layers"]), allowed)
+    np.testing.assert_allclose(got, x, atol=1e-5)
+
+
+def test_language_embeddings_need_lang_ids(batch):
+    cfg = dataclasses.replace(CFG, num_languages=3)
+    params = nn.unbox(jax.eval_shape(init_params, cfg, jax.random.key(0)))
+    with pytest.raises(ValueError, match="lang_ids"):
+        jax.eval_shape(functools.partial(hidden, cfg=cfg), params, batch)
+
+
+def test_attention_dropout_path_matches_reference_when_nothing_dropped():
+    q, k, v = RNG.normal(size=(3, 2, 6, 4, 8)).astype(np.float32)
+    meta = {"segment_ids": jnp.array([[1, 1, 1, 2, 2, 0], [1, 1, 1, 1, 0, 0]])}
+
+    @functools.partial(jax.jit, static_argnums=0)
+    def attend(rate, rng):
+        return dot_product_attention(
+            q,
+            k,
+            v,
+            mask_fn=masks.mmlm,
+            q_meta=meta,
+            k_meta=meta,
+            dropout_rng=rng,
+            dropout_rate=rate,
+            deterministic=rng is None,
+        )
+
+    ref = attend(0.0, None)
+    # A rate that rounds to keeping everything takes the explicit-softmax dropout path.
+    np.testing.assert_allclose(attend(1e-9, jax.random.key(6)), ref, atol=1e-6)
+
+
+def test_cudnn_attention_refuses_cpu():
+    x = jnp.zeros((1, 4, 2, 8))
+    meta = {"segment_ids": jnp.ones((1, 4), jnp.int32)}
+    with pytest.raises(ValueError, match="GPU"):
+        dot_product_attention(x, x, x, mask_fn=masks.mmlm, q_meta=meta, k_meta=meta, impl="cudnn")
+
+
+def test_config_from_config_dict():
+    cfg = ModelConfig.from_config_dict(
+        ml_collections.ConfigDict({"vocab_size": 50, "dtype": "bfloat16", "remat": "dots"})
+    )
+    assert (cfg.vocab_size, cfg.dtype, cfg.remat, cfg.hidden_size) == (50, "bfloat16", "dots", 768)
+    assert hash(cfg) == hash(dataclasses.replace(cfg))
+    with pytest.raises(ValueError, match="hidden_sise"):
+        ModelConfig.from_config_dict({"hidden_sise": 3})
+    with pytest.raises(ValueError, match="remat"):
+        ModelConfig(remat="some")

@@ -1,0 +1,337 @@
+"""Tests of the random-access corpus sources: real UDHR data, messy synthetic files, errors,
+and pickling into worker processes."""
+
+import multiprocessing
+import pickle
+import re
+import sys
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from xlpretrain.data import sources
+from xlpretrain.data.sources import (
+    DataError,
+    FileStats,
+    MonolingualSource,
+    ParallelSource,
+    format_stats,
+)
+
+# In CI the repository is cloned with `shared/` beside it.
+UDHR = Path(__file__).absolute().parents[2] / "shared" / "data" / "udhr"
+needs_udhr = pytest.mark.skipif(
+    not (UDHR / "mono").is_dir() or not (UDHR / "parallel").is_dir(),
+    reason=f"UDHR data not found at {UDHR}",
+)
+
+# A monolingual file with every kind of problem, scanned with max_line_bytes=32.
+MESSY_TXT = b"".join(
+    [
+        b"first line\n",  # 1
+        b"\n",  # 2 empty
+        b"  \t \n",  # 3 empty
+        b"caf\xc3\xa9 ok\r\n",  # 4
+        b"bad \xff byte\n",  # 5 invalid UTF-8
+        b"\xe2\x80\x83\xc2\xa0\xe3\x80\x80\n",  # 6 empty: em, no-break, ideographic spaces
+        b"x" * 33 + b"\n",  # 7 too long
+        b"truncated \xe4\xb8\n",  # 8 invalid UTF-8
+        b"  indented\r\n",  # 9
+        b"\r\n",  # 10 empty
+        b"tab\tinside\n",  # 11
+        b"y" * 32 + b"\r\n",  # 12 exactly max_line_bytes: kept
+        b"\xff" * 200 + b"\n",  # 13 too long (and invalid: too long wins)
+        b"last without newline",  # 14
+    ]
+)
+MESSY_LINES = [
+    "first line",
+    "café ok",
+    "  indented",
+    "tab\tinside",
+    "y" * 32,
+    "last without newline",
+]
+MESSY_STATS = dict(
+    total=14,
+    used=6,
+    empty=4,
+    invalid_utf8=2,
+    too_long=2,
+    bad_fields=0,
+    examples={"too_long": [7, 13], "invalid_utf8": [5, 8], "empty": [2, 3, 6, 10]},
+)
+
+MESSY_TSV = b"".join(
+    [
+        b"hello\thallo\n",  # 1
+        b"one field only\n",  # 2 bad fields
+        b"a\tb\tc\n",  # 3 bad fields
+        b"\tmissing source\n",  # 4 bad fields
+        b"missing target\t \r\n",  # 5 bad fields
+        b"\n",  # 6 empty
+        b"caf\xc3\xa9\tcoffee\r\n",  # 7
+        b"\xff\tx\n",  # 8 invalid UTF-8
+        b"x\t\xe3\x80\x80\n",  # 9 bad fields (ideographic space)
+        b"last\tpair",  # 10
+    ]
+)
+MESSY_PAIRS = [("hello", "hallo"), ("café", "coffee"), ("last", "pair")]
+
+
+def write(folder: Path, name: str, data: bytes) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / name
+    path.write_bytes(data)
+    return path
+
+
+def fields(stats: FileStats) -> dict:
+    return {k: v for k, v in vars(stats).items() if k != "path"}
+
+
+# ---------------------------------------------------------------- real data (UDHR)
+
+
+@needs_udhr
+def test_udhr_monolingual_loads_every_language():
+    source = MonolingualSource.from_dir(UDHR / "mono")
+    assert source.languages == sorted(p.stem for p in (UDHR / "mono").glob("*.txt"))
+    assert len(source.languages) == 528
+    assert source.num_lines("eng") == 50
+    for lang in ("eng", "007", "cmn_hans"):
+        raw = (UDHR / "mono" / f"{lang}.txt").read_bytes()
+        assert source.num_lines(lang) == raw.count(b"\n")  # what `wc -l` says
+        lines = raw.decode().split("\n")
+        assert source.line(lang, 0) == lines[0]
+        assert source.line(lang, source.num_lines(lang) - 1) == lines[-2]
+    total = sum(map(source.num_lines, source.languages))
+    assert source.summary() == [f"528 files: {total} of {total} lines used; skipped nothing"]
+
+
+@needs_udhr
+def test_udhr_parallel_loads_every_pair():
+    source = ParallelSource.from_dir(UDHR / "parallel")
+    assert len(source.pairs) == 527
+    assert all(l1 == "eng" for l1, _ in source.pairs)
+    assert source.pairs == sorted(tuple(p.stem.split("-")) for p in (UDHR / "parallel").glob("*"))
+    assert len(source.languages) == 528 and "eng" in source.languages
+    raw = (UDHR / "parallel" / "eng-007.tsv").read_bytes()
+    assert source.num_lines(("eng", "007")) == raw.count(b"\n") == 40
+    first = raw.decode().split("\n")[0]
+    assert source.line(("eng", "007"), 0) == tuple(first.split("\t"))
+    assert source.line(("eng", "007"), 0)[0].startswith("All human beings are born free")
+    assert all(s.used == s.total for s in source.stats.values())
+
+
+@needs_udhr
+def test_udhr_subsets():
+    mono = MonolingualSource.from_dir(UDHR / "mono", languages=["eng", "deu_1996", "eng"])
+    assert mono.languages == ["deu_1996", "eng"]
+    par = ParallelSource.from_dir(UDHR / "parallel", pairs=["eng-008", ("eng", "007")])
+    assert par.pairs == [("eng", "007"), ("eng", "008")]
+    assert par.languages == ["007", "008", "eng"]
+
+
+@needs_udhr
+def test_udhr_pickle_is_small():
+    source = MonolingualSource.from_dir(UDHR / "mono")
+    content = sum(p.stat().st_size for p in (UDHR / "mono").glob("*.txt"))
+    assert len(pickle.dumps(source)) < content / 4
+
+
+# ---------------------------------------------------------------- messy data
+
+
+def test_monolingual_classifies_every_line(tmp_path):
+    path = write(tmp_path, "xx.txt", MESSY_TXT)
+    write(tmp_path, "README.md", b"not data\n")
+    source = MonolingualSource.from_dir(tmp_path, max_line_bytes=32)
+    assert source.languages == ["xx"]
+    assert source.stats["xx"] == FileStats(path=str(path), **MESSY_STATS)
+    assert [source.line("xx", i) for i in range(source.num_lines("xx"))] == MESSY_LINES
+    path = write(tmp_path, "yy.txt", b"ok\ntruncated at the end \xc3")
+    stats = MonolingualSource.from_dir(tmp_path, languages=["yy"]).stats["yy"]
+    assert stats == FileStats(str(path), 2, 1, invalid_utf8=1, examples={"invalid_utf8": [2]})
+
+
+@pytest.mark.parametrize("chunk_bytes", [1, 40, 57, 100, 1000])
+def test_chunked_scan_gives_the_same_result(tmp_path, monkeypatch, chunk_bytes):
+    # Chunks are at least max_line_bytes + 2 = 34 bytes; 1 and 40 put line 13 (201 bytes) in
+    # a chunk of its own, read as too long without being decoded.
+    monkeypatch.setattr(sources, "_CHUNK_BYTES", chunk_bytes)
+    write(tmp_path, "xx.txt", (MESSY_TXT + b"\n") * 3)
+    source = MonolingualSource.from_dir(tmp_path, max_line_bytes=32)
+    stats = source.stats["xx"]
+    assert (stats.total, stats.used, stats.empty, stats.invalid_utf8, stats.too_long) == (
+        42,
+        18,
+        12,
+        6,
+        6,
+    )
+    assert stats.examples == {
+        "too_long": [7, 13, 21, 27, 35],
+        "invalid_utf8": [5, 8, 19, 22, 33],
+        "empty": [2, 3, 6, 10, 16],
+    }
+    assert [source.line("xx", i) for i in range(18)] == MESSY_LINES * 3
+
+
+def test_whitespace_lines_are_empty_and_others_are_not(tmp_path):
+    spaces = [chr(c) for c in range(sys.maxunicode + 1) if chr(c).isspace() and chr(c) != "\n"]
+    kept = ["あいう", " x", "\u3000漢字", "\u2000\u2001.", "\u00e9", "\u1680\u1680-", "🙂"]
+    text = "\n".join(spaces + [" \t\u3000\u00a0"] + kept) + "\n"
+    write(tmp_path, "xx.txt", text.encode())
+    source = MonolingualSource.from_dir(tmp_path)
+    stats = source.stats["xx"]
+    # '\r' alone is a line end's CR, so that line is empty too.
+    assert (stats.empty, stats.used) == (len(spaces) + 1, len(kept))
+    assert [source.line("xx", i) for i in range(len(kept))] == kept
+
+
+def test_parallel_classifies_every_line(tmp_path):
+    path = write(tmp_path, "en-de.tsv", MESSY_TSV)
+    source = ParallelSource.from_dir(tmp_path)
+    assert source.pairs == [("en", "de")]
+    assert source.languages == ["de", "en"]
+    assert fields(source.stats[("en", "de")]) == dict(
+        total=10,
+        used=3,
+        empty=1,
+        invalid_utf8=1,
+        too_long=0,
+        bad_fields=5,
+        examples={"invalid_utf8": [8], "empty": [6], "bad_fields": [2, 3, 4, 5, 9]},
+    )
+    assert source.stats[("en", "de")].path == str(path)
+    assert [source.line(("en", "de"), i) for i in range(3)] == MESSY_PAIRS
+    assert source.line(["en", "de"], 1) == ("café", "coffee")
+
+
+def test_format_stats(tmp_path):
+    write(tmp_path, "xx.txt", MESSY_TXT)
+    write(tmp_path, "yy.txt", b"clean\n")
+    source = MonolingualSource.from_dir(tmp_path, max_line_bytes=32)
+    assert source.summary() == format_stats(source.stats)
+    assert source.summary() == [
+        f"{tmp_path / 'xx.txt'}: skipped 8 of 14 lines: 2 too long (lines 7, 13), "
+        "2 invalid UTF-8 (lines 5, 8), 4 empty (lines 2, 3, 6, 10)",
+        "2 files: 7 of 15 lines used; skipped 2 too long, 2 invalid UTF-8, 4 empty",
+    ]
+    many = FileStats("p.tsv", total=100, used=90, bad_fields=10, examples={"bad_fields": [1, 2]})
+    assert format_stats({("a", "b"): many})[0] == (
+        "p.tsv: skipped 10 of 100 lines: 10 bad fields (lines 1, 2, …)"
+    )
+
+
+# ---------------------------------------------------------------- strict mode and errors
+
+
+def test_strict_mode_names_file_and_line(tmp_path):
+    path = write(tmp_path / "mono", "xx.txt", MESSY_TXT)
+    with pytest.raises(DataError, match=re.escape(f"{path}:2: empty or whitespace-only line")):
+        MonolingualSource.from_dir(tmp_path / "mono", strict=True, max_line_bytes=32)
+    path.write_bytes(b"ok\nfine\n\xff\n")
+    with pytest.raises(DataError, match=re.escape(f"{path}:3: invalid UTF-8")):
+        MonolingualSource.from_dir(tmp_path / "mono", strict=True)
+    path = write(tmp_path / "par", "en-de.tsv", MESSY_TSV)
+    with pytest.raises(DataError, match=re.escape(f"{path}:2: not exactly two non-empty")):
+        ParallelSource.from_dir(tmp_path / "par", strict=True)
+    path.write_bytes(b"a\tb\r\nc\td")
+    assert ParallelSource.from_dir(tmp_path / "par", strict=True).num_lines(("en", "de")) == 2
+
+
+def test_folder_errors_name_the_path(tmp_path):
+    missing = tmp_path / "nope"
+    with pytest.raises(DataError, match=re.escape(f"{missing} does not exist")):
+        MonolingualSource.from_dir(missing)
+    afile = write(tmp_path, "file.txt", b"x\n")
+    with pytest.raises(DataError, match=re.escape(f"{afile} is not a directory")):
+        ParallelSource.from_dir(afile)
+    empty = tmp_path / "empty"
+    write(empty, "notes.md", b"x\n")
+    (empty / "sub.txt").mkdir()
+    with pytest.raises(DataError, match=re.escape(f"no *.txt file in data folder {empty}")):
+        MonolingualSource.from_dir(empty)
+    with pytest.raises(DataError, match=re.escape(f"no *.tsv file in data folder {empty}")):
+        ParallelSource.from_dir(empty)
+
+
+def test_language_without_usable_line_is_an_error(tmp_path):
+    write(tmp_path, "en.txt", b"fine\n")
+    bad = write(tmp_path, "xx.txt", b"\n  \n\xff\n\r\n")
+    with pytest.raises(DataError) as error:
+        MonolingualSource.from_dir(tmp_path)
+    assert str(error.value) == (
+        f"language 'xx' has no usable line in {bad} "
+        "(1 invalid UTF-8 (line 3), 3 empty (lines 1, 2, 4))"
+    )
+    bad.write_bytes(b"")
+    message = f"language 'xx' has no usable line in {bad} (the file is empty)"
+    with pytest.raises(DataError, match=re.escape(message)):
+        MonolingualSource.from_dir(tmp_path)
+    assert MonolingualSource.from_dir(tmp_path, languages=["en"]).languages == ["en"]
+    bad = write(tmp_path / "par", "en-xx.tsv", b"only one field\n")
+    message = f"language pair 'en-xx' has no usable line in {bad} (1 bad fields (line 1))"
+    with pytest.raises(DataError, match=re.escape(message)):
+        ParallelSource.from_dir(tmp_path / "par")
+
+
+def test_selection_and_naming_errors(tmp_path):
+    write(tmp_path / "mono", "en.txt", b"fine\n")
+    with pytest.raises(DataError, match=re.escape(f"language 'zz' not found in {tmp_path}")):
+        MonolingualSource.from_dir(tmp_path / "mono", languages=["en", "zz"])
+    with pytest.raises(TypeError, match="not the string"):
+        MonolingualSource.from_dir(tmp_path / "mono", languages="en")
+    write(tmp_path / "par", "en-de.tsv", b"a\tb\n")
+    with pytest.raises(DataError, match="language pair 'en-fr' not found"):
+        ParallelSource.from_dir(tmp_path / "par", pairs=[("en", "fr")])
+    bad = write(tmp_path / "par", "zh-Hant-en.tsv", b"a\tb\n")
+    message = f"from 'zh-Hant-en' (file {bad}): expected '<l1>-<l2>' with exactly one '-'"
+    with pytest.raises(DataError, match=re.escape(message)):
+        ParallelSource.from_dir(tmp_path / "par")
+    bad.rename(tmp_path / "par" / "en-.tsv")
+    with pytest.raises(DataError, match="cannot parse a language pair from 'en-'"):
+        ParallelSource.from_dir(tmp_path / "par")
+
+
+def test_lookup_errors(tmp_path):
+    write(tmp_path, "en.txt", b"a\nb\n")
+    source = MonolingualSource.from_dir(tmp_path)
+    with pytest.raises(KeyError, match="'fr' is not in this source"):
+        source.line("fr", 0)
+    with pytest.raises(IndexError, match="line 2 out of range"):
+        source.line("en", 2)
+    with pytest.raises(IndexError):
+        source.line("en", -1)
+
+
+# ---------------------------------------------------------------- pickling, processes
+
+
+def test_pickled_source_reads_in_a_spawned_process(tmp_path):
+    marker = "unique-marker-7f3a"
+    lines = [f"{marker} line {i}: " + "ünïcödé " * 10 for i in range(5000)]
+    path = write(tmp_path, "en.txt", ("\n".join(lines) + "\n").encode())
+    write(tmp_path, "de.txt", b"eins\nzwei\n")
+    source = MonolingualSource.from_dir(tmp_path)
+    assert source.line("en", 0) == lines[0]  # opens the mmap, which must not be pickled
+    data = pickle.dumps(source)
+    assert marker.encode() not in data
+    assert len(data) < path.stat().st_size / 4
+    assert pickle.loads(data).line("en", 4999) == lines[4999]
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=1, mp_context=context) as pool:
+        got = [pool.submit(source.line, "en", i) for i in (0, 1234, 4999)]
+        got.append(pool.submit(source.line, "de", 1))
+        assert [f.result() for f in got] == [lines[0], lines[1234], lines[4999], "zwei"]
+
+
+def test_file_changed_after_scan_is_an_error(tmp_path):
+    path = write(tmp_path, "en-de.tsv", b"a\tb\n")
+    source = pickle.loads(pickle.dumps(ParallelSource.from_dir(tmp_path)))
+    path.write_bytes(b"aa\tbb\n")
+    with pytest.raises(DataError, match=re.escape(f"{path} changed since it was scanned")):
+        source.line(("en", "de"), 0)

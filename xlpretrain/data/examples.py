@@ -1,0 +1,153 @@
+"""Turns corpus lines into packed, unmasked rows of the Batch contract.
+
+A row holds one or more *units*: a monolingual segment `<s> x </s>` or a translation pair
+`<s> a </s></s> b </s>`. Each unit gets its own `segment_ids`/`pair_ids` value, positions restart
+at `padding_id + 1` for each unit (XLM-R's offset), and attention is confined to the unit by the
+mask functions. A row draws consecutive lines of one language (or language pair), as XLM-R draws
+each row from one language's stream.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from xlpretrain.data.batch import SIDE_SOURCE, SIDE_TARGET, TOKEN_FIELDS, Batch
+from xlpretrain.data.sources import MonolingualSource, ParallelSource
+from xlpretrain.tokenizer import Tokenizer
+
+FIRST_POSITION = Tokenizer.PAD_ID + 1  # fairseq/XLM-R: positions start after the padding index
+MIN_SEGMENT_TOKENS = 2  # stop packing when a new unit could hold fewer real tokens than this
+
+
+def empty_row(length: int) -> Batch:
+    row = {name: np.zeros(length, dtype) for name, dtype in TOKEN_FIELDS.items()}
+    row["input_ids"][:] = Tokenizer.PAD_ID
+    row["positions"][:] = Tokenizer.PAD_ID
+    return row
+
+
+@dataclasses.dataclass
+class RowPacker:
+    """Appends units to a fixed-length row, numbering them 1, 2, …"""
+
+    length: int
+
+    def __post_init__(self) -> None:
+        self.row = empty_row(self.length)
+        self.cursor = 0
+        self.units = 0
+
+    @property
+    def remaining(self) -> int:
+        return self.length - self.cursor
+
+    def add(self, ids: np.ndarray, positions: np.ndarray, side: np.ndarray, lang: np.ndarray):
+        n = len(ids)
+        assert n <= self.remaining, (n, self.remaining)
+        self.units += 1
+        span = slice(self.cursor, self.cursor + n)
+        self.row["input_ids"][span] = ids
+        self.row["positions"][span] = positions
+        self.row["side"][span] = side
+        self.row["lang_ids"][span] = lang
+        self.row["segment_ids"][span] = self.units
+        self.row["pair_ids"][span] = self.units
+        self.cursor += n
+
+
+def _window(tokens: np.ndarray, size: int, rng: np.random.Generator) -> np.ndarray:
+    """A random contiguous window, so long documents are seen beyond their first tokens."""
+    if len(tokens) <= size:
+        return tokens
+    start = rng.integers(0, len(tokens) - size + 1)
+    return tokens[start : start + size]
+
+
+def monolingual_row(
+    source: MonolingualSource,
+    tokenizer: Tokenizer,
+    language: str,
+    lang_id: int,
+    rng: np.random.Generator,
+    *,
+    length: int,
+    pack: bool,
+) -> Batch:
+    """Segments `<s> line </s>` from consecutive lines of `language`, starting at a random line."""
+    packer = RowPacker(length)
+    n_lines = source.num_lines(language)
+    index = int(rng.integers(n_lines))
+    for taken in range(n_lines):
+        budget = packer.remaining - 2
+        if budget < MIN_SEGMENT_TOKENS:
+            break
+        tokens = tokenizer.encode(source.line(language, (index + taken) % n_lines))
+        tokens = _window(tokens, budget, rng) if packer.units == 0 else tokens[:budget]
+        ids = np.concatenate([[Tokenizer.BOS_ID], tokens, [Tokenizer.EOS_ID]])
+        packer.add(
+            ids,
+            FIRST_POSITION + np.arange(len(ids)),
+            np.full(len(ids), SIDE_SOURCE),
+            np.full(len(ids), lang_id),
+        )
+        if not pack:
+            break
+    return packer.row
+
+
+def _fit_pair(a: np.ndarray, b: np.ndarray, budget: int) -> tuple[np.ndarray, np.ndarray]:
+    """Truncates the longer side first, so a short sentence survives whole beside a long one."""
+    a_len = min(len(a), max(budget - len(b), (budget + 1) // 2))
+    return a[:a_len], b[: budget - a_len]
+
+
+def translation_pair_row(
+    source: ParallelSource,
+    tokenizer: Tokenizer,
+    pair: tuple[str, str],
+    lang_ids: tuple[int, int],
+    rng: np.random.Generator,
+    *,
+    length: int,
+    pack: bool,
+    reset_positions: bool,
+) -> Batch:
+    """TLM units `<s> a </s></s> b </s>` from consecutive aligned lines of one language pair.
+
+    Each unit's direction is drawn at random, so both languages appear as the first sentence.
+    `reset_positions` restarts positions for the second sentence (XLM); XLM-R/InfoXLM keep them
+    continuous.
+    """
+    packer = RowPacker(length)
+    n_lines = source.num_lines(pair)
+    index = int(rng.integers(n_lines))
+    for taken in range(n_lines):
+        budget = packer.remaining - 4
+        if budget < 2 * MIN_SEGMENT_TOKENS:
+            break
+        first, second = source.line(pair, (index + taken) % n_lines)
+        first_lang, second_lang = lang_ids
+        if rng.random() < 0.5:
+            first, second = second, first
+            first_lang, second_lang = second_lang, first_lang
+        a, b = tokenizer.encode(first), tokenizer.encode(second)
+        if len(a) + len(b) > budget:
+            if packer.units > 0:
+                break
+            a, b = _fit_pair(a, b, budget)
+        side_a = np.concatenate([[Tokenizer.BOS_ID], a, [Tokenizer.EOS_ID]])
+        side_b = np.concatenate([[Tokenizer.EOS_ID], b, [Tokenizer.EOS_ID]])
+        ids = np.concatenate([side_a, side_b])
+        positions_a = FIRST_POSITION + np.arange(len(side_a))
+        start_b = FIRST_POSITION if reset_positions else positions_a[-1] + 1
+        positions = np.concatenate([positions_a, start_b + np.arange(len(side_b))])
+        side = np.concatenate(
+            [np.full(len(side_a), SIDE_SOURCE), np.full(len(side_b), SIDE_TARGET)]
+        )
+        lang = np.concatenate([np.full(len(side_a), first_lang), np.full(len(side_b), second_lang)])
+        packer.add(ids, positions, side, lang)
+        if not pack:
+            break
+    return packer.row

@@ -1,0 +1,176 @@
+"""The grain input pipeline: step index → this process's share of that step's global batch.
+
+Determinism by construction: row `r` of objective `o`'s batch at step `k` is built from an RNG
+seeded by `(seed, o, k, r)` alone, so the global batch of step k depends only on the seed and
+the config — not on the number of devices, processes or workers — and each process builds only
+its own rows. The dataset is a random-access `grain.MapDataset` over step indices; its
+iterator state (the next step) is checkpointed with the model, so a resumed run sees exactly
+the stream an uninterrupted run would.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import zlib
+from collections.abc import Mapping
+
+import grain
+import numpy as np
+
+from xlpretrain.config import max_predictions
+from xlpretrain.data.batch import Batch, stack_rows
+from xlpretrain.data.examples import monolingual_row, translation_pair_row
+from xlpretrain.data.masking import mask_row
+from xlpretrain.data.sampling import language_probabilities
+from xlpretrain.data.sources import MonolingualSource, ParallelSource
+from xlpretrain.tokenizer import Tokenizer
+
+MONO = "mono"
+PARALLEL = "parallel"
+
+
+@dataclasses.dataclass(frozen=True)
+class StreamSpec:
+    """How one objective's example stream is built."""
+
+    kind: str  # MONO or PARALLEL
+    mask_rate: float
+
+
+@dataclasses.dataclass
+class Corpus:
+    """The run's sources and its language vocabulary (index = `lang_ids` value)."""
+
+    mono: MonolingualSource | None
+    parallel: ParallelSource | None
+    languages: list[str]
+
+    def lang_id(self, language: str) -> int:
+        return self.languages.index(language)
+
+
+def language_vocabulary(mono: MonolingualSource | None, parallel: ParallelSource | None):
+    """All languages of the run, sorted, so `lang_ids` are stable for a given corpus."""
+    languages = set(mono.languages if mono else []) | set(parallel.languages if parallel else [])
+    return sorted(languages)
+
+
+class StepBatchBuilder(grain.transforms.Map):
+    """Builds, for one step index, `{objective: Batch}` for rows `[row_start, row_end)`."""
+
+    def __init__(
+        self,
+        corpus: Corpus,
+        tokenizer: Tokenizer,
+        streams: Mapping[str, StreamSpec],
+        *,
+        seed: int,
+        batch_size: int,
+        max_length: int,
+        mono_alpha: float,
+        parallel_alpha: float,
+        pack: bool,
+        reset_positions: bool,
+        row_start: int = 0,
+        row_end: int | None = None,
+    ):
+        self.corpus = corpus
+        self.tokenizer = tokenizer
+        self.streams = dict(streams)
+        self.seed = seed
+        self.max_length = max_length
+        self.pack = pack
+        self.reset_positions = reset_positions
+        self.row_start = row_start
+        self.row_end = batch_size if row_end is None else row_end
+        kinds = {spec.kind for spec in self.streams.values()}
+        self._mono_keys, self._mono_p = [], np.zeros(0)
+        self._pair_keys, self._pair_p = [], np.zeros(0)
+        if MONO in kinds:
+            if corpus.mono is None:
+                raise ValueError("an objective needs monolingual data but data.mono_dir is unset")
+            counts = {lang: corpus.mono.num_lines(lang) for lang in corpus.mono.languages}
+            self.mono_probabilities = language_probabilities(counts, mono_alpha)
+            self._mono_keys = list(self.mono_probabilities)
+            self._mono_p = np.array(list(self.mono_probabilities.values()))
+        if PARALLEL in kinds:
+            if corpus.parallel is None:
+                raise ValueError("an objective needs parallel data but data.parallel_dir is unset")
+            counts = {pair: corpus.parallel.num_lines(pair) for pair in corpus.parallel.pairs}
+            self.parallel_probabilities = language_probabilities(counts, parallel_alpha)
+            self._pair_keys = list(self.parallel_probabilities)
+            self._pair_p = np.array(list(self.parallel_probabilities.values()))
+        self._special_ids = tokenizer.special_ids()
+
+    def _row(self, name: str, spec: StreamSpec, step: int, row: int) -> Batch:
+        stream_id = zlib.crc32(name.encode())  # adding an objective leaves others' streams alone
+        rng = np.random.default_rng([self.seed, stream_id, step, row])
+        if spec.kind == MONO:
+            lang = self._mono_keys[rng.choice(len(self._mono_keys), p=self._mono_p)]
+            unmasked = monolingual_row(
+                self.corpus.mono,
+                self.tokenizer,
+                lang,
+                self.corpus.lang_id(lang),
+                rng,
+                length=self.max_length,
+                pack=self.pack,
+            )
+        else:
+            pair = self._pair_keys[rng.choice(len(self._pair_keys), p=self._pair_p)]
+            unmasked = translation_pair_row(
+                self.corpus.parallel,
+                self.tokenizer,
+                pair,
+                (self.corpus.lang_id(pair[0]), self.corpus.lang_id(pair[1])),
+                rng,
+                length=self.max_length,
+                pack=self.pack,
+                reset_positions=self.reset_positions,
+            )
+        return mask_row(
+            unmasked,
+            rng,
+            rate=spec.mask_rate,
+            num_slots=max_predictions(self.max_length, spec.mask_rate),
+            special_ids=self._special_ids,
+            mask_id=self.tokenizer.mask_id,
+            first_regular_id=Tokenizer.UNK_ID + 1,
+            vocab_size=self.tokenizer.vocab_size,
+        )
+
+    def map(self, step: int) -> dict[str, Batch]:
+        step = int(step)
+        return {
+            name: stack_rows(
+                [self._row(name, spec, step, r) for r in range(self.row_start, self.row_end)]
+            )
+            for name, spec in self.streams.items()
+        }
+
+
+def process_rows(batch_size: int, process_index: int, process_count: int) -> tuple[int, int]:
+    """The contiguous rows of the global batch that one process builds and feeds."""
+    if batch_size % process_count:
+        raise ValueError(
+            f"data.batch_size={batch_size} is not divisible by the {process_count} processes"
+        )
+    share = batch_size // process_count
+    return process_index * share, (process_index + 1) * share
+
+
+def make_dataset(
+    builder: StepBatchBuilder, num_steps: int, *, num_workers: int, prefetch: int
+) -> grain.IterDataset:
+    """Steps `0 … num_steps-1` as an iterable dataset; resume by restoring its iterator state."""
+    dataset = grain.MapDataset.range(num_steps).map(builder)
+    iterable = dataset.to_iter_dataset(
+        grain.ReadOptions(
+            num_threads=1 if num_workers else 2, prefetch_buffer_size=max(prefetch, 1)
+        )
+    )
+    if num_workers:
+        iterable = iterable.mp_prefetch(
+            grain.MultiprocessingOptions(num_workers=num_workers, per_worker_buffer_size=prefetch)
+        )
+    return iterable

@@ -1,0 +1,504 @@
+"""Random-access corpora: folders of monolingual `<lang>.txt` or parallel `<l1>-<l2>.tsv` files.
+
+The grain pipeline reads examples by (language, line index) from worker processes, so a source
+is an index, not the text: each file is scanned once at load time into numpy arrays of byte
+offsets and lengths of its usable lines, and a line is read by slicing a lazily opened
+read-only mmap. Pickling a source copies only paths and these arrays; every process reopens
+the files itself.
+
+Bad data never crashes a run and is never dropped silently: every line is classified, the
+counts (with the first few line numbers of each problem) are kept per file in `FileStats`
+for the training log (`format_stats`), and `strict=True` turns the first bad line into a
+`DataError` naming the file and line.
+
+Line classification, in order of precedence (a line counts under one kind only):
+  too_long      more than `max_line_bytes` bytes (without the line end); never decoded
+  invalid_utf8  not valid UTF-8
+  empty         empty or whitespace only
+  bad_fields    parallel files only: not exactly two tab-separated fields, or a field that is
+                empty or whitespace only
+Lines end with `\\n`; a `\\r` before it (`\\r\\n` files) is not part of the line, and a final
+line without a line end counts as a line.
+"""
+
+from __future__ import annotations
+
+import codecs
+import dataclasses
+import mmap
+import os
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import nullcontext
+from typing import Any, Generic, TypeVar
+
+import numpy as np
+
+__all__ = [
+    "DataError",
+    "FileStats",
+    "MonolingualSource",
+    "ParallelSource",
+    "format_stats",
+    "parse_pair",
+]
+
+Pair = tuple[str, str]
+K = TypeVar("K")
+
+# Problem kinds, in order of precedence; their index + 1 is the code used while scanning.
+_KINDS = ("too_long", "invalid_utf8", "empty", "bad_fields")
+_TOO_LONG, _INVALID_UTF8, _EMPTY, _BAD_FIELDS = range(1, len(_KINDS) + 1)
+_LABELS = {
+    "too_long": "too long",
+    "invalid_utf8": "invalid UTF-8",
+    "empty": "empty",
+    "bad_fields": "bad fields",
+}
+_DESCRIPTIONS = {
+    "too_long": "line longer than max_line_bytes={max_line_bytes}",
+    "invalid_utf8": "invalid UTF-8",
+    "empty": "empty or whitespace-only line",
+    "bad_fields": "not exactly two non-empty tab-separated fields",
+}
+_MAX_EXAMPLES = 5
+# Files are scanned in chunks of about this many bytes (cut at line ends), so that memory stays
+# bounded on multi-GB corpora (the scan needs a few times a chunk's size).
+_CHUNK_BYTES = 16 << 20
+# The characters for which `str.isspace()` is true (a test checks this against Python), as a
+# lookup table over the Basic Multilingual Plane.
+_UNICODE_SPACES = (
+    "\t\n\x0b\x0c\r\x1c\x1d\x1e\x1f \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005"
+    "\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000"
+)
+_IS_SPACE = np.zeros(0x10000, dtype=bool)
+_IS_SPACE[[ord(c) for c in _UNICODE_SPACES]] = True
+
+
+class DataError(ValueError):
+    """A corpus folder or file cannot be used; the message names the path (and line)."""
+
+
+@dataclasses.dataclass
+class FileStats:
+    """What the load-time scan found in one file, for the training log."""
+
+    path: str
+    total: int
+    used: int
+    empty: int = 0
+    invalid_utf8: int = 0
+    too_long: int = 0
+    bad_fields: int = 0
+    # First few (at most 5) 1-based line numbers per problem kind with a nonzero count.
+    examples: dict[str, list[int]] = dataclasses.field(default_factory=dict)
+
+    @property
+    def skipped(self) -> int:
+        return self.total - self.used
+
+    def problems(self) -> str:
+        """E.g. '12 empty (lines 3, 8, 9, 10, 11, …), 1 invalid UTF-8 (line 7)'."""
+        parts = []
+        for kind in _KINDS:
+            count = getattr(self, kind)
+            if count:
+                lines = self.examples.get(kind, [])
+                where = ", ".join(map(str, lines)) + (", …" if count > len(lines) else "")
+                parts.append(f"{count} {_LABELS[kind]} (line{'s' * (count > 1)} {where})")
+        return ", ".join(parts)
+
+
+def format_stats(stats: Mapping[Any, FileStats]) -> list[str]:
+    """Log lines: one per file with skipped lines, then one total line."""
+    out = [
+        f"{s.path}: skipped {s.skipped} of {s.total} lines: {s.problems()}"
+        for s in stats.values()
+        if s.skipped
+    ]
+    total = sum(s.total for s in stats.values())
+    used = sum(s.used for s in stats.values())
+    counts = [(sum(getattr(s, kind) for s in stats.values()), kind) for kind in _KINDS]
+    skipped = ", ".join(f"{n} {_LABELS[kind]}" for n, kind in counts if n) or "nothing"
+    out.append(f"{len(stats)} files: {used} of {total} lines used; skipped {skipped}")
+    return out
+
+
+class _IndexedFile:
+    """Usable lines of one file as byte ranges; reads them through a lazily opened mmap."""
+
+    def __init__(self, path: str, size: int, offsets: np.ndarray, lengths: np.ndarray):
+        self.path = path
+        self.size = size
+        self.offsets = offsets
+        self.lengths = lengths
+        self._mmap: mmap.mmap | None = None
+
+    def __len__(self) -> int:
+        return len(self.offsets)
+
+    def __getstate__(self) -> dict[str, Any]:
+        # An mmap cannot (and must not) travel: each process opens its own.
+        return {**self.__dict__, "_mmap": None}
+
+    def _open(self) -> mmap.mmap:
+        with open(self.path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            if size != self.size:
+                raise DataError(
+                    f"{self.path} changed since it was scanned ({self.size} -> {size} bytes)"
+                )
+            return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+
+    def read(self, index: int) -> str:
+        if not 0 <= index < len(self.offsets):
+            raise IndexError(f"line {index} out of range for {self.path} ({len(self)} lines)")
+        if self._mmap is None:
+            self._mmap = self._open()
+        start = int(self.offsets[index])
+        return self._mmap[start : start + int(self.lengths[index])].decode("utf-8")
+
+
+def _chunks(data: mmap.mmap | bytes, chunk_bytes: int) -> Iterator[tuple[int, int, bool]]:
+    """Yields (start, end, is_one_long_line) byte ranges of whole lines, about `chunk_bytes` each.
+
+    A line with no line end within a whole chunk comes alone, flagged: with `chunk_bytes` at
+    least `max_line_bytes + 2` (room for a CR LF) it is too long, and is skipped unread.
+    """
+    pos, size = 0, len(data)
+    while pos < size:
+        limit = min(pos + chunk_bytes, size)
+        end = size if limit == size else data.rfind(b"\n", pos, limit) + 1
+        if end:
+            yield pos, end, False
+        else:
+            newline = data.find(b"\n", limit)
+            end = size if newline < 0 else newline + 1
+            yield pos, end, True
+        pos = end
+
+
+class _Chunk:
+    """A run of whole lines of a file as a byte array, with vectorised tests over byte ranges."""
+
+    def __init__(self, raw: bytes):
+        self.raw = raw
+        self.data = np.frombuffer(raw, dtype=np.uint8)
+        newlines = np.flatnonzero(self.data == ord("\n"))
+        starts = np.concatenate(([0], newlines + 1))
+        ends = np.concatenate((newlines, [len(raw)]))
+        if starts[-1] == len(raw):  # the chunk ends with a line end: no partial final line
+            starts, ends = starts[:-1], ends[:-1]
+        has_cr = (ends > starts) & (self.data[np.maximum(ends - 1, 0)] == ord("\r"))
+        self.starts = starts  # of each line
+        self.ends = ends - has_cr  # of each line's text, without '\r\n' or '\n'
+
+    def invalid_utf8(self) -> np.ndarray:
+        """Which lines are not valid UTF-8.
+
+        One decode when all is valid; otherwise decoding resumes after each bad line, which
+        keeps it linear (a newline byte is never part of a multi-byte sequence).
+        """
+        invalid = np.zeros(len(self.starts), dtype=bool)
+        if self.raw.isascii():
+            return invalid
+        view, pos = memoryview(self.raw), 0
+        while True:
+            try:
+                codecs.utf_8_decode(view[pos:], "strict", True)
+                return invalid
+            except UnicodeDecodeError as error:
+                line = int(np.searchsorted(self.starts, pos + error.start, side="right")) - 1
+                invalid[line] = True
+                if line + 1 == len(self.starts):
+                    return invalid
+                pos = int(self.starts[line + 1])
+
+    def blank(self, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+        """Whether each byte range is empty or whitespace only (by `str.isspace`).
+
+        Vectorised on the first character: only ranges that start with whitespace are decoded.
+        """
+        lengths = ends - starts
+        last = len(self.data) - 1
+        b0, b1, b2 = (
+            np.where(lengths > k, self.data[np.minimum(starts + k, last)], 0).astype(np.int32)
+            for k in range(3)
+        )
+        # The code point of a 1-, 2- or 3-byte UTF-8 sequence (garbage for others, which the
+        # decoding below then rejects); all whitespace is in the Basic Multilingual Plane.
+        first_char = np.where(
+            b0 < 0x80,
+            b0,
+            np.where(
+                b0 < 0xE0,
+                (b0 & 0x1F) << 6 | (b1 & 0x3F),
+                (b0 & 0x0F) << 12 | (b1 & 0x3F) << 6 | (b2 & 0x3F),
+            ),
+        )
+        blank = lengths == 0
+        for i in np.flatnonzero(_IS_SPACE[first_char] & ~blank).tolist():
+            blank[i] = self.raw[starts[i] : ends[i]].decode("utf-8", "replace").isspace()
+        return blank
+
+
+def _scan_file(
+    path: str,
+    *,
+    max_line_bytes: int,
+    strict: bool,
+    fields_ok: Callable[[_Chunk], np.ndarray] | None = None,
+) -> tuple[_IndexedFile, FileStats]:
+    """Classifies every line of `path` and indexes the usable ones (the one scan per file).
+
+    `fields_ok` checks the format of every line of a chunk at once (failures of otherwise
+    usable lines count as `bad_fields`); `strict` raises on the first bad line instead.
+    """
+    counts = np.zeros(len(_KINDS) + 1, dtype=np.int64)
+    examples: dict[str, list[int]] = {}
+    offsets, lengths = [], []
+    size = os.path.getsize(path)
+    lines_before = 0
+    with open(path, "rb") as f:
+        mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if size else nullcontext(b"")
+    with mapped as data:
+        for start, end, is_one_long_line in _chunks(data, max(_CHUNK_BYTES, max_line_bytes + 2)):
+            if is_one_long_line:
+                codes = np.array([_TOO_LONG], dtype=np.int8)
+                chunk_offsets = chunk_lengths = np.zeros(1, dtype=np.int64)
+            else:
+                chunk = _Chunk(data[start:end])
+                chunk_offsets, chunk_lengths = chunk.starts, chunk.ends - chunk.starts
+                # Assigned in reverse order of precedence, so that the strongest kind wins.
+                codes = np.zeros(len(chunk_offsets), dtype=np.int8)
+                codes[chunk.blank(chunk.starts, chunk.ends)] = _EMPTY
+                codes[chunk.invalid_utf8()] = _INVALID_UTF8
+                codes[chunk_lengths > max_line_bytes] = _TOO_LONG
+                if fields_ok is not None:
+                    codes[(codes == 0) & ~fields_ok(chunk)] = _BAD_FIELDS
+            bad = np.flatnonzero(codes)
+            if strict and len(bad):
+                kind = _KINDS[int(codes[bad[0]]) - 1]
+                description = _DESCRIPTIONS[kind].format(max_line_bytes=max_line_bytes)
+                line_number = lines_before + int(bad[0]) + 1
+                raise DataError(f"{path}:{line_number}: {description} (strict mode)")
+            counts += np.bincount(codes, minlength=len(counts))
+            for code in np.unique(codes[bad]).tolist():
+                seen = examples.setdefault(_KINDS[code - 1], [])
+                first = np.flatnonzero(codes == code)[: _MAX_EXAMPLES - len(seen)]
+                seen.extend((first + lines_before + 1).tolist())
+            ok = codes == 0
+            offsets.append(chunk_offsets[ok] + start)
+            lengths.append(chunk_lengths[ok])
+            lines_before += len(codes)
+    index = _IndexedFile(
+        path,
+        size,
+        np.concatenate(offsets or [np.zeros(0)]).astype(np.int64),
+        np.concatenate(lengths or [np.zeros(0)]).astype(np.int32),
+    )
+    stats = FileStats(
+        path=path,
+        total=lines_before,
+        used=len(index),
+        **{kind: int(counts[code + 1]) for code, kind in enumerate(_KINDS)},
+        examples=examples,
+    )
+    return index, stats
+
+
+def _load_dir(
+    path: str | os.PathLike[str],
+    *,
+    suffix: str,
+    parse_key: Callable[[str, str], K],
+    describe: Callable[[K], str],
+    wanted: Sequence[K] | None,
+    fields_ok: Callable[[_Chunk], np.ndarray] | None,
+    strict: bool,
+    max_line_bytes: int,
+) -> tuple[str, dict[K, _IndexedFile], dict[K, FileStats]]:
+    """Finds, selects and scans the data files of a folder (shared by both sources)."""
+    if not isinstance(max_line_bytes, int) or not 0 < max_line_bytes <= 2**30:
+        raise ValueError(f"max_line_bytes must be an int in [1, 2**30], not {max_line_bytes!r}")
+    folder = os.path.abspath(path)
+    if not os.path.exists(folder):
+        raise DataError(f"data folder {folder} does not exist")
+    if not os.path.isdir(folder):
+        raise DataError(f"data folder {folder} is not a directory")
+    files: dict[K, str] = {}
+    for entry in sorted(os.scandir(folder), key=lambda e: e.name):
+        name = entry.name
+        if name.endswith(suffix) and len(name) > len(suffix) and not name.startswith("."):
+            if entry.is_file():
+                files[parse_key(name[: -len(suffix)], entry.path)] = entry.path
+    if not files:
+        raise DataError(f"no *{suffix} file in data folder {folder}")
+    if wanted is not None:
+        missing = [describe(key) for key in wanted if key not in files]
+        if missing:
+            raise DataError(
+                f"{', '.join(missing)} not found in {folder} (it has {len(files)} *{suffix} files)"
+            )
+        if not wanted:
+            raise DataError(f"empty selection of data files from {folder}")
+        files = {key: files[key] for key in wanted}
+    indexes, stats = {}, {}
+    for key in sorted(files):
+        index, stat = _scan_file(
+            files[key], max_line_bytes=max_line_bytes, strict=strict, fields_ok=fields_ok
+        )
+        if not stat.used:
+            why = stat.problems() or "the file is empty"
+            raise DataError(f"{describe(key)} has no usable line in {stat.path} ({why})")
+        indexes[key], stats[key] = index, stat
+    return folder, indexes, stats
+
+
+class _Source(Generic[K]):
+    """Shared by both sources: per-key line indexes and their scan statistics."""
+
+    def __init__(self, path: str, files: dict[K, _IndexedFile], stats: dict[K, FileStats]):
+        self.path = path
+        self._files = files
+        self.stats = stats
+
+    def num_lines(self, key: K) -> int:
+        return len(self._file(key))
+
+    def summary(self) -> list[str]:
+        """Log lines about skipped data (see `format_stats`)."""
+        return format_stats(self.stats)
+
+    def _file(self, key: K) -> _IndexedFile:
+        try:
+            return self._files[key]
+        except KeyError:
+            raise KeyError(f"{key!r} is not in this source (from {self.path})") from None
+
+    def __repr__(self) -> str:
+        total = sum(len(f) for f in self._files.values())
+        return f"{type(self).__name__}({len(self._files)} files, {total} lines, {self.path})"
+
+
+def _no_string(names: Any, what: str) -> None:
+    if isinstance(names, str):
+        raise TypeError(f"{what} must be a sequence, not the string {names!r}")
+
+
+class MonolingualSource(_Source[str]):
+    """A folder of `<lang>.txt` files (UTF-8, one paragraph or document per line).
+
+    The language is the file stem; other files (and dot files) are ignored.
+    """
+
+    @classmethod
+    def from_dir(
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        strict: bool = False,
+        max_line_bytes: int = 1_000_000,
+        languages: Sequence[str] | None = None,
+    ) -> MonolingualSource:
+        """Scans the folder; `languages` selects a subset (each must have a file)."""
+        _no_string(languages, "languages")
+        folder, files, stats = _load_dir(
+            path,
+            suffix=".txt",
+            parse_key=lambda stem, _: stem,
+            describe=lambda lang: f"language {lang!r}",
+            wanted=None if languages is None else sorted(set(languages)),
+            fields_ok=None,
+            strict=strict,
+            max_line_bytes=max_line_bytes,
+        )
+        return cls(folder, files, stats)
+
+    @property
+    def languages(self) -> list[str]:
+        return list(self._files)
+
+    def line(self, lang: str, index: int) -> str:
+        return self._file(lang).read(index)
+
+
+def parse_pair(name: str, path: str | None = None) -> Pair:
+    """'eng-deu' -> ('eng', 'deu').
+
+    The rule: exactly one '-', between two non-empty codes. Codes with subtags therefore write
+    them with '_' (`zh_Hant-eng.tsv`), as in the UDHR data (`cmn_hant`).
+    """
+    parts = name.split("-")
+    if len(parts) != 2 or not all(parts):
+        where = f" (file {path})" if path else ""
+        raise DataError(
+            f"cannot parse a language pair from {name!r}{where}: expected '<l1>-<l2>' with "
+            "exactly one '-' (write subtags with '_', e.g. 'zh_Hant-eng')"
+        )
+    return parts[0], parts[1]
+
+
+def _as_pair(pair: Pair | str) -> Pair:
+    """Accepts ('eng', 'deu'), ['eng', 'deu'] (as configs give them) or 'eng-deu'."""
+    if isinstance(pair, str):
+        return parse_pair(pair)
+    if len(pair) != 2 or not all(isinstance(lang, str) for lang in pair):
+        raise TypeError(f"a language pair is two language codes or 'l1-l2', not {pair!r}")
+    return pair[0], pair[1]
+
+
+def _pairs_ok(chunk: _Chunk) -> np.ndarray:
+    """Which lines are exactly two tab-separated fields, neither of them blank."""
+    tabs = np.flatnonzero(chunk.data == ord("\t"))
+    line_of_tab = np.searchsorted(chunk.starts, tabs, side="right") - 1
+    ok = np.bincount(line_of_tab, minlength=len(chunk.starts)) == 1
+    lines = np.flatnonzero(ok)
+    tab = np.empty_like(chunk.starts)
+    tab[line_of_tab] = tabs  # right for the lines with one tab, the only ones used
+    ok[lines] = ~chunk.blank(chunk.starts[lines], tab[lines]) & ~chunk.blank(
+        tab[lines] + 1, chunk.ends[lines]
+    )
+    return ok
+
+
+class ParallelSource(_Source[Pair]):
+    """A folder of `<l1>-<l2>.tsv` files: one aligned pair per line, `l1 text<TAB>l2 text`.
+
+    The pair is parsed from the file stem by `parse_pair`; other files are ignored.
+    """
+
+    @classmethod
+    def from_dir(
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        strict: bool = False,
+        max_line_bytes: int = 1_000_000,
+        pairs: Sequence[Pair | str] | None = None,
+    ) -> ParallelSource:
+        """Scans the folder; `pairs` selects a subset, as tuples or 'l1-l2' strings."""
+        _no_string(pairs, "pairs")
+        wanted = None if pairs is None else sorted({_as_pair(pair) for pair in pairs})
+        folder, files, stats = _load_dir(
+            path,
+            suffix=".tsv",
+            parse_key=parse_pair,
+            describe=lambda pair: f"language pair '{pair[0]}-{pair[1]}'",
+            wanted=wanted,
+            fields_ok=_pairs_ok,
+            strict=strict,
+            max_line_bytes=max_line_bytes,
+        )
+        return cls(folder, files, stats)
+
+    @property
+    def pairs(self) -> list[Pair]:
+        return list(self._files)
+
+    @property
+    def languages(self) -> list[str]:
+        return sorted({lang for pair in self._files for lang in pair})
+
+    def line(self, pair: Pair, index: int) -> tuple[str, str]:
+        first, second = self._file(_as_pair(pair)).read(index).split("\t")
+        return first, second

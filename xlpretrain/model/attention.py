@@ -1,0 +1,136 @@
+"""Multi-head attention whose mask is a function of token metadata (see ``xlpretrain.masks``).
+
+The mask function is a static Python callable: it is closed over under ``jit`` and never
+traced as a value, so each distinct mask compiles its own program and a fused kernel can later
+evaluate it tile by tile instead of reading an ``[L, L]`` tensor.
+"""
+
+import math
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from xlpretrain import masks
+from xlpretrain.model.config import ModelConfig
+
+
+def dot_product_attention(
+    q: jax.Array,
+    k: jax.Array,
+    v: jax.Array,
+    *,
+    mask_fn: masks.MaskFn,
+    q_meta: masks.Meta,
+    k_meta: masks.Meta,
+    bias: jax.Array | None = None,
+    dropout_rng: jax.Array | None = None,
+    dropout_rate: float = 0.0,
+    deterministic: bool = True,
+    impl: str = "xla",
+) -> jax.Array:
+    """Softmax attention over ``[B, L, H, D]`` inputs; returns ``[B, Lq, H, D]``.
+
+    ``bias`` (``[B or 1, H, Lq, Lk]``, e.g. from a ``masks.ScoreMod``) is added to the logits.
+    Logits and softmax are float32 whatever the input dtype. ``impl='cudnn'`` needs a GPU and
+    no attention dropout; it is not exercised by the CPU test suite.
+    """
+    mask = masks.materialize(mask_fn, q_meta, k_meta)
+    dropout = not deterministic and dropout_rate > 0.0
+    if impl == "cudnn":
+        if jax.default_backend() != "gpu":
+            raise ValueError("attention_impl='cudnn' needs a GPU; use attention_impl='xla'")
+        if dropout:
+            raise ValueError(
+                "attention_impl='cudnn' has no attention dropout; "
+                "set attention_dropout_rate=0 or use attention_impl='xla'"
+            )
+        return jax.nn.dot_product_attention(q, k, v, bias, mask, implementation="cudnn")
+    if impl != "xla":
+        raise ValueError(f"unknown attention impl {impl!r}; expected 'xla' or 'cudnn'")
+    if not dropout:
+        return jax.nn.dot_product_attention(q, k, v, bias, mask, implementation="xla")
+    if dropout_rng is None:
+        raise ValueError("attention dropout is active but no dropout_rng was given")
+    return _attention_with_dropout(q, k, v, mask, bias, dropout_rng, dropout_rate)
+
+
+def _attention_with_dropout(
+    q: jax.Array,
+    k: jax.Array,
+    v: jax.Array,
+    mask: jax.Array,
+    bias: jax.Array | None,
+    dropout_rng: jax.Array,
+    dropout_rate: float,
+) -> jax.Array:
+    """Explicit softmax path, because ``jax.nn.dot_product_attention`` has no dropout."""
+    logits = jnp.einsum("bqhd,bkhd->bhqk", q, k, preferred_element_type=jnp.float32)
+    logits = logits / math.sqrt(q.shape[-1])
+    if bias is not None:
+        logits = logits + bias.astype(jnp.float32)
+    logits = jnp.where(mask, logits, jnp.finfo(jnp.float32).min)
+    probs = jax.nn.softmax(logits, axis=-1)
+    keep_prob = 1.0 - dropout_rate
+    keep = jax.random.bernoulli(dropout_rng, keep_prob, probs.shape)
+    probs = jnp.where(keep, probs / keep_prob, 0.0)
+    return jnp.einsum("bhqk,bkhd->bqhd", probs.astype(v.dtype), v)
+
+
+class MultiHeadAttention(nn.Module):
+    """Q/K/V/O projections around ``dot_product_attention`` (HF ``XLMRobertaAttention``).
+
+    Params: ``{query,key,value}/kernel [embed, heads, kv]``, ``.../bias [heads, kv]``,
+    ``out/kernel [heads, kv, embed]``, ``out/bias [embed]``.
+    """
+
+    config: ModelConfig
+
+    @nn.compact
+    def __call__(
+        self,
+        inputs_q: jax.Array,
+        inputs_kv: jax.Array,
+        *,
+        mask_fn: masks.MaskFn,
+        q_meta: masks.Meta,
+        k_meta: masks.Meta,
+        deterministic: bool,
+    ) -> jax.Array:
+        cfg = self.config
+        init = nn.initializers.normal(cfg.initializer_range)
+
+        def projection(name: str) -> nn.DenseGeneral:
+            return nn.DenseGeneral(
+                features=(cfg.num_heads, cfg.head_dim),
+                dtype=cfg.compute_dtype,
+                kernel_init=nn.with_logical_partitioning(init, ("embed", "heads", "kv")),
+                bias_init=nn.with_logical_partitioning(nn.initializers.zeros, ("heads", "kv")),
+                name=name,
+            )
+
+        q = projection("query")(inputs_q)
+        k = projection("key")(inputs_kv)
+        v = projection("value")(inputs_kv)
+        rate = cfg.attention_dropout_rate
+        dropout_rng = None if deterministic or rate == 0.0 else self.make_rng("dropout")
+        out = dot_product_attention(
+            q,
+            k,
+            v,
+            mask_fn=mask_fn,
+            q_meta=q_meta,
+            k_meta=k_meta,
+            dropout_rng=dropout_rng,
+            dropout_rate=rate,
+            deterministic=deterministic,
+            impl=cfg.attention_impl,
+        )
+        return nn.DenseGeneral(
+            features=cfg.hidden_size,
+            axis=(-2, -1),
+            dtype=cfg.compute_dtype,
+            kernel_init=nn.with_logical_partitioning(init, ("heads", "kv", "embed")),
+            bias_init=nn.with_logical_partitioning(nn.initializers.zeros, ("embed",)),
+            name="out",
+        )(out)

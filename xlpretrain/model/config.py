@@ -1,0 +1,75 @@
+"""Model hyper-parameters as a frozen (hashable) dataclass, so it can be a Module attribute."""
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+import jax.numpy as jnp
+import ml_collections
+
+DTYPES = ("float32", "bfloat16")
+REMAT = ("none", "full", "dots")
+ATTENTION_IMPLS = ("xla", "cudnn")
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+    """Encoder shape and numerics; defaults are XLM-R base.
+
+    ``dtype`` is the compute dtype (parameters are always float32); ``remat`` is 'none',
+    'full' (recompute each layer) or 'dots' (save only weight matmuls); ``num_languages`` > 0
+    adds an XLM-style language-embedding table (off for XLM-R compatibility).
+    """
+
+    vocab_size: int = 250002
+    hidden_size: int = 768
+    num_layers: int = 12
+    num_heads: int = 12
+    mlp_dim: int = 3072
+    max_positions: int = 514
+    pad_token_id: int = 1
+    layer_norm_eps: float = 1e-5
+    dropout_rate: float = 0.1
+    attention_dropout_rate: float = 0.1
+    num_languages: int = 0
+    dtype: str = "float32"
+    remat: str = "none"
+    scan_layers: bool = True
+    attention_impl: str = "xla"
+    initializer_range: float = 0.02
+
+    def __post_init__(self) -> None:
+        for name, allowed in (
+            ("dtype", DTYPES),
+            ("remat", REMAT),
+            ("attention_impl", ATTENTION_IMPLS),
+        ):
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"model.{name}={getattr(self, name)!r}; expected one of {allowed}")
+        if self.hidden_size % self.num_heads:
+            raise ValueError(
+                f"model.hidden_size={self.hidden_size} is not divisible by "
+                f"model.num_heads={self.num_heads}"
+            )
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_size // self.num_heads
+
+    @property
+    def compute_dtype(self) -> jnp.dtype:
+        return jnp.dtype(self.dtype)
+
+    @classmethod
+    def from_config_dict(cls, cfg: ml_collections.ConfigDict | Mapping[str, Any]) -> "ModelConfig":
+        """Builds from the ``model`` section of an ml_collections config (or any mapping).
+
+        Missing keys keep their defaults; unknown keys are an error, so typos do not pass
+        silently.
+        """
+        values = cfg.to_dict() if hasattr(cfg, "to_dict") else dict(cfg)
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ValueError(f"unknown model config keys {unknown}; known: {sorted(known)}")
+        return cls(**values)

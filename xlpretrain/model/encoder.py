@@ -1,0 +1,151 @@
+"""The XLM-R-compatible masked language model: embeddings → layer stack → tied LM head.
+
+Parameter tree (``[...]`` = shape, ``(...)`` = logical axes; with ``scan_layers`` every leaf
+under ``encoder/layers`` has an extra leading ``[num_layers]`` axis named ``layers``, without
+it the layers are ``encoder/layers_0 … layers_{N-1}``)::
+
+    embeddings/
+      word_embeddings/embedding        [vocab, H]          (vocab, embed)
+      position_embeddings/embedding    [max_positions, H]  (positions, embed)
+      token_type_embeddings/embedding  [1, H]              (None, embed)
+      language_embeddings/embedding    [num_languages, H]  (languages, embed)  only if > 0
+      layer_norm/{scale,bias}          [H]                 (embed,)
+    encoder/layers/
+      attention/{query,key,value}/kernel [H, heads, kv]    (embed, heads, kv)
+      attention/{query,key,value}/bias   [heads, kv]       (heads, kv)
+      attention/out/kernel             [heads, kv, H]      (heads, kv, embed)
+      attention/out/bias               [H]                 (embed,)
+      attention_norm/{scale,bias}      [H]                 (embed,)
+      mlp/wi/kernel [H, mlp_dim] (embed, mlp);  mlp/wi/bias [mlp_dim] (mlp,)
+      mlp/wo/kernel [mlp_dim, H] (mlp, embed);  mlp/wo/bias [H] (embed,)
+      mlp_norm/{scale,bias}            [H]                 (embed,)
+    lm_head/
+      dense/kernel [H, H] (embed, mlp);  dense/bias [H] (mlp,)
+      layer_norm/{scale,bias}          [H]                 (embed,)
+      bias                             [vocab]             (vocab,)
+
+HF ``XLMRobertaForMaskedLM`` names map one to one: ``roberta.embeddings.*``,
+``roberta.encoder.layer.i.attention.self.{query,key,value}`` (kernel = weightᵀ reshaped to
+``[H, heads, kv]``), ``attention.output.dense`` → ``out``, ``attention.output.LayerNorm`` →
+``attention_norm``, ``intermediate.dense`` → ``mlp/wi``, ``output.dense`` → ``mlp/wo``,
+``output.LayerNorm`` → ``mlp_norm``, ``lm_head.{dense,layer_norm,bias}``.
+"""
+
+import functools
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from xlpretrain import masks
+from xlpretrain.model.config import ModelConfig
+from xlpretrain.model.heads import LMHead
+from xlpretrain.model.layers import Embeddings, EncoderLayer
+
+# 'dots' keeps the weight matmuls' outputs and recomputes the rest (attention scores, GELU,
+# LayerNorm), the usual memory/compute trade-off for Transformer training.
+_REMAT_POLICIES = {
+    "full": None,
+    "dots": jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
+}
+
+
+class Encoder(nn.Module):
+    """``num_layers`` post-LN layers, under ``nn.scan`` (stacked params, one compiled body)
+    or unrolled, optionally rematerialised."""
+
+    config: ModelConfig
+
+    @nn.compact
+    def __call__(
+        self, x: jax.Array, meta: masks.Meta, *, mask_fn: masks.MaskFn, deterministic: bool
+    ) -> jax.Array:
+        cfg = self.config
+        layer = EncoderLayer
+        if cfg.remat != "none":
+            # prevent_cse is unnecessary inside scan and only blocks optimisations there.
+            layer = nn.remat(
+                layer, policy=_REMAT_POLICIES[cfg.remat], prevent_cse=not cfg.scan_layers
+            )
+        if cfg.scan_layers:
+            stack = nn.scan(
+                layer,
+                variable_axes={"params": 0},
+                split_rngs={"params": True, "dropout": True},
+                in_axes=(nn.broadcast,),
+                length=cfg.num_layers,
+                metadata_params={nn.PARTITION_NAME: "layers"},
+            )
+            x, _ = stack(cfg, mask_fn, deterministic, name="layers")(x, meta)
+            return x
+        for i in range(cfg.num_layers):
+            x, _ = layer(cfg, mask_fn, deterministic, name=f"layers_{i}")(x, meta)
+        return x
+
+
+class MaskedLM(nn.Module):
+    """XLM-R (fairseq RoBERTa) encoder with its tied MLM head.
+
+    Submodules are built in ``setup`` so ``__call__`` and ``mlm_logits`` share them. Hidden
+    states are in ``config.dtype``; params, softmax, LayerNorm statistics and logits are
+    float32.
+    """
+
+    config: ModelConfig
+
+    def setup(self) -> None:
+        self.embeddings = Embeddings(self.config)
+        self.encoder = Encoder(self.config)
+        self.lm_head = LMHead(self.config)
+
+    def __call__(
+        self,
+        input_ids: jax.Array,
+        positions: jax.Array,
+        *,
+        mask_fn: masks.MaskFn,
+        mask_meta: masks.Meta,
+        lang_ids: jax.Array | None = None,
+        deterministic: bool = True,
+    ) -> jax.Array:
+        """Final hidden states ``[B, L, H]``.
+
+        ``positions`` come from the batch, already offset (first real token 2, padding 1).
+        ``mask_meta`` holds the ``[B, L]`` metadata ``mask_fn`` reads. ``lang_ids`` is
+        required when ``num_languages > 0`` and ignored otherwise.
+        """
+        x = self.embeddings(input_ids, positions, lang_ids, deterministic)
+        return self.encoder(x, mask_meta, mask_fn=mask_fn, deterministic=deterministic)
+
+    def mlm_logits(self, hidden_selected: jax.Array) -> jax.Array:
+        """float32 logits ``[..., vocab]`` for already-gathered hidden states, so callers
+        never build a ``[all tokens, vocab]`` tensor."""
+        return self.lm_head(hidden_selected, self.embeddings.word_embeddings.embedding)
+
+
+def _forward_and_head(
+    model: MaskedLM, input_ids: jax.Array, positions: jax.Array, **kwargs
+) -> jax.Array:
+    return model.mlm_logits(model(input_ids, positions, **kwargs))
+
+
+@functools.partial(jax.jit, static_argnames=("config", "batch_shape"))
+def init_params(config: ModelConfig, rng: jax.Array, batch_shape: tuple[int, int] = (1, 8)) -> dict:
+    """Initialises all parameters, including the LM head.
+
+    Leaves are boxed ``nn.LogicallyPartitioned``: ``nn.get_partition_spec(params)`` gives
+    their logical axes and ``nn.unbox(params)`` the plain arrays ``apply`` and optimisers
+    use. Jitted (eager init is slow); works under ``jax.eval_shape``, so shardings can be
+    derived before allocating.
+    """
+    ids = jnp.zeros(batch_shape, jnp.int32)
+    variables = MaskedLM(config).init(
+        {"params": rng},
+        ids,
+        ids + config.pad_token_id + 1,
+        mask_fn=masks.mmlm,
+        mask_meta={"segment_ids": ids + 1},
+        lang_ids=ids if config.num_languages > 0 else None,
+        method=_forward_and_head,
+    )
+    return variables["params"]

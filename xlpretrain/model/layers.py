@@ -1,0 +1,130 @@
+"""Building blocks of the post-LN XLM-R encoder: embeddings and one Transformer layer.
+
+Every parameter is created through ``nn.with_logical_partitioning`` so ``sharding.py`` can map
+its logical axes (``embed``, ``mlp``, ``heads``, ``kv``, ``vocab``, ``positions``,
+``languages``; ``layers`` is added by the scan) to mesh axes.
+"""
+
+import flax.linen as nn
+import jax
+
+from xlpretrain import masks
+from xlpretrain.model.attention import MultiHeadAttention
+from xlpretrain.model.config import ModelConfig
+
+
+def dense(config: ModelConfig, features: int, axes: tuple[str, str], name: str) -> nn.Dense:
+    """A biased dense layer initialised like HF (normal(initializer_range), zero bias)."""
+    init = nn.initializers.normal(config.initializer_range)
+    return nn.Dense(
+        features,
+        dtype=config.compute_dtype,
+        kernel_init=nn.with_logical_partitioning(init, axes),
+        bias_init=nn.with_logical_partitioning(nn.initializers.zeros, axes[1:]),
+        name=name,
+    )
+
+
+def layer_norm(config: ModelConfig, name: str) -> nn.LayerNorm:
+    """LayerNorm with float32 statistics whose output is cast to the compute dtype."""
+    return nn.LayerNorm(
+        epsilon=config.layer_norm_eps,
+        dtype=config.compute_dtype,
+        scale_init=nn.with_logical_partitioning(nn.initializers.ones, ("embed",)),
+        bias_init=nn.with_logical_partitioning(nn.initializers.zeros, ("embed",)),
+        name=name,
+    )
+
+
+def gelu(x: jax.Array) -> jax.Array:
+    """Exact (erf) GELU, as HF XLM-R and fairseq use; the tanh approximation drifts."""
+    return jax.nn.gelu(x, approximate=False)
+
+
+class Embeddings(nn.Module):
+    """word + position (+ token type 0) (+ language) → LayerNorm → dropout.
+
+    Lookups and the sum run in float32 (they are O(L·H), precision is free), the LayerNorm
+    output is in the compute dtype. ``token_type_embeddings`` has one row, always added, so
+    HF checkpoints import exactly.
+    """
+
+    config: ModelConfig
+
+    def setup(self) -> None:
+        cfg = self.config
+        init = nn.initializers.normal(cfg.initializer_range)
+
+        def table(rows: int, axis: str | None, name: str) -> nn.Embed:
+            return nn.Embed(
+                rows,
+                cfg.hidden_size,
+                embedding_init=nn.with_logical_partitioning(init, (axis, "embed")),
+                name=name,
+            )
+
+        self.word_embeddings = table(cfg.vocab_size, "vocab", "word_embeddings")
+        self.position_embeddings = table(cfg.max_positions, "positions", "position_embeddings")
+        self.token_type_embeddings = table(1, None, "token_type_embeddings")
+        if cfg.num_languages > 0:
+            self.language_embeddings = table(cfg.num_languages, "languages", "language_embeddings")
+        self.layer_norm = layer_norm(cfg, "layer_norm")
+        self.dropout = nn.Dropout(cfg.dropout_rate)
+
+    def __call__(
+        self,
+        input_ids: jax.Array,
+        positions: jax.Array,
+        lang_ids: jax.Array | None,
+        deterministic: bool,
+    ) -> jax.Array:
+        x = self.word_embeddings(input_ids) + self.position_embeddings(positions)
+        x = x + self.token_type_embeddings.embedding[0]
+        if self.config.num_languages > 0:
+            if lang_ids is None:
+                raise ValueError("model.num_languages > 0 but no lang_ids were given")
+            x = x + self.language_embeddings(lang_ids)
+        return self.dropout(self.layer_norm(x), deterministic=deterministic)
+
+
+class Mlp(nn.Module):
+    """FFN ``wo(gelu(wi(x)))`` (HF ``intermediate.dense`` / ``output.dense``)."""
+
+    config: ModelConfig
+
+    @nn.compact
+    def __call__(self, x: jax.Array) -> jax.Array:
+        cfg = self.config
+        h = gelu(dense(cfg, cfg.mlp_dim, ("embed", "mlp"), "wi")(x))
+        return dense(cfg, cfg.hidden_size, ("mlp", "embed"), "wo")(h)
+
+
+class EncoderLayer(nn.Module):
+    """Post-LN layer: LN(x + drop(attn(x))), then LN(x + drop(wo(gelu(wi(x))))).
+
+    ``mask_fn`` and ``deterministic`` are attributes rather than call arguments so that the
+    lifted ``nn.scan``/``nn.remat`` only ever see arrays. Returns ``(hidden, None)``, the
+    carry/output pair ``nn.scan`` expects.
+    """
+
+    config: ModelConfig
+    mask_fn: masks.MaskFn
+    deterministic: bool
+
+    @nn.compact
+    def __call__(self, x: jax.Array, meta: masks.Meta) -> tuple[jax.Array, None]:
+        cfg = self.config
+        h = MultiHeadAttention(cfg, name="attention")(
+            x,
+            x,
+            mask_fn=self.mask_fn,
+            q_meta=meta,
+            k_meta=meta,
+            deterministic=self.deterministic,
+        )
+        h = nn.Dropout(cfg.dropout_rate)(h, deterministic=self.deterministic)
+        x = layer_norm(cfg, "attention_norm")(x + h)
+        h = Mlp(cfg, name="mlp")(x)
+        h = nn.Dropout(cfg.dropout_rate)(h, deterministic=self.deterministic)
+        x = layer_norm(cfg, "mlp_norm")(x + h)
+        return x, None

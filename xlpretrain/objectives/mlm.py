@@ -1,0 +1,72 @@
+"""Masked language modelling on monolingual rows (MMLM) and translation pairs (TLM).
+
+The loss is taken on gathered prediction slots only: the LM head never sees an unlabelled
+position, so no `[tokens, vocabulary]` logits tensor is built.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from xlpretrain import masks
+from xlpretrain.data.batch import Batch
+from xlpretrain.model.encoder import MaskedLM
+
+MASK_META_KEYS = ("segment_ids", "pair_ids", "side", "positions", "is_masked")
+
+
+def mask_meta(batch: Batch) -> dict[str, jax.Array]:
+    """The per-token metadata a mask function may read."""
+    return {key: batch[key] for key in MASK_META_KEYS}
+
+
+def encode(model: MaskedLM, params, batch: Batch, rng: jax.Array, mask_fn) -> jax.Array:
+    """Final hidden states of `batch` under `mask_fn`; dropout is on (training)."""
+    return model.apply(
+        {"params": params},
+        batch["input_ids"],
+        batch["positions"],
+        mask_fn=mask_fn,
+        mask_meta=mask_meta(batch),
+        lang_ids=batch["lang_ids"],
+        deterministic=False,
+        rngs={"dropout": rng},
+    )
+
+
+def prediction_loss(
+    model: MaskedLM, params, hidden: jax.Array, positions, labels, weights
+) -> tuple[jax.Array, dict[str, jax.Array]]:
+    """Mean cross-entropy over the weighted prediction slots `[B, P]` of `hidden` `[B, L, H]`."""
+    selected = jnp.take_along_axis(hidden, positions[..., None], axis=1)
+    logits = model.apply({"params": params}, selected, method=MaskedLM.mlm_logits)
+    nll = optax.softmax_cross_entropy_with_integer_labels(logits, labels)
+    count = weights.sum()
+    denominator = jnp.maximum(count, 1.0)
+    loss = (nll * weights).sum() / denominator
+    correct = (jnp.argmax(logits, axis=-1) == labels).astype(jnp.float32)
+    accuracy = (correct * weights).sum() / denominator
+    return loss, {"loss": loss, "accuracy": accuracy, "count": count}
+
+
+def _masked_lm(mask_fn):
+    def objective(params, batch: Batch, rng: jax.Array, model: MaskedLM):
+        hidden = encode(model, params, batch, rng, mask_fn)
+        return prediction_loss(
+            model,
+            params,
+            hidden,
+            batch["pred_positions"],
+            batch["pred_labels"],
+            batch["pred_weights"],
+        )
+
+    return objective
+
+
+mmlm = _masked_lm(masks.mmlm)
+mmlm.__doc__ = "MMLM: predict masked tokens of monolingual segments, attention within a segment."
+tlm = _masked_lm(masks.tlm)
+tlm.__doc__ = "TLM: predict masked tokens of a translation pair, attending across both sides."

@@ -1,0 +1,110 @@
+"""The training state and the jitted step: mixed objectives, exact gradient accumulation.
+
+Each objective's loss is the mean over *all* its predictions in the global batch, whatever the
+accumulation or sharding: a micro-batch contributes `loss_micro · count_micro / count_total`,
+so accumulated gradients equal the full-batch gradient, and sharded equals unsharded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import flax.struct
+import jax
+import jax.numpy as jnp
+import optax
+
+from xlpretrain.objectives import Objective
+
+Batches = dict[str, dict[str, jax.Array]]
+
+
+@flax.struct.dataclass
+class TrainState:
+    step: jax.Array
+    params: Any
+    opt_state: Any
+    rng: jax.Array  # base key; step k uses fold_in(rng, k)
+
+
+def init_state(params, optimizer: optax.GradientTransformation, rng: jax.Array) -> TrainState:
+    return TrainState(
+        step=jnp.zeros((), jnp.int32), params=params, opt_state=optimizer.init(params), rng=rng
+    )
+
+
+def _split_micro(batch: dict[str, jax.Array], accum: int) -> dict[str, jax.Array]:
+    """[B, …] → [accum, B/accum, …], micro-batch i = rows i, i+accum, … so each device keeps
+    its own rows (no resharding when the batch is split over devices)."""
+
+    def split(x):
+        return x.reshape(x.shape[0] // accum, accum, *x.shape[1:]).swapaxes(0, 1)
+
+    return jax.tree.map(split, batch)
+
+
+def make_train_step(
+    model,
+    objectives: Mapping[str, Objective],
+    weights: Mapping[str, float],
+    optimizer: optax.GradientTransformation,
+    schedule: optax.Schedule,
+    grad_accum: int = 1,
+) -> Callable[[TrainState, Batches], tuple[TrainState, dict[str, jax.Array]]]:
+    """Returns `step(state, batches) -> (state, metrics)`, to be wrapped in `jax.jit`."""
+    names = sorted(objectives)
+
+    def micro_loss(params, micro: Batches, totals, rng):
+        loss, metrics = 0.0, {}
+        for index, name in enumerate(names):
+            obj_loss, obj_metrics = objectives[name].loss_fn(
+                params, micro[name], jax.random.fold_in(rng, index), model
+            )
+            share = obj_metrics["count"] / jnp.maximum(totals[name], 1.0)
+            loss = loss + weights[name] * obj_loss * share
+            for key, value in obj_metrics.items():
+                metrics[f"{key}/{name}"] = value if key == "count" else value * share
+        return loss, metrics
+
+    grad_fn = jax.value_and_grad(micro_loss, has_aux=True)
+
+    def step(state: TrainState, batches: Batches):
+        rng = jax.random.fold_in(state.rng, state.step)
+        totals = {name: batches[name]["pred_weights"].sum() for name in names}
+        if grad_accum == 1:
+            (loss, metrics), grads = grad_fn(state.params, batches, totals, rng)
+        else:
+            micro_batches = {name: _split_micro(batches[name], grad_accum) for name in names}
+
+            def accumulate(carry, inputs):
+                index, micro = inputs
+                (loss, metrics), grads = grad_fn(
+                    state.params, micro, totals, jax.random.fold_in(rng, index)
+                )
+                return jax.tree.map(jnp.add, carry, (loss, metrics, grads)), None
+
+            zero = jnp.zeros((), jnp.float32)
+            zero_metrics = {f"{k}/{n}": zero for n in names for k in ("loss", "accuracy", "count")}
+            zeros = (zero, zero_metrics, jax.tree.map(jnp.zeros_like, state.params))
+            (loss, metrics, grads), _ = jax.lax.scan(
+                accumulate, zeros, (jnp.arange(grad_accum), micro_batches)
+            )
+        updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
+        new_params = optax.apply_updates(state.params, updates)
+        finite = jnp.isfinite(loss) & jnp.isfinite(optax.global_norm(grads))
+        # A non-finite step leaves the state untouched; the host halts on the flag.
+        keep = lambda new, old: jnp.where(finite, new, old)  # noqa: E731
+        new_state = state.replace(
+            step=state.step + 1,
+            params=jax.tree.map(keep, new_params, state.params),
+            opt_state=jax.tree.map(keep, opt_state, state.opt_state),
+        )
+        metrics = dict(metrics)
+        metrics["loss"] = loss
+        metrics["grad_norm"] = optax.global_norm(grads)
+        metrics["learning_rate"] = schedule(state.step)
+        metrics["finite"] = finite
+        return new_state, metrics
+
+    return step

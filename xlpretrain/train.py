@@ -1,0 +1,393 @@
+"""Command-line training: `python -m xlpretrain.train --config configs/X.py --workdir DIR`.
+
+Resumes from DIR's latest checkpoint if there is one. Writes `DIR/checkpoints/` (Orbax),
+`DIR/metrics.jsonl`, TensorBoard events in `DIR/tb/`, the tokenizer (`DIR/tokenizer.model`),
+the language list (`DIR/languages.json`) and the resolved config (`DIR/config.json`), so a
+workdir is self-contained.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import sys
+import time
+from collections.abc import Callable
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import optax
+from absl import app, flags
+from jax.experimental import multihost_utils
+from ml_collections import config_flags
+
+from xlpretrain import objectives as objectives_lib
+from xlpretrain.checkpoint import Checkpointer, CheckpointError, abstract_with_shardings
+from xlpretrain.config import ConfigError, validate
+from xlpretrain.data import demo_corpus
+from xlpretrain.data.pipeline import (
+    MONO,
+    PARALLEL,
+    Corpus,
+    StepBatchBuilder,
+    StreamSpec,
+    language_vocabulary,
+    make_dataset,
+    process_rows,
+)
+from xlpretrain.data.sampling import format_sampling_table
+from xlpretrain.data.sources import MonolingualSource, ParallelSource, format_stats
+from xlpretrain.metrics import MetricsWriter, progress_line
+from xlpretrain.model.config import ModelConfig
+from xlpretrain.model.encoder import MaskedLM, init_params
+from xlpretrain.optim import learning_rate_schedule, make_optimizer
+from xlpretrain.sharding import batch_sharding, global_batch, logical_shardings, make_mesh
+from xlpretrain.step import TrainState, init_state, make_train_step
+from xlpretrain.tokenizer import Tokenizer, train_tokenizer
+
+log = logging.getLogger("xlpretrain")
+
+
+def model_config(cfg: ml_collections.ConfigDict, num_languages: int) -> ModelConfig:
+    m = cfg.model
+    return ModelConfig(
+        vocab_size=m.vocab_size,
+        hidden_size=m.hidden_size,
+        num_layers=m.num_layers,
+        num_heads=m.num_heads,
+        mlp_dim=m.mlp_dim,
+        max_positions=m.max_positions,
+        dropout_rate=m.dropout_rate,
+        attention_dropout_rate=m.attention_dropout_rate,
+        num_languages=num_languages if m.language_embeddings else 0,
+        dtype=m.dtype,
+        remat=m.remat,
+        scan_layers=m.scan_layers,
+        attention_impl=m.attention,
+    )
+
+
+def load_corpus(cfg: ml_collections.ConfigDict, kinds: set[str]) -> Corpus:
+    """The sources the active objectives need; the demo corpus when no folder is configured."""
+    mono_dir, parallel_dir = cfg.data.mono_dir, cfg.data.parallel_dir
+    if not mono_dir and not parallel_dir:
+        mono_dir, parallel_dir = map(
+            str,
+            demo_corpus.build_demo_corpus(
+                demo_corpus.default_demo_cache_dir(), num_languages=cfg.data.demo_languages
+            ),
+        )
+        log.info("no corpus configured: using the demo corpus in %s", os.path.dirname(mono_dir))
+    options = dict(strict=cfg.data.strict, max_line_bytes=cfg.data.max_line_bytes)
+    mono = parallel = None
+    if MONO in kinds:
+        if not mono_dir:
+            raise ConfigError("config key 'data.mono_dir': an objective needs monolingual data")
+        mono = MonolingualSource.from_dir(mono_dir, **options)
+        for line in format_stats(mono.stats):
+            log.info("mono data: %s", line)
+    if PARALLEL in kinds:
+        if not parallel_dir:
+            raise ConfigError("config key 'data.parallel_dir': an objective needs parallel data")
+        parallel = ParallelSource.from_dir(parallel_dir, **options)
+        for line in format_stats(parallel.stats):
+            log.info("parallel data: %s", line)
+    return Corpus(mono, parallel, language_vocabulary(mono, parallel))
+
+
+def _check_languages(workdir: str, languages: list[str]) -> None:
+    """Language ids index the saved list: a resumed run must see the same languages."""
+    path = os.path.join(workdir, "languages.json")
+    if os.path.exists(path):
+        with open(path) as f:
+            saved = json.load(f)
+        if saved != languages:
+            raise ValueError(
+                f"the corpus languages differ from those in {path} ({len(saved)} saved, "
+                f"{len(languages)} now): language ids would change; use a new workdir"
+            )
+    elif jax.process_index() == 0:
+        with open(path, "w") as f:
+            json.dump(languages, f)
+
+
+def load_tokenizer(cfg: ml_collections.ConfigDict, workdir: str, corpus: Corpus) -> Tokenizer:
+    """The configured model, the workdir's own, or a new one trained on a balanced sample."""
+    own = os.path.join(workdir, "tokenizer.model")
+    if cfg.tokenizer.path:
+        if not os.path.exists(cfg.tokenizer.path):
+            raise FileNotFoundError(f"config key 'tokenizer.path': no file {cfg.tokenizer.path}")
+        tokenizer = Tokenizer.load(cfg.tokenizer.path)
+        if jax.process_index() == 0 and not os.path.exists(own):
+            tokenizer.save(own)
+    elif os.path.exists(own):
+        tokenizer = Tokenizer.load(own)
+    else:
+        if jax.process_index() == 0:
+            log.info("training a %d-id SentencePiece model on the corpus", cfg.model.vocab_size)
+            train_tokenizer(
+                _tokenizer_sample(corpus, cfg.tokenizer.sentences_per_language),
+                own,
+                cfg.model.vocab_size,
+                sentences_per_language=cfg.tokenizer.sentences_per_language,
+                seed=cfg.train.seed,
+            )
+        multihost_utils.sync_global_devices("tokenizer trained")
+        tokenizer = Tokenizer.load(own)
+    if tokenizer.vocab_size != cfg.model.vocab_size:
+        raise ConfigError(
+            f"config key 'model.vocab_size': {cfg.model.vocab_size}, but the tokenizer has "
+            f"{tokenizer.vocab_size} ids"
+        )
+    return tokenizer
+
+
+def _tokenizer_sample(corpus: Corpus, per_language: int) -> dict[str, list[str]]:
+    texts: dict[str, list[str]] = {}
+    if corpus.mono is not None:
+        for lang in corpus.mono.languages:
+            n = min(corpus.mono.num_lines(lang), per_language)
+            texts.setdefault(lang, []).extend(corpus.mono.line(lang, i) for i in range(n))
+    if corpus.parallel is not None:
+        for pair in corpus.parallel.pairs:
+            n = min(corpus.parallel.num_lines(pair), per_language)
+            for i in range(n):
+                for lang, text in zip(pair, corpus.parallel.line(pair, i), strict=True):
+                    texts.setdefault(lang, []).append(text)
+    return texts
+
+
+@dataclasses.dataclass
+class Trainer:
+    """Everything a run builds before its first step; `run()` drives it."""
+
+    cfg: ml_collections.ConfigDict
+    workdir: str
+    mesh: jax.sharding.Mesh
+    model: MaskedLM
+    state: TrainState
+    state_shardings: TrainState
+    step_fn: Callable
+    builder: StepBatchBuilder
+    checkpointer: Checkpointer
+
+
+def build(
+    cfg: ml_collections.ConfigDict, workdir: str, devices: list[jax.Device] | None = None
+) -> Trainer:
+    """Validates `cfg` and builds the run on `devices` (default: all)."""
+    validate(cfg)
+    workdir = os.path.abspath(workdir)
+    os.makedirs(workdir, exist_ok=True)
+    active = {n: objectives_lib.get(n) for n, w in cfg.objectives.items() if w > 0}
+    corpus = load_corpus(cfg, {obj.data_kind for obj in active.values()})
+    _check_languages(workdir, corpus.languages)
+    tokenizer = load_tokenizer(cfg, workdir, corpus)
+    if jax.process_index() == 0:
+        with open(os.path.join(workdir, "config.json"), "w") as f:
+            f.write(cfg.to_json_best_effort(indent=2))
+
+    model = MaskedLM(model_config(cfg, len(corpus.languages)))
+    mesh = make_mesh(cfg.mesh.data, cfg.mesh.fsdp, cfg.mesh.tensor, devices)
+    rules = [tuple(rule) for rule in cfg.mesh.rules]
+    optimizer = make_optimizer(cfg)
+    schedule = learning_rate_schedule(cfg)
+
+    def init_fn(rng):
+        params = init_params(model.config, rng)
+        return init_state(params, optimizer, jax.random.fold_in(rng, 1))
+
+    rng = jax.random.key(cfg.train.seed)
+    boxed = jax.eval_shape(lambda r: init_params(model.config, r), rng)
+    param_shardings = logical_shardings(boxed, mesh, rules)
+    abstract = jax.eval_shape(lambda r: nn.unbox(init_fn(r)), rng)
+    replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
+    state_shardings = TrainState(
+        step=replicated,
+        params=param_shardings,
+        opt_state=optax.tree_map_params(
+            optimizer,
+            lambda _, sharding: sharding,
+            abstract.opt_state,
+            param_shardings,
+            transform_non_params=lambda _: replicated,
+        ),
+        rng=replicated,
+    )
+    state = jax.jit(lambda r: nn.unbox(init_fn(r)), out_shardings=state_shardings)(rng)
+
+    streams = {
+        name: StreamSpec(obj.data_kind, cfg.data[obj.mask_rate_key]) for name, obj in active.items()
+    }
+    row_start, row_end = process_rows(cfg.data.batch_size, jax.process_index(), jax.process_count())
+    builder = StepBatchBuilder(
+        corpus,
+        tokenizer,
+        streams,
+        seed=cfg.train.seed,
+        batch_size=cfg.data.batch_size,
+        max_length=cfg.data.max_length,
+        mono_alpha=cfg.data.mono_alpha,
+        parallel_alpha=cfg.data.parallel_alpha,
+        pack=cfg.data.pack,
+        reset_positions=cfg.data.tlm_reset_positions,
+        row_start=row_start,
+        row_end=row_end,
+    )
+    for title, counts, probabilities in _sampling_tables(builder, corpus):
+        for line in format_sampling_table(counts, probabilities, title):
+            log.info("%s", line)
+
+    step = make_train_step(
+        model,
+        active,
+        {n: float(w) for n, w in cfg.objectives.items() if w > 0},
+        optimizer,
+        schedule,
+        cfg.train.grad_accum,
+    )
+    step_fn = jax.jit(
+        step,
+        in_shardings=(state_shardings, batch_sharding(mesh)),
+        out_shardings=(state_shardings, replicated),
+        donate_argnums=0,
+    )
+    checkpointer = Checkpointer(
+        os.path.join(workdir, "checkpoints"),
+        keep=cfg.train.keep_checkpoints,
+        async_save=cfg.train.async_checkpointing,
+    )
+    return Trainer(
+        cfg, workdir, mesh, model, state, state_shardings, step_fn, builder, checkpointer
+    )
+
+
+def _sampling_tables(builder: StepBatchBuilder, corpus: Corpus):
+    if corpus.mono is not None and hasattr(builder, "mono_probabilities"):
+        counts = {lang: corpus.mono.num_lines(lang) for lang in corpus.mono.languages}
+        yield "monolingual sampling", counts, builder.mono_probabilities
+    if corpus.parallel is not None and hasattr(builder, "parallel_probabilities"):
+        counts = {f"{a}-{b}": corpus.parallel.num_lines((a, b)) for a, b in corpus.parallel.pairs}
+        probabilities = {f"{a}-{b}": p for (a, b), p in builder.parallel_probabilities.items()}
+        yield "parallel sampling (language pairs)", counts, probabilities
+
+
+def _profile_window(spec: str) -> tuple[int, int] | None:
+    if not spec:
+        return None
+    start, end = spec.split(":")
+    return int(start), int(end)
+
+
+def run(trainer: Trainer) -> TrainState:
+    """Trains from the latest checkpoint (or step 0) to `train.stop_at` or `train.steps`."""
+    cfg, workdir = trainer.cfg, trainer.workdir
+    end_step = cfg.train.stop_at if cfg.train.stop_at > 0 else cfg.train.steps
+    dataset = make_dataset(
+        trainer.builder,
+        cfg.train.steps,
+        num_workers=cfg.data.num_workers,
+        prefetch=cfg.data.prefetch,
+    )
+    iterator = iter(dataset)
+    state = trainer.state
+    start_step = trainer.checkpointer.latest_step()
+    if start_step is not None:
+        log.info("resuming from %s/%d", trainer.checkpointer.directory, start_step)
+        abstract = abstract_with_shardings(state, trainer.state_shardings)
+        state = trainer.checkpointer.restore(start_step, abstract, iterator)
+    else:
+        start_step = 0
+    if start_step >= end_step:
+        log.info("nothing to do: the latest checkpoint is at step %d", start_step)
+        return state
+
+    writer = MetricsWriter(workdir)
+    sharding = batch_sharding(trainer.mesh)
+    profile = _profile_window(cfg.train.profile_steps)
+    nonfinite = jnp.zeros((), jnp.int32)
+    tokens_since_log, last_log_time, first_log_time = 0, time.perf_counter(), None
+    last_saved = start_step
+    try:
+        for step in range(start_step + 1, end_step + 1):
+            if profile and step == profile[0]:
+                jax.profiler.start_trace(os.path.join(workdir, "profile"))
+            local = next(iterator)
+            tokens_since_log += jax.process_count() * sum(
+                int(np.count_nonzero(b["segment_ids"])) for b in local.values()
+            )
+            state, metrics = trainer.step_fn(state, global_batch(local, sharding))
+            nonfinite = nonfinite + (1 - metrics["finite"].astype(jnp.int32))
+            if profile and step == profile[1] - 1:
+                jax.block_until_ready(state)
+                jax.profiler.stop_trace()
+            if step % cfg.train.log_every == 0 or step == end_step:
+                scalars = {k: float(v) for k, v in jax.device_get(metrics).items()}
+                if int(nonfinite):
+                    raise FloatingPointError(
+                        f"non-finite loss or gradient in {int(nonfinite)} step(s) up to step "
+                        f"{step} (loss={scalars['loss']}); those updates were skipped and no "
+                        f"checkpoint holds them; last checkpoint: step {last_saved} in "
+                        f"{trainer.checkpointer.directory}"
+                    )
+                now = time.perf_counter()
+                scalars["tokens_per_s"] = tokens_since_log / max(now - last_log_time, 1e-9)
+                scalars.pop("finite")
+                writer.write(step, scalars)
+                if first_log_time is None:
+                    first_log_time, first_log_step = now, step
+                    seconds_left = 0.0
+                else:
+                    rate = (now - first_log_time) / (step - first_log_step)
+                    seconds_left = rate * (end_step - step)
+                log.info("%s", progress_line(step, end_step, scalars, seconds_left))
+                tokens_since_log, last_log_time = 0, now
+            if step % cfg.train.checkpoint_every == 0 or step == end_step:
+                trainer.checkpointer.save(step, state, iterator)
+                last_saved = step
+    finally:
+        trainer.checkpointer.wait()
+        writer.close()
+    return state
+
+
+def main(argv: list[str]) -> None:
+    del argv
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", stream=sys.stdout
+    )
+    logging.getLogger("absl").setLevel(logging.WARNING)
+    cfg = _FLAGS.config
+    workdir = _WORKDIR.value
+    os.makedirs(workdir, exist_ok=True)
+    handler = logging.FileHandler(os.path.join(workdir, "train.log"))
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+    log.addHandler(handler)
+    try:
+        trainer = build(cfg, workdir)
+        run(trainer)
+    except (
+        ConfigError,
+        CheckpointError,
+        FileNotFoundError,
+        ValueError,
+        FloatingPointError,
+    ) as error:
+        log.error("%s: %s", type(error).__name__, error)
+        sys.exit(1)
+
+
+_FLAGS = flags.FLAGS
+config_flags.DEFINE_config_file(
+    "config", None, "Config file (configs/NAME.py[:ARG]).", lock_config=True
+)
+_WORKDIR = flags.DEFINE_string("workdir", None, "Run directory (checkpoints, metrics, logs).")
+flags.mark_flags_as_required(["config", "workdir"])
+
+if __name__ == "__main__":
+    app.run(main)
