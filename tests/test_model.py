@@ -8,7 +8,6 @@ import math
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
-import ml_collections
 import numpy as np
 import pytest
 
@@ -207,9 +206,10 @@ def reference_layer(x, p, allowed):
     return layer_norm(x + h + mlp["wo"]["bias"], p["mlp_norm"])
 
 
-def test_matches_numpy_reference_forward(batch):
+def test_matches_numpy_reference_forward(params, batch):
     cfg = dataclasses.replace(CFG, num_languages=3)
-    params = nn.unbox(init_params(cfg, jax.random.key(4)))
+    languages = {"embedding": RNG.normal(size=(3, CFG.hidden_size)).astype(np.float32)}
+    params = dict(params, embeddings=dict(params["embeddings"], language_embeddings=languages))
     lang_batch = dict(batch, lang_ids=np.array([[0] * 5 + [2] * 7, [1] * 12, [2] * 12, [0] * 12]))
     got = hidden(params, lang_batch, cfg)
 
@@ -266,13 +266,16 @@ def test_cudnn_attention_refuses_cpu():
         dot_product_attention(x, x, x, mask_fn=masks.mmlm, q_meta=meta, k_meta=meta, impl="cudnn")
 
 
-def test_config_from_config_dict():
-    cfg = ModelConfig.from_config_dict(
-        ml_collections.ConfigDict({"vocab_size": 50, "dtype": "bfloat16", "remat": "dots"})
-    )
+def test_config_from_run_config():
+    from xlpretrain.config import default_config
+
+    run = default_config().model
+    run.vocab_size, run.dtype, run.remat, run.attention = 50, "bfloat16", "dots", "cudnn"
+    cfg = ModelConfig.from_run_config(run, num_languages=7)
     assert (cfg.vocab_size, cfg.dtype, cfg.remat, cfg.hidden_size) == (50, "bfloat16", "dots", 768)
+    assert (cfg.attention_impl, cfg.num_languages) == ("cudnn", 0)
+    run.language_embeddings = True
+    assert ModelConfig.from_run_config(run, num_languages=7).num_languages == 7
     assert hash(cfg) == hash(dataclasses.replace(cfg))
-    with pytest.raises(ValueError, match="hidden_sise"):
-        ModelConfig.from_config_dict({"hidden_sise": 3})
     with pytest.raises(ValueError, match="remat"):
         ModelConfig(remat="some")

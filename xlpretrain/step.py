@@ -7,15 +7,22 @@ so accumulated gradients equal the full-batch gradient, and sharded equals unsha
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import flax.linen as nn
 import flax.struct
 import jax
 import jax.numpy as jnp
+import ml_collections
 import optax
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from xlpretrain.model.encoder import MaskedLM, init_params
 from xlpretrain.objectives import Objective
+from xlpretrain.optim import learning_rate_schedule, make_optimizer
+from xlpretrain.sharding import batch_sharding, logical_shardings
 
 Batches = dict[str, dict[str, jax.Array]]
 
@@ -92,7 +99,7 @@ def make_train_step(
             )
         updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
         new_params = optax.apply_updates(state.params, updates)
-        finite = jnp.isfinite(loss) & jnp.isfinite(optax.global_norm(grads))
+        finite = jnp.isfinite(loss) & jnp.isfinite(optax.tree.norm(grads))
         # A non-finite step leaves the state untouched; the host halts on the flag.
         keep = lambda new, old: jnp.where(finite, new, old)  # noqa: E731
         new_state = state.replace(
@@ -102,9 +109,70 @@ def make_train_step(
         )
         metrics = dict(metrics)
         metrics["loss"] = loss
-        metrics["grad_norm"] = optax.global_norm(grads)
+        metrics["grad_norm"] = optax.tree.norm(grads)
         metrics["learning_rate"] = schedule(state.step)
         metrics["finite"] = finite
         return new_state, metrics
 
     return step
+
+
+@dataclasses.dataclass
+class Training:
+    """A run's initial state, its shardings and the compiled step, on one mesh."""
+
+    mesh: Mesh
+    state: TrainState
+    state_shardings: TrainState
+    batch_sharding: NamedSharding
+    step_fn: Callable[[TrainState, Batches], tuple[TrainState, dict[str, jax.Array]]]
+
+
+def setup_training(
+    cfg: ml_collections.ConfigDict,
+    model: MaskedLM,
+    mesh: Mesh,
+    objectives: Mapping[str, Objective],
+) -> Training:
+    """Initialises the state directly into its shardings (no host copy of the parameters)
+    and jits the step with explicit in/out shardings and a donated state."""
+    rules = [tuple(rule) for rule in cfg.mesh.rules]
+    optimizer = make_optimizer(cfg)
+
+    def init_fn(rng):
+        params = nn.unbox(init_params(model.config, rng))
+        return init_state(params, optimizer, jax.random.fold_in(rng, 1))
+
+    rng = jax.random.key(cfg.train.seed)
+    boxed = jax.eval_shape(lambda r: init_params(model.config, r), rng)
+    param_shardings = logical_shardings(boxed, mesh, rules)
+    abstract = jax.eval_shape(init_fn, rng)
+    replicated = NamedSharding(mesh, PartitionSpec())
+    state_shardings = TrainState(
+        step=replicated,
+        params=param_shardings,
+        opt_state=optax.tree_map_params(
+            optimizer,
+            lambda _, sharding: sharding,
+            abstract.opt_state,
+            param_shardings,
+            transform_non_params=lambda _: replicated,
+        ),
+        rng=replicated,
+    )
+    state = jax.jit(init_fn, out_shardings=state_shardings)(rng)
+    step = make_train_step(
+        model,
+        objectives,
+        {name: float(cfg.objectives[name]) for name in objectives},
+        optimizer,
+        learning_rate_schedule(cfg),
+        cfg.train.grad_accum,
+    )
+    step_fn = jax.jit(
+        step,
+        in_shardings=(state_shardings, batch_sharding(mesh)),
+        out_shardings=(state_shardings, replicated),
+        donate_argnums=0,
+    )
+    return Training(mesh, state, state_shardings, batch_sharding(mesh), step_fn)

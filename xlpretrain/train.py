@@ -14,14 +14,11 @@ import logging
 import os
 import sys
 import time
-from collections.abc import Callable
 
-import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
-import optax
 from absl import app, flags
 from jax.experimental import multihost_utils
 from ml_collections import config_flags
@@ -44,32 +41,12 @@ from xlpretrain.data.sampling import format_sampling_table
 from xlpretrain.data.sources import MonolingualSource, ParallelSource, format_stats
 from xlpretrain.metrics import MetricsWriter, progress_line
 from xlpretrain.model.config import ModelConfig
-from xlpretrain.model.encoder import MaskedLM, init_params
-from xlpretrain.optim import learning_rate_schedule, make_optimizer
-from xlpretrain.sharding import batch_sharding, global_batch, logical_shardings, make_mesh
-from xlpretrain.step import TrainState, init_state, make_train_step
+from xlpretrain.model.encoder import MaskedLM
+from xlpretrain.sharding import global_batch, make_mesh
+from xlpretrain.step import Training, TrainState, setup_training
 from xlpretrain.tokenizer import Tokenizer, train_tokenizer
 
 log = logging.getLogger("xlpretrain")
-
-
-def model_config(cfg: ml_collections.ConfigDict, num_languages: int) -> ModelConfig:
-    m = cfg.model
-    return ModelConfig(
-        vocab_size=m.vocab_size,
-        hidden_size=m.hidden_size,
-        num_layers=m.num_layers,
-        num_heads=m.num_heads,
-        mlp_dim=m.mlp_dim,
-        max_positions=m.max_positions,
-        dropout_rate=m.dropout_rate,
-        attention_dropout_rate=m.attention_dropout_rate,
-        num_languages=num_languages if m.language_embeddings else 0,
-        dtype=m.dtype,
-        remat=m.remat,
-        scan_layers=m.scan_layers,
-        attention_impl=m.attention,
-    )
 
 
 def load_corpus(cfg: ml_collections.ConfigDict, kinds: set[str]) -> Corpus:
@@ -168,11 +145,7 @@ class Trainer:
 
     cfg: ml_collections.ConfigDict
     workdir: str
-    mesh: jax.sharding.Mesh
-    model: MaskedLM
-    state: TrainState
-    state_shardings: TrainState
-    step_fn: Callable
+    training: Training
     builder: StepBatchBuilder
     checkpointer: Checkpointer
 
@@ -192,34 +165,9 @@ def build(
         with open(os.path.join(workdir, "config.json"), "w") as f:
             f.write(cfg.to_json_best_effort(indent=2))
 
-    model = MaskedLM(model_config(cfg, len(corpus.languages)))
+    model = MaskedLM(ModelConfig.from_run_config(cfg.model, len(corpus.languages)))
     mesh = make_mesh(cfg.mesh.data, cfg.mesh.fsdp, cfg.mesh.tensor, devices)
-    rules = [tuple(rule) for rule in cfg.mesh.rules]
-    optimizer = make_optimizer(cfg)
-    schedule = learning_rate_schedule(cfg)
-
-    def init_fn(rng):
-        params = init_params(model.config, rng)
-        return init_state(params, optimizer, jax.random.fold_in(rng, 1))
-
-    rng = jax.random.key(cfg.train.seed)
-    boxed = jax.eval_shape(lambda r: init_params(model.config, r), rng)
-    param_shardings = logical_shardings(boxed, mesh, rules)
-    abstract = jax.eval_shape(lambda r: nn.unbox(init_fn(r)), rng)
-    replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
-    state_shardings = TrainState(
-        step=replicated,
-        params=param_shardings,
-        opt_state=optax.tree_map_params(
-            optimizer,
-            lambda _, sharding: sharding,
-            abstract.opt_state,
-            param_shardings,
-            transform_non_params=lambda _: replicated,
-        ),
-        rng=replicated,
-    )
-    state = jax.jit(lambda r: nn.unbox(init_fn(r)), out_shardings=state_shardings)(rng)
+    training = setup_training(cfg, model, mesh, active)
 
     streams = {
         name: StreamSpec(obj.data_kind, cfg.data[obj.mask_rate_key]) for name, obj in active.items()
@@ -243,28 +191,12 @@ def build(
         for line in format_sampling_table(counts, probabilities, title):
             log.info("%s", line)
 
-    step = make_train_step(
-        model,
-        active,
-        {n: float(w) for n, w in cfg.objectives.items() if w > 0},
-        optimizer,
-        schedule,
-        cfg.train.grad_accum,
-    )
-    step_fn = jax.jit(
-        step,
-        in_shardings=(state_shardings, batch_sharding(mesh)),
-        out_shardings=(state_shardings, replicated),
-        donate_argnums=0,
-    )
     checkpointer = Checkpointer(
         os.path.join(workdir, "checkpoints"),
         keep=cfg.train.keep_checkpoints,
         async_save=cfg.train.async_checkpointing,
     )
-    return Trainer(
-        cfg, workdir, mesh, model, state, state_shardings, step_fn, builder, checkpointer
-    )
+    return Trainer(cfg, workdir, training, builder, checkpointer)
 
 
 def _sampling_tables(builder: StepBatchBuilder, corpus: Corpus):
@@ -295,11 +227,12 @@ def run(trainer: Trainer) -> TrainState:
         prefetch=cfg.data.prefetch,
     )
     iterator = iter(dataset)
-    state = trainer.state
+    training = trainer.training
+    state = training.state
     start_step = trainer.checkpointer.latest_step()
     if start_step is not None:
         log.info("resuming from %s/%d", trainer.checkpointer.directory, start_step)
-        abstract = abstract_with_shardings(state, trainer.state_shardings)
+        abstract = abstract_with_shardings(state, training.state_shardings)
         state = trainer.checkpointer.restore(start_step, abstract, iterator)
     else:
         start_step = 0
@@ -308,7 +241,6 @@ def run(trainer: Trainer) -> TrainState:
         return state
 
     writer = MetricsWriter(workdir)
-    sharding = batch_sharding(trainer.mesh)
     profile = _profile_window(cfg.train.profile_steps)
     nonfinite = jnp.zeros((), jnp.int32)
     tokens_since_log, last_log_time, first_log_time = 0, time.perf_counter(), None
@@ -321,7 +253,7 @@ def run(trainer: Trainer) -> TrainState:
             tokens_since_log += jax.process_count() * sum(
                 int(np.count_nonzero(b["segment_ids"])) for b in local.values()
             )
-            state, metrics = trainer.step_fn(state, global_batch(local, sharding))
+            state, metrics = training.step_fn(state, global_batch(local, training.batch_sharding))
             nonfinite = nonfinite + (1 - metrics["finite"].astype(jnp.int32))
             if profile and step == profile[1] - 1:
                 jax.block_until_ready(state)

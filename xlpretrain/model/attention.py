@@ -40,6 +40,8 @@ def dot_product_attention(
     if impl == "cudnn":
         if jax.default_backend() != "gpu":
             raise ValueError("attention_impl='cudnn' needs a GPU; use attention_impl='xla'")
+        if q.dtype not in (jnp.bfloat16, jnp.float16):
+            raise ValueError(f"attention_impl='cudnn' needs bfloat16/float16 inputs, got {q.dtype}")
         if dropout:
             raise ValueError(
                 "attention_impl='cudnn' has no attention dropout; "

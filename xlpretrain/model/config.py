@@ -1,8 +1,6 @@
 """Model hyper-parameters as a frozen (hashable) dataclass, so it can be a Module attribute."""
 
 import dataclasses
-from collections.abc import Mapping
-from typing import Any
 
 import jax.numpy as jnp
 import ml_collections
@@ -61,15 +59,24 @@ class ModelConfig:
         return jnp.dtype(self.dtype)
 
     @classmethod
-    def from_config_dict(cls, cfg: ml_collections.ConfigDict | Mapping[str, Any]) -> "ModelConfig":
-        """Builds from the ``model`` section of an ml_collections config (or any mapping).
+    def from_run_config(cls, model: ml_collections.ConfigDict, num_languages: int) -> "ModelConfig":
+        """Builds from a run config's validated ``model`` section.
 
-        Missing keys keep their defaults; unknown keys are an error, so typos do not pass
-        silently.
+        ``num_languages`` (the run's language vocabulary) sizes the language-embedding table
+        when ``model.language_embeddings`` is on; it is a property of the data, not the config.
         """
-        values = cfg.to_dict() if hasattr(cfg, "to_dict") else dict(cfg)
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(values) - known)
-        if unknown:
-            raise ValueError(f"unknown model config keys {unknown}; known: {sorted(known)}")
-        return cls(**values)
+        return cls(
+            vocab_size=model.vocab_size,
+            hidden_size=model.hidden_size,
+            num_layers=model.num_layers,
+            num_heads=model.num_heads,
+            mlp_dim=model.mlp_dim,
+            max_positions=model.max_positions,
+            dropout_rate=model.dropout_rate,
+            attention_dropout_rate=model.attention_dropout_rate,
+            num_languages=num_languages if model.language_embeddings else 0,
+            dtype=model.dtype,
+            remat=model.remat,
+            scan_layers=model.scan_layers,
+            attention_impl=model.attention,
+        )

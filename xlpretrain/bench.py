@@ -1,0 +1,177 @@
+"""Step throughput: `python -m xlpretrain.bench --config configs/X.py [--steps N] [--json]`.
+
+Times the jitted step of the config's model, objectives, batch and mesh on synthetic full rows
+(no padding, the configured masking rate), so the number is the step's, not the input
+pipeline's. Model FLOPs per step are counted analytically (formula printed with the result):
+
+    6 · N_matmul · T                       dense weight matmuls, forward + backward
+  + 12 · layers · hidden · L · T           attention scores and weighted values (fwd + bwd)
+  + 6 · (hidden² + hidden · vocab) · P     LM head on the P predicted tokens only
+
+with T tokens and P predictions per step, N_matmul the encoder's weight-matrix parameters
+(embeddings excluded: they are gathers). Recomputation under remat is not counted, so MFU is
+model FLOPs utilisation. Peak FLOP/s comes from a table of accelerators (dense bf16) or
+`--peak_tflops`; on a CPU MFU is reported only when a peak is given.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import jax
+import numpy as np
+from absl import app, flags
+from ml_collections import config_flags
+
+from xlpretrain import objectives as objectives_lib
+from xlpretrain.config import max_predictions, validate
+from xlpretrain.data.batch import PREDICTION_FIELDS, TOKEN_FIELDS, Batch
+from xlpretrain.model.config import ModelConfig
+from xlpretrain.model.encoder import MaskedLM
+from xlpretrain.sharding import global_batch, make_mesh
+from xlpretrain.step import setup_training
+from xlpretrain.tokenizer import Tokenizer
+
+FLOP_FORMULA = (
+    "6*N_matmul*T + 12*layers*hidden*L*T + 6*(hidden^2 + hidden*vocab)*P "
+    "(T tokens, P predicted tokens per step; remat recomputation not counted)"
+)
+
+# Dense bf16 peak FLOP/s per chip, by `device_kind` prefix.
+PEAK_TFLOPS = {
+    "NVIDIA H200": 989.0,
+    "NVIDIA H100": 989.0,
+    "NVIDIA A100": 312.0,
+    "TPU v4": 275.0,
+    "TPU v5 lite": 197.0,
+    "TPU v5e": 197.0,
+    "TPU v5p": 459.0,
+    "TPU v6": 918.0,
+}
+
+
+def synthetic_batch(
+    rows: int, length: int, mask_rate: float, vocab_size: int, rng: np.random.Generator
+) -> Batch:
+    """Full rows `<s> … </s>` of regular ids with `mask_rate` of them predicted."""
+    slots = max_predictions(length, mask_rate)
+    batch = {name: np.zeros((rows, length), dtype) for name, dtype in TOKEN_FIELDS.items()}
+    batch["input_ids"] = rng.integers(4, vocab_size - 1, (rows, length)).astype(np.int32)
+    batch["input_ids"][:, 0], batch["input_ids"][:, -1] = Tokenizer.BOS_ID, Tokenizer.EOS_ID
+    batch["positions"][:] = Tokenizer.PAD_ID + 1 + np.arange(length)
+    batch["segment_ids"][:] = batch["pair_ids"][:] = 1
+    chosen = np.sort(rng.permuted(np.tile(np.arange(1, length - 1), (rows, 1)), axis=1), axis=1)
+    chosen = np.sort(chosen[:, :slots], axis=1).astype(np.int32)
+    batch["pred_positions"] = chosen
+    batch["pred_labels"] = np.take_along_axis(batch["input_ids"], chosen, axis=1)
+    batch["pred_weights"] = np.ones((rows, slots), PREDICTION_FIELDS["pred_weights"])
+    np.put_along_axis(batch["is_masked"], chosen, 1, axis=1)
+    np.put_along_axis(batch["labels"], chosen, batch["pred_labels"], axis=1)
+    batch["label_weights"] = batch["is_masked"].astype(np.float32)
+    return batch
+
+
+def model_flops(cfg, tokens: int, predictions: int) -> float:
+    m = cfg.model
+    per_layer = 4 * m.hidden_size**2 + 2 * m.hidden_size * m.mlp_dim
+    dense = 6 * m.num_layers * per_layer * tokens
+    attention = 12 * m.num_layers * m.hidden_size * cfg.data.max_length * tokens
+    head = 6 * (m.hidden_size**2 + m.hidden_size * m.vocab_size) * predictions
+    return float(dense + attention + head)
+
+
+def peak_flops(device: jax.Device, override_tflops: float) -> float | None:
+    if override_tflops > 0:
+        return override_tflops * 1e12
+    for prefix, tflops in PEAK_TFLOPS.items():
+        if device.device_kind.startswith(prefix):
+            return tflops * 1e12
+    return None
+
+
+def benchmark(cfg, steps: int, warmup: int, peak_tflops: float = 0.0) -> dict:
+    validate(cfg)
+    active = {n: objectives_lib.get(n) for n, w in cfg.objectives.items() if w > 0}
+    model = MaskedLM(ModelConfig.from_run_config(cfg.model, num_languages=8))
+    mesh = make_mesh(cfg.mesh.data, cfg.mesh.fsdp, cfg.mesh.tensor)
+    training = setup_training(cfg, model, mesh, active)
+    rng = np.random.default_rng(0)
+    rows = cfg.data.batch_size // jax.process_count()
+    local = {
+        name: synthetic_batch(
+            rows, cfg.data.max_length, cfg.data[obj.mask_rate_key], cfg.model.vocab_size, rng
+        )
+        for name, obj in active.items()
+    }
+    batch = global_batch(local, training.batch_sharding)
+    state = training.state
+    compile_start = time.perf_counter()
+    for _ in range(max(warmup, 1)):
+        state, metrics = training.step_fn(state, batch)
+    jax.block_until_ready(metrics)
+    compile_and_warmup_s = time.perf_counter() - compile_start
+    start = time.perf_counter()
+    for _ in range(steps):
+        state, metrics = training.step_fn(state, batch)
+    jax.block_until_ready((state, metrics))
+    step_s = (time.perf_counter() - start) / steps
+
+    tokens = len(active) * cfg.data.batch_size * cfg.data.max_length
+    predictions = sum(int(local[n]["pred_weights"].sum()) * jax.process_count() for n in active)
+    flops = model_flops(cfg, tokens, predictions)
+    device = jax.devices()[0]
+    peak = peak_flops(device, peak_tflops)
+    memory = device.memory_stats() or {}
+    return {
+        "config_objectives": sorted(active),
+        "device": f"{jax.device_count()} x {device.device_kind}",
+        "batch_size": cfg.data.batch_size,
+        "max_length": cfg.data.max_length,
+        "dtype": cfg.model.dtype,
+        "steps": steps,
+        "compile_and_warmup_s": round(compile_and_warmup_s, 3),
+        "step_time_s": step_s,
+        "steps_per_s": 1.0 / step_s,
+        "tokens_per_s": tokens / step_s,
+        "model_tflops_per_step": flops / 1e12,
+        "achieved_tflops_per_s": flops / step_s / 1e12,
+        "mfu": (flops / step_s / (peak * jax.device_count())) if peak else None,
+        "peak_tflops_per_device": peak / 1e12 if peak else None,
+        "flop_formula": FLOP_FORMULA,
+        "peak_memory_gib": memory.get("peak_bytes_in_use", 0) / 2**30 or None,
+        "final_loss": float(metrics["loss"]),
+    }
+
+
+def main(argv: list[str]) -> None:
+    del argv
+    result = benchmark(_CONFIG.value, _STEPS.value, _WARMUP.value, _PEAK.value)
+    if _JSON.value:
+        print(json.dumps(result))
+        return
+    mfu = f"{result['mfu']:.1%}" if result["mfu"] is not None else "n/a (unknown peak)"
+    memory = result["peak_memory_gib"]
+    print(
+        f"device: {result['device']}\n"
+        f"batch {result['batch_size']} x length {result['max_length']} ({result['dtype']}), "
+        f"objectives {', '.join(result['config_objectives'])}\n"
+        f"step time: {result['step_time_s'] * 1e3:.1f} ms ({result['steps_per_s']:.2f} steps/s), "
+        f"compile + warm-up {result['compile_and_warmup_s']:.1f} s\n"
+        f"tokens/s: {result['tokens_per_s']:,.0f}\n"
+        f"model FLOPs/step: {result['model_tflops_per_step']:.3f} TFLOP "
+        f"= {FLOP_FORMULA}\n"
+        f"achieved: {result['achieved_tflops_per_s']:.2f} TFLOP/s, MFU {mfu}\n"
+        f"peak memory: {f'{memory:.2f} GiB' if memory else 'n/a'}"
+    )
+
+
+_CONFIG = config_flags.DEFINE_config_file("config", None, "Config file (configs/NAME.py[:ARG]).")
+_STEPS = flags.DEFINE_integer("steps", 10, "Timed steps.")
+_WARMUP = flags.DEFINE_integer("warmup", 2, "Untimed steps first (compilation included).")
+_PEAK = flags.DEFINE_float("peak_tflops", 0.0, "Peak TFLOP/s per device (overrides the table).")
+_JSON = flags.DEFINE_bool("json", False, "Print one JSON object.")
+flags.mark_flags_as_required(["config"])
+
+if __name__ == "__main__":
+    app.run(main)
