@@ -99,7 +99,8 @@ def make_train_step(
             )
         updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
         new_params = optax.apply_updates(state.params, updates)
-        finite = jnp.isfinite(loss) & jnp.isfinite(optax.tree.norm(grads))
+        grad_norm = optax.tree.norm(grads)
+        finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
         # A non-finite step leaves the state untouched; the host halts on the flag.
         keep = lambda new, old: jnp.where(finite, new, old)  # noqa: E731
         new_state = state.replace(
@@ -109,7 +110,7 @@ def make_train_step(
         )
         metrics = dict(metrics)
         metrics["loss"] = loss
-        metrics["grad_norm"] = optax.tree.norm(grads)
+        metrics["grad_norm"] = grad_norm
         metrics["learning_rate"] = schedule(state.step)
         metrics["finite"] = finite
         return new_state, metrics

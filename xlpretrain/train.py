@@ -294,6 +294,8 @@ def main(argv: list[str]) -> None:
         level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", stream=sys.stdout
     )
     logging.getLogger("absl").setLevel(logging.WARNING)
+    if _DISTRIBUTED.value:
+        jax.distributed.initialize()  # coordinator and process ids from the cluster environment
     cfg = _FLAGS.config
     workdir = _WORKDIR.value
     os.makedirs(workdir, exist_ok=True)
@@ -319,6 +321,12 @@ config_flags.DEFINE_config_file(
     "config", None, "Config file (configs/NAME.py[:ARG]).", lock_config=True
 )
 _WORKDIR = flags.DEFINE_string("workdir", None, "Run directory (checkpoints, metrics, logs).")
+_DISTRIBUTED = flags.DEFINE_bool(
+    "distributed",
+    False,
+    "Call jax.distributed.initialize() first (multi-host: TPU pods, SLURM, or the "
+    "JAX_COORDINATOR_ADDRESS / JAX_NUM_PROCESSES / JAX_PROCESS_ID environment).",
+)
 flags.mark_flags_as_required(["config", "workdir"])
 
 if __name__ == "__main__":
