@@ -8,6 +8,7 @@ import sys
 import jax
 import numpy as np
 import pytest
+from absl import flags
 
 from xlpretrain import train
 from xlpretrain.checkpoint import CheckpointError
@@ -57,11 +58,48 @@ def run(cfg, workdir, devices=None):
 
 
 @pytest.fixture(scope="module")
-def reference(udhr, udhr_tokenizer_path, tmp_path_factory):
-    """STEPS steps straight through on one device."""
+def reference_run(udhr, udhr_tokenizer_path, tmp_path_factory):
+    """STEPS steps straight through on one device, checkpointing every 2 steps (keeping 2) and
+    profiling steps 2-3."""
     workdir = tmp_path_factory.mktemp("reference")
-    run(tiny_config(udhr, udhr_tokenizer_path), workdir, jax.devices()[:1])
-    return losses(workdir)
+    cfg = tiny_config(
+        udhr,
+        udhr_tokenizer_path,
+        train__checkpoint_every=2,
+        train__keep_checkpoints=2,
+        train__profile_steps="2:4",
+    )
+    run(cfg, workdir, jax.devices()[:1])
+    return workdir
+
+
+@pytest.fixture(scope="module")
+def reference(reference_run):
+    return losses(reference_run)
+
+
+def test_reference_run_keeps_n_checkpoints_and_writes_a_profile(reference_run):
+    assert sorted(p.name for p in (reference_run / "checkpoints").iterdir()) == ["6", "8"]
+    assert any(p.is_file() for p in (reference_run / "profile").rglob("*"))
+    assert any((reference_run / "tb").iterdir())
+    record = read_metrics(reference_run)[0]
+    for key in ("loss", "loss/mmlm", "loss/tlm", "accuracy/mmlm", "count/tlm", "learning_rate",
+                "grad_norm", "tokens_per_s"):
+        assert np.isfinite(record[key]), key
+    assert record["learning_rate"] == 0.0 and read_metrics(reference_run)[2]["learning_rate"] > 0
+
+
+def test_worker_processes_give_the_same_stream_and_resume_exactly(
+    reference, udhr, udhr_tokenizer_path, tmp_path
+):
+    flags.FLAGS.mark_as_parsed()  # grain's worker options are absl flags (parsed by the CLI)
+    devices = jax.devices()[:1]
+    run(tiny_config(udhr, udhr_tokenizer_path, data__num_workers=2, train__stop_at=3),
+        tmp_path, devices)
+    run(tiny_config(udhr, udhr_tokenizer_path, data__num_workers=2), tmp_path, devices)
+    got = losses(tmp_path)
+    for step in range(1, STEPS + 1):
+        np.testing.assert_allclose(got[step], reference[step], rtol=1e-5, atol=1e-5)
 
 
 def test_sharded_equals_one_device_and_restores_onto_another_mesh(

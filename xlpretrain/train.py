@@ -202,7 +202,7 @@ def build(
 def _sampling_tables(builder: StepBatchBuilder, corpus: Corpus):
     if corpus.mono is not None and hasattr(builder, "mono_probabilities"):
         counts = {lang: corpus.mono.num_lines(lang) for lang in corpus.mono.languages}
-        yield "monolingual sampling", counts, builder.mono_probabilities
+        yield "monolingual sampling (languages)", counts, builder.mono_probabilities
     if corpus.parallel is not None and hasattr(builder, "parallel_probabilities"):
         counts = {f"{a}-{b}": corpus.parallel.num_lines((a, b)) for a, b in corpus.parallel.pairs}
         probabilities = {f"{a}-{b}": p for (a, b), p in builder.parallel_probabilities.items()}

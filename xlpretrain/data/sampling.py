@@ -27,7 +27,7 @@ def format_sampling_table(
     """Log lines: totals, then the most and least sampled languages with counts and shares."""
     order: Sequence[str] = sorted(probabilities, key=lambda k: -probabilities[k])
     total = sum(counts.values())
-    lines = [f"{title}: {len(order)} languages, {total} examples"]
+    lines = [f"{title}: {len(order)} streams, {total} examples"]
     shown = order if len(order) <= limit else [*order[: limit // 2], *order[-limit // 2 :]]
     for i, key in enumerate(shown):
         if len(order) > limit and i == limit // 2:
