@@ -21,11 +21,20 @@ setup(
         "babel>=2.14",
         "tensorboardX>=2.6",
         "numpy>=1.26",
+        "matplotlib>=3.8",  # python -m xlpretrain.masks --png
     ],
     extras_require={
-        "test": ["pytest>=8", "ruff>=0.6", "matplotlib>=3.8"],
+        "test": [
+            "pytest>=8",
+            "ruff>=0.6",
+            "tensorflow-datasets>=4.9",
+            "array-record>=0.5",
+            "importlib-resources",
+        ],
         "gpu": ["jax[cuda12]"],
         "tpu": ["jax[tpu]"],
-        "tfds": ["tensorflow-datasets>=4.9", "array-record>=0.5"],
+        # importlib-resources: TFDS imports it but declares it for Python < 3.9 only
+        # (tensorflow/datasets#11212); building a dataset fails without it.
+        "tfds": ["tensorflow-datasets>=4.9", "array-record>=0.5", "importlib-resources"],
     },
 )

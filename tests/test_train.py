@@ -83,8 +83,16 @@ def test_reference_run_keeps_n_checkpoints_and_writes_a_profile(reference_run):
     assert any(p.is_file() for p in (reference_run / "profile").rglob("*"))
     assert any((reference_run / "tb").iterdir())
     record = read_metrics(reference_run)[0]
-    for key in ("loss", "loss/mmlm", "loss/tlm", "accuracy/mmlm", "count/tlm", "learning_rate",
-                "grad_norm", "tokens_per_s"):
+    for key in (
+        "loss",
+        "loss/mmlm",
+        "loss/tlm",
+        "accuracy/mmlm",
+        "count/tlm",
+        "learning_rate",
+        "grad_norm",
+        "tokens_per_s",
+    ):
         assert np.isfinite(record[key]), key
     assert record["learning_rate"] == 0.0 and read_metrics(reference_run)[2]["learning_rate"] > 0
 
@@ -94,8 +102,11 @@ def test_worker_processes_give_the_same_stream_and_resume_exactly(
 ):
     flags.FLAGS.mark_as_parsed()  # grain's worker options are absl flags (parsed by the CLI)
     devices = jax.devices()[:1]
-    run(tiny_config(udhr, udhr_tokenizer_path, data__num_workers=2, train__stop_at=3),
-        tmp_path, devices)
+    run(
+        tiny_config(udhr, udhr_tokenizer_path, data__num_workers=2, train__stop_at=3),
+        tmp_path,
+        devices,
+    )
     run(tiny_config(udhr, udhr_tokenizer_path, data__num_workers=2), tmp_path, devices)
     got = losses(tmp_path)
     for step in range(1, STEPS + 1):
@@ -171,14 +182,17 @@ def test_nan_loss_halts_without_corrupting_the_state(
 
     real = objectives.REGISTRY["mmlm"]
 
-    def poisoned(params, batch, rng, model):
-        loss, metrics = real.loss_fn(params, batch, rng, model)
-        return loss * np.nan, metrics
+    def poisoned(cfg):
+        loss_fn = real.loss(cfg)
+
+        def nan_loss(params, batch, rng, model):
+            loss, metrics = loss_fn(params, batch, rng, model)
+            return loss * np.nan, metrics
+
+        return nan_loss
 
     monkeypatch.setitem(
-        objectives.REGISTRY,
-        "mmlm",
-        real.__class__(real.name, real.data_kind, real.mask_rate_key, poisoned),
+        objectives.REGISTRY, "mmlm", objectives.Objective("mmlm", real.stream, poisoned)
     )
     cfg = tiny_config(udhr, udhr_tokenizer_path, train__log_every=2)
     trainer = train.build(cfg, str(tmp_path), jax.devices()[:1])

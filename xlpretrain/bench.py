@@ -16,7 +16,9 @@ model FLOPs utilisation. Peak FLOP/s comes from a table of accelerators (dense b
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import math
 import time
 
 import jax
@@ -25,8 +27,9 @@ from absl import app, flags
 from ml_collections import config_flags
 
 from xlpretrain import objectives as objectives_lib
-from xlpretrain.config import max_predictions, validate
-from xlpretrain.data.batch import PREDICTION_FIELDS, TOKEN_FIELDS, Batch
+from xlpretrain.config import max_predictions, stages, validate
+from xlpretrain.data.batch import PREDICTION_FIELDS, SIDE_PLACEHOLDER, TOKEN_FIELDS, Batch
+from xlpretrain.data.pipeline import StreamSpec, max_placeholders
 from xlpretrain.model.config import ModelConfig
 from xlpretrain.model.encoder import MaskedLM
 from xlpretrain.sharding import global_batch, make_mesh
@@ -52,9 +55,13 @@ PEAK_TFLOPS = {
 
 
 def synthetic_batch(
-    rows: int, length: int, mask_rate: float, vocab_size: int, rng: np.random.Generator
+    rows: int, length: int, stream: StreamSpec, vocab_size: int, rng: np.random.Generator
 ) -> Batch:
-    """Full rows `<s> … </s>` of regular ids with `mask_rate` of them predicted."""
+    """Full rows `<s> … </s>` of regular ids with `mask_rate` of them predicted (followed by
+    BTMLM placeholders when the stream has them)."""
+    if stream.placeholder_ratio > 0:
+        return _with_placeholders(rows, length, stream, vocab_size, rng)
+    mask_rate = stream.mask_rate
     slots = max_predictions(length, mask_rate)
     batch = {name: np.zeros((rows, length), dtype) for name, dtype in TOKEN_FIELDS.items()}
     batch["input_ids"] = rng.integers(4, vocab_size - 1, (rows, length)).astype(np.int32)
@@ -69,6 +76,33 @@ def synthetic_batch(
     np.put_along_axis(batch["is_masked"], chosen, 1, axis=1)
     np.put_along_axis(batch["labels"], chosen, batch["pred_labels"], axis=1)
     batch["label_weights"] = batch["is_masked"].astype(np.float32)
+    return batch
+
+
+def _with_placeholders(
+    rows: int, length: int, stream: StreamSpec, vocab_size: int, rng: np.random.Generator
+) -> Batch:
+    ratio = stream.placeholder_ratio
+    source = int((length - 2) / (1 + ratio))
+    count = min(math.ceil(ratio * source), length - source - 2)
+    plain = dataclasses.replace(stream, placeholder_ratio=0.0)
+    batch = synthetic_batch(rows, source + 2, plain, vocab_size, rng)
+    extra = length - source - 2
+    for name in TOKEN_FIELDS:
+        batch[name] = np.pad(batch[name], ((0, 0), (0, extra)))
+    tail = slice(source + 2, source + 2 + count)
+    batch["input_ids"][:, source + 2 :] = Tokenizer.PAD_ID
+    batch["input_ids"][:, tail] = vocab_size - 1
+    batch["positions"][:, source + 2 :] = Tokenizer.PAD_ID
+    batch["positions"][:, tail] = Tokenizer.PAD_ID + 1 + np.arange(source + 2, source + 2 + count)
+    batch["segment_ids"][:, tail] = batch["pair_ids"][:, tail] = 1
+    batch["side"][:, tail] = SIDE_PLACEHOLDER
+    batch["source_ids"] = batch["input_ids"].copy()
+    slots = max_placeholders(length, ratio)
+    batch["placeholder_positions"] = np.zeros((rows, slots), np.int32)
+    batch["placeholder_positions"][:, :count] = np.arange(source + 2, source + 2 + count)
+    batch["placeholder_weights"] = np.zeros((rows, slots), np.float32)
+    batch["placeholder_weights"][:, :count] = 1.0
     return batch
 
 
@@ -92,28 +126,29 @@ def peak_flops(device: jax.Device, override_tflops: float) -> float | None:
 
 def benchmark(cfg, steps: int, warmup: int, peak_tflops: float = 0.0) -> dict:
     validate(cfg)
-    active = {n: objectives_lib.get(n) for n, w in cfg.objectives.items() if w > 0}
+    run_stages = stages(cfg)
+    everything = {n: objectives_lib.get(n) for stage in run_stages for n in stage.weights}
+    active = {n: everything[n] for n in run_stages[-1].weights}  # a staged run's last stage
     model = MaskedLM(ModelConfig.from_run_config(cfg.model, num_languages=8))
     mesh = make_mesh(cfg.mesh.data, cfg.mesh.fsdp, cfg.mesh.tensor)
-    training = setup_training(cfg, model, mesh, active)
+    training = setup_training(cfg, model, mesh, everything)
+    step_fn = training.step_fns[-1]
     rng = np.random.default_rng(0)
     rows = cfg.data.batch_size // jax.process_count()
     local = {
-        name: synthetic_batch(
-            rows, cfg.data.max_length, cfg.data[obj.mask_rate_key], cfg.model.vocab_size, rng
-        )
+        name: synthetic_batch(rows, cfg.data.max_length, obj.stream(cfg), cfg.model.vocab_size, rng)
         for name, obj in active.items()
     }
     batch = global_batch(local, training.batch_sharding)
     state = training.state
     compile_start = time.perf_counter()
     for _ in range(max(warmup, 1)):
-        state, metrics = training.step_fn(state, batch)
+        state, metrics = step_fn(state, batch)
     jax.block_until_ready(metrics)
     compile_and_warmup_s = time.perf_counter() - compile_start
     start = time.perf_counter()
     for _ in range(steps):
-        state, metrics = training.step_fn(state, batch)
+        state, metrics = step_fn(state, batch)
     jax.block_until_ready((state, metrics))
     step_s = (time.perf_counter() - start) / steps
 

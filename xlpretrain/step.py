@@ -19,8 +19,9 @@ import ml_collections
 import optax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from xlpretrain.config import Stage, stages
 from xlpretrain.model.encoder import MaskedLM, init_params
-from xlpretrain.objectives import Objective
+from xlpretrain.objectives import LossFn, Objective
 from xlpretrain.optim import learning_rate_schedule, make_optimizer
 from xlpretrain.sharding import batch_sharding, logical_shardings
 
@@ -53,19 +54,19 @@ def _split_micro(batch: dict[str, jax.Array], accum: int) -> dict[str, jax.Array
 
 def make_train_step(
     model,
-    objectives: Mapping[str, Objective],
+    loss_fns: Mapping[str, LossFn],
     weights: Mapping[str, float],
     optimizer: optax.GradientTransformation,
     schedule: optax.Schedule,
     grad_accum: int = 1,
 ) -> Callable[[TrainState, Batches], tuple[TrainState, dict[str, jax.Array]]]:
     """Returns `step(state, batches) -> (state, metrics)`, to be wrapped in `jax.jit`."""
-    names = sorted(objectives)
+    names = sorted(loss_fns)
 
     def micro_loss(params, micro: Batches, totals, rng):
         loss, metrics = 0.0, {}
         for index, name in enumerate(names):
-            obj_loss, obj_metrics = objectives[name].loss_fn(
+            obj_loss, obj_metrics = loss_fns[name](
                 params, micro[name], jax.random.fold_in(rng, index), model
             )
             share = obj_metrics["count"] / jnp.maximum(totals[name], 1.0)
@@ -91,9 +92,9 @@ def make_train_step(
                 )
                 return jax.tree.map(jnp.add, carry, (loss, metrics, grads)), None
 
-            zero = jnp.zeros((), jnp.float32)
-            zero_metrics = {f"{k}/{n}": zero for n in names for k in ("loss", "accuracy", "count")}
-            zeros = (zero, zero_metrics, jax.tree.map(jnp.zeros_like, state.params))
+            first = jax.tree.map(lambda x: x[0], micro_batches)
+            shapes = jax.eval_shape(grad_fn, state.params, first, totals, rng)
+            zeros = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), (*shapes[0], shapes[1]))
             (loss, metrics, grads), _ = jax.lax.scan(
                 accumulate, zeros, (jnp.arange(grad_accum), micro_batches)
             )
@@ -126,7 +127,8 @@ class Training:
     state: TrainState
     state_shardings: TrainState
     batch_sharding: NamedSharding
-    step_fn: Callable[[TrainState, Batches], tuple[TrainState, dict[str, jax.Array]]]
+    stages: list[Stage]
+    step_fns: list[Callable[[TrainState, Batches], tuple[TrainState, dict[str, jax.Array]]]]
 
 
 def setup_training(
@@ -136,7 +138,7 @@ def setup_training(
     objectives: Mapping[str, Objective],
 ) -> Training:
     """Initialises the state directly into its shardings (no host copy of the parameters)
-    and jits the step with explicit in/out shardings and a donated state."""
+    and jits one step per stage with explicit in/out shardings and a donated state."""
     rules = [tuple(rule) for rule in cfg.mesh.rules]
     optimizer = make_optimizer(cfg)
 
@@ -162,18 +164,23 @@ def setup_training(
         rng=replicated,
     )
     state = jax.jit(init_fn, out_shardings=state_shardings)(rng)
-    step = make_train_step(
-        model,
-        objectives,
-        {name: float(cfg.objectives[name]) for name in objectives},
-        optimizer,
-        learning_rate_schedule(cfg),
-        cfg.train.grad_accum,
-    )
-    step_fn = jax.jit(
-        step,
-        in_shardings=(state_shardings, batch_sharding(mesh)),
-        out_shardings=(state_shardings, replicated),
-        donate_argnums=0,
-    )
-    return Training(mesh, state, state_shardings, batch_sharding(mesh), step_fn)
+    run_stages = stages(cfg)
+    step_fns = []
+    for stage in run_stages:
+        step = make_train_step(
+            model,
+            {name: objectives[name].loss(cfg) for name in stage.weights},
+            stage.weights,
+            optimizer,
+            learning_rate_schedule(cfg),
+            cfg.train.grad_accum,
+        )
+        step_fns.append(
+            jax.jit(  # compiled when its stage is first reached
+                step,
+                in_shardings=(state_shardings, batch_sharding(mesh)),
+                out_shardings=(state_shardings, replicated),
+                donate_argnums=0,
+            )
+        )
+    return Training(mesh, state, state_shardings, batch_sharding(mesh), run_stages, step_fns)

@@ -25,20 +25,20 @@ from ml_collections import config_flags
 
 from xlpretrain import objectives as objectives_lib
 from xlpretrain.checkpoint import Checkpointer, CheckpointError, abstract_with_shardings
-from xlpretrain.config import ConfigError, validate
+from xlpretrain.config import ConfigError, stage_index, stages, validate
 from xlpretrain.data import demo_corpus
 from xlpretrain.data.pipeline import (
     MONO,
     PARALLEL,
     Corpus,
     StepBatchBuilder,
-    StreamSpec,
     language_vocabulary,
     make_dataset,
     process_rows,
 )
 from xlpretrain.data.sampling import format_sampling_table
 from xlpretrain.data.sources import MonolingualSource, ParallelSource, format_stats
+from xlpretrain.data.tfds_source import TfdsMonolingualSource, TfdsParallelSource
 from xlpretrain.metrics import MetricsWriter, progress_line
 from xlpretrain.model.config import ModelConfig
 from xlpretrain.model.encoder import MaskedLM
@@ -50,28 +50,60 @@ log = logging.getLogger("xlpretrain")
 
 
 def load_corpus(cfg: ml_collections.ConfigDict, kinds: set[str]) -> Corpus:
-    """The sources the active objectives need; the demo corpus when no folder is configured."""
-    mono_dir, parallel_dir = cfg.data.mono_dir, cfg.data.parallel_dir
-    if not mono_dir and not parallel_dir:
+    """The sources the active objectives need: folders, TFDS datasets, or — when nothing is
+    configured — the demo corpus."""
+    data = cfg.data
+    mono_tfds, parallel_tfds = data.mono_tfds, data.parallel_tfds
+    for kind, folder, tfds_name in (
+        ("mono", data.mono_dir, mono_tfds.name),
+        ("parallel", data.parallel_dir, parallel_tfds.name),
+    ):
+        if folder and tfds_name:
+            raise ConfigError(f"config key 'data.{kind}_tfds.name': set it or data.{kind}_dir")
+    mono_dir, parallel_dir = data.mono_dir, data.parallel_dir
+    if not (mono_dir or parallel_dir or mono_tfds.name or parallel_tfds.name):
         mono_dir, parallel_dir = map(
             str,
             demo_corpus.build_demo_corpus(
-                demo_corpus.default_demo_cache_dir(), num_languages=cfg.data.demo_languages
+                demo_corpus.default_demo_cache_dir(), num_languages=data.demo_languages
             ),
         )
         log.info("no corpus configured: using the demo corpus in %s", os.path.dirname(mono_dir))
-    options = dict(strict=cfg.data.strict, max_line_bytes=cfg.data.max_line_bytes)
+    options = dict(strict=data.strict, max_line_bytes=data.max_line_bytes)
     mono = parallel = None
     if MONO in kinds:
-        if not mono_dir:
+        if mono_tfds.name:
+            mono = TfdsMonolingualSource.from_tfds(
+                mono_tfds.name,
+                split=mono_tfds.split,
+                data_dir=mono_tfds.data_dir or None,
+                text_key=mono_tfds.text_key,
+                language_key=mono_tfds.language_key or None,
+                language=mono_tfds.language or None,
+                **options,
+            )
+        elif mono_dir:
+            mono = MonolingualSource.from_dir(mono_dir, **options)
+        else:
             raise ConfigError("config key 'data.mono_dir': an objective needs monolingual data")
-        mono = MonolingualSource.from_dir(mono_dir, **options)
         for line in format_stats(mono.stats):
             log.info("mono data: %s", line)
     if PARALLEL in kinds:
-        if not parallel_dir:
+        if parallel_tfds.name:
+            parallel = TfdsParallelSource.from_tfds(
+                parallel_tfds.name,
+                split=parallel_tfds.split,
+                data_dir=parallel_tfds.data_dir or None,
+                pair=parallel_tfds.pair or None,
+                language_keys=tuple(parallel_tfds.language_keys) or None,
+                source_key=parallel_tfds.source_key or None,
+                target_key=parallel_tfds.target_key or None,
+                **options,
+            )
+        elif parallel_dir:
+            parallel = ParallelSource.from_dir(parallel_dir, **options)
+        else:
             raise ConfigError("config key 'data.parallel_dir': an objective needs parallel data")
-        parallel = ParallelSource.from_dir(parallel_dir, **options)
         for line in format_stats(parallel.stats):
             log.info("parallel data: %s", line)
     return Corpus(mono, parallel, language_vocabulary(mono, parallel))
@@ -157,8 +189,10 @@ def build(
     validate(cfg)
     workdir = os.path.abspath(workdir)
     os.makedirs(workdir, exist_ok=True)
-    active = {n: objectives_lib.get(n) for n, w in cfg.objectives.items() if w > 0}
-    corpus = load_corpus(cfg, {obj.data_kind for obj in active.values()})
+    run_stages = stages(cfg)
+    active = {n: objectives_lib.get(n) for stage in run_stages for n in stage.weights}
+    streams = {name: obj.stream(cfg) for name, obj in active.items()}
+    corpus = load_corpus(cfg, {stream.kind for stream in streams.values()})
     _check_languages(workdir, corpus.languages)
     tokenizer = load_tokenizer(cfg, workdir, corpus)
     if jax.process_index() == 0:
@@ -169,9 +203,6 @@ def build(
     mesh = make_mesh(cfg.mesh.data, cfg.mesh.fsdp, cfg.mesh.tensor, devices)
     training = setup_training(cfg, model, mesh, active)
 
-    streams = {
-        name: StreamSpec(obj.data_kind, cfg.data[obj.mask_rate_key]) for name, obj in active.items()
-    }
     row_start, row_end = process_rows(cfg.data.batch_size, jax.process_index(), jax.process_count())
     builder = StepBatchBuilder(
         corpus,
@@ -186,6 +217,7 @@ def build(
         reset_positions=cfg.data.tlm_reset_positions,
         row_start=row_start,
         row_end=row_end,
+        stages=run_stages,
     )
     for title, counts, probabilities in _sampling_tables(builder, corpus):
         for line in format_sampling_table(counts, probabilities, title):
@@ -253,7 +285,9 @@ def run(trainer: Trainer) -> TrainState:
             tokens_since_log += jax.process_count() * sum(
                 int(np.count_nonzero(b["segment_ids"])) for b in local.values()
             )
-            state, metrics = training.step_fn(state, global_batch(local, training.batch_sharding))
+            stage = stage_index(training.stages, step)
+            step_fn = training.step_fns[stage]
+            state, metrics = step_fn(state, global_batch(local, training.batch_sharding))
             nonfinite = nonfinite + (1 - metrics["finite"].astype(jnp.int32))
             if profile and step == profile[1] - 1:
                 jax.block_until_ready(state)
@@ -270,6 +304,8 @@ def run(trainer: Trainer) -> TrainState:
                 now = time.perf_counter()
                 scalars["tokens_per_s"] = tokens_since_log / max(now - last_log_time, 1e-9)
                 scalars.pop("finite")
+                if len(training.stages) > 1:
+                    scalars["stage"] = stage
                 writer.write(step, scalars)
                 if first_log_time is None:
                     first_log_time, first_log_step = now, step

@@ -10,10 +10,11 @@ each row from one language's stream.
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import numpy as np
 
-from xlpretrain.data.batch import SIDE_SOURCE, SIDE_TARGET, TOKEN_FIELDS, Batch
+from xlpretrain.data.batch import SIDE_PLACEHOLDER, SIDE_SOURCE, SIDE_TARGET, TOKEN_FIELDS, Batch
 from xlpretrain.data.sources import MonolingualSource, ParallelSource
 from xlpretrain.tokenizer import Tokenizer
 
@@ -65,6 +66,26 @@ def _window(tokens: np.ndarray, size: int, rng: np.random.Generator) -> np.ndarr
     return tokens[start : start + size]
 
 
+@dataclasses.dataclass(frozen=True)
+class Placeholders:
+    """ERNIE-M BTMLM: each unit `<s> x </s>` is followed by ⌈ratio·|x|⌉ `<mask>` placeholders
+    whose positions continue after the source and whose language is a target language."""
+
+    ratio: float
+    target_lang_ids: tuple[int, ...]  # candidates; the unit's own language is never chosen
+    max_per_row: int  # static slot count of `placeholder_positions`
+
+    def count(self, source_tokens: int) -> int:
+        return math.ceil(self.ratio * source_tokens)
+
+    def fit(self, remaining: int, slots_left: int) -> int:
+        """The most source tokens whose unit (specials and placeholders included) fits."""
+        n = int((remaining - 2) / (1 + self.ratio))
+        while n > 0 and (n + 2 + self.count(n) > remaining or self.count(n) > slots_left):
+            n -= 1
+        return n
+
+
 def monolingual_row(
     source: MonolingualSource,
     tokenizer: Tokenizer,
@@ -74,24 +95,34 @@ def monolingual_row(
     *,
     length: int,
     pack: bool,
+    placeholders: Placeholders | None = None,
 ) -> Batch:
-    """Segments `<s> line </s>` from consecutive lines of `language`, starting at a random line."""
+    """Segments `<s> line </s>` from consecutive lines of `language`, starting at a random line
+    (each followed by its placeholders when `placeholders` is given)."""
     packer = RowPacker(length)
     n_lines = source.num_lines(language)
     index = int(rng.integers(n_lines))
+    slots_left = placeholders.max_per_row if placeholders else 0
     for taken in range(n_lines):
-        budget = packer.remaining - 2
+        if placeholders:
+            budget = placeholders.fit(packer.remaining, slots_left)
+        else:
+            budget = packer.remaining - 2
         if budget < MIN_SEGMENT_TOKENS:
             break
         tokens = tokenizer.encode(source.line(language, (index + taken) % n_lines))
         tokens = _window(tokens, budget, rng) if packer.units == 0 else tokens[:budget]
         ids = np.concatenate([[Tokenizer.BOS_ID], tokens, [Tokenizer.EOS_ID]])
-        packer.add(
-            ids,
-            FIRST_POSITION + np.arange(len(ids)),
-            np.full(len(ids), SIDE_SOURCE),
-            np.full(len(ids), lang_id),
-        )
+        side = np.full(len(ids), SIDE_SOURCE)
+        lang = np.full(len(ids), lang_id)
+        if placeholders:
+            k = placeholders.count(len(tokens))
+            slots_left -= k
+            targets = [t for t in placeholders.target_lang_ids if t != lang_id]
+            ids = np.concatenate([ids, np.full(k, tokenizer.mask_id)])
+            side = np.concatenate([side, np.full(k, SIDE_PLACEHOLDER)])
+            lang = np.concatenate([lang, np.full(k, targets[rng.integers(len(targets))])])
+        packer.add(ids, FIRST_POSITION + np.arange(len(ids)), side, lang)
         if not pack:
             break
     return packer.row

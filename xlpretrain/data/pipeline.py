@@ -17,9 +17,9 @@ from collections.abc import Mapping
 import grain
 import numpy as np
 
-from xlpretrain.config import max_predictions
-from xlpretrain.data.batch import Batch, stack_rows
-from xlpretrain.data.examples import monolingual_row, translation_pair_row
+from xlpretrain.config import Stage, max_predictions, stage_index
+from xlpretrain.data.batch import SIDE_PLACEHOLDER, Batch, stack_rows
+from xlpretrain.data.examples import Placeholders, monolingual_row, translation_pair_row
 from xlpretrain.data.masking import mask_row
 from xlpretrain.data.sampling import language_probabilities
 from xlpretrain.data.sources import MonolingualSource, ParallelSource
@@ -35,6 +35,13 @@ class StreamSpec:
 
     kind: str  # MONO or PARALLEL
     mask_rate: float
+    placeholder_ratio: float = 0.0  # > 0: BTMLM placeholders after each monolingual unit
+    target_languages: tuple[str, ...] = ()  # placeholder languages; empty: all of the run's
+
+
+def max_placeholders(max_length: int, ratio: float) -> int:
+    """Static placeholder slots per row: ⌈ratio·L⌉ plus room for per-unit rounding up."""
+    return max_predictions(max_length, ratio) + 8
 
 
 @dataclasses.dataclass
@@ -73,6 +80,7 @@ class StepBatchBuilder(grain.transforms.Map):
         reset_positions: bool,
         row_start: int = 0,
         row_end: int | None = None,
+        stages: list[Stage] | None = None,
     ):
         self.corpus = corpus
         self.tokenizer = tokenizer
@@ -83,6 +91,8 @@ class StepBatchBuilder(grain.transforms.Map):
         self.reset_positions = reset_positions
         self.row_start = row_start
         self.row_end = batch_size if row_end is None else row_end
+        # Which objectives each stage trains; a step builds only its stage's batches.
+        self.stages = stages or [Stage(0, {name: 1.0 for name in self.streams})]
         kinds = {spec.kind for spec in self.streams.values()}
         self._mono_keys, self._mono_p = [], np.zeros(0)
         self._pair_keys, self._pair_p = [], np.zeros(0)
@@ -101,6 +111,27 @@ class StepBatchBuilder(grain.transforms.Map):
             self._pair_keys = list(self.parallel_probabilities)
             self._pair_p = np.array(list(self.parallel_probabilities.values()))
         self._special_ids = tokenizer.special_ids()
+        self._placeholders = {
+            name: self._placeholder_spec(name, spec)
+            for name, spec in self.streams.items()
+            if spec.placeholder_ratio > 0
+        }
+
+    def _placeholder_spec(self, name: str, spec: StreamSpec) -> Placeholders:
+        targets = list(spec.target_languages) or self.corpus.languages
+        unknown = sorted(set(targets) - set(self.corpus.languages))
+        if unknown:
+            raise ValueError(f"{name}: target languages {unknown} are not languages of the run")
+        if len(set(targets)) < 2:
+            # Every source language needs a target other than itself.
+            lonely = [lang for lang in self._mono_keys if set(targets) <= {lang}]
+            if lonely:
+                raise ValueError(f"{name}: no target language other than {lonely[0]!r}")
+        return Placeholders(
+            spec.placeholder_ratio,
+            tuple(self.corpus.lang_id(t) for t in targets),
+            max_placeholders(self.max_length, spec.placeholder_ratio),
+        )
 
     def _row(self, name: str, spec: StreamSpec, step: int, row: int) -> Batch:
         stream_id = zlib.crc32(name.encode())  # adding an objective leaves others' streams alone
@@ -115,6 +146,7 @@ class StepBatchBuilder(grain.transforms.Map):
                 rng,
                 length=self.max_length,
                 pack=self.pack,
+                placeholders=self._placeholders.get(name),
             )
         else:
             pair = self._pair_keys[rng.choice(len(self._pair_keys), p=self._pair_p)]
@@ -128,7 +160,7 @@ class StepBatchBuilder(grain.transforms.Map):
                 pack=self.pack,
                 reset_positions=self.reset_positions,
             )
-        return mask_row(
+        masked = mask_row(
             unmasked,
             rng,
             rate=spec.mask_rate,
@@ -138,15 +170,36 @@ class StepBatchBuilder(grain.transforms.Map):
             first_regular_id=Tokenizer.UNK_ID + 1,
             vocab_size=self.tokenizer.vocab_size,
         )
+        if name in self._placeholders:
+            masked.update(placeholder_fields(unmasked, self._placeholders[name].max_per_row))
+        return masked
 
     def map(self, step: int) -> dict[str, Batch]:
+        """The batches of dataset index `step`, i.e. of logged step `step + 1`."""
         step = int(step)
+        active = self.stages[stage_index(self.stages, step + 1)].weights
         return {
             name: stack_rows(
                 [self._row(name, spec, step, r) for r in range(self.row_start, self.row_end)]
             )
             for name, spec in self.streams.items()
+            if name in active
         }
+
+
+def placeholder_fields(unmasked: Batch, slots: int) -> Batch:
+    """BTMLM pass 1 reads the unmasked source (`source_ids`) and decodes at the placeholder
+    slots; pass 2 writes its pseudo tokens back at the same positions."""
+    found = np.flatnonzero(unmasked["side"] == SIDE_PLACEHOLDER)
+    positions = np.zeros(slots, np.int32)
+    positions[: len(found)] = found
+    weights = np.zeros(slots, np.float32)
+    weights[: len(found)] = 1.0
+    return {
+        "source_ids": unmasked["input_ids"].copy(),
+        "placeholder_positions": positions,
+        "placeholder_weights": weights,
+    }
 
 
 def process_rows(batch_size: int, process_index: int, process_count: int) -> tuple[int, int]:

@@ -10,9 +10,11 @@ build, and a missing dataset should fail at start-up, clearly.
 Like a file source, a TFDS source is an index, not the text. Loading reads every record of the
 split once, in batches, to learn its language(s) and classify its text; the usable records'
 ids are kept per language (or pair) in numpy arrays, and `line()` reads one record by random
-access. That load-time pass costs one full read of the split's text (in the order of a minute
-per few million short records), and the index 8 bytes per record: right for small and medium
-datasets; split a huge one with TFDS slicing (`split="train[:10%]"`) or use text files.
+access. Costs, measured on 2 CPU cores: the load-time pass reads and decodes every record,
+about 16k short records a second (a minute per million; TFDS's record decoding dominates); the
+index takes 8 bytes per record; one `line()` takes about 0.75 ms (ArrayRecord's single-record
+read), where a text file's mmap takes microseconds. Right for small and medium datasets; for a
+huge one index a slice (`split="train[:10%]"`) or convert it to text files.
 Pickling a source copies only the dataset name, split, data folder and the index arrays;
 every process re-opens the dataset itself.
 
@@ -121,6 +123,7 @@ class _TfdsSplit:
             )
 
     def string(self, record: Record, key: str, index: int) -> bytes:
+        """A string feature's value: bytes (TFDS decodes `Text` without TensorFlow to bytes)."""
         value = record[key]
         if not isinstance(value, bytes):
             raise DataError(

@@ -1,6 +1,7 @@
 """Objectives: pure functions `(params, batch, rng, model) -> (loss, metrics)`.
 
-Each declares the data stream it consumes, so the pipeline builds one stream per objective.
+Each registry entry says, from the run config, which example stream the objective consumes
+(the pipeline builds one per objective) and which loss function it is.
 """
 
 from __future__ import annotations
@@ -8,21 +9,47 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 
-from xlpretrain.data.pipeline import MONO, PARALLEL
-from xlpretrain.objectives import mlm
+import ml_collections
+
+from xlpretrain.data.pipeline import MONO, PARALLEL, StreamSpec
+from xlpretrain.objectives import ernie_m, mlm
+
+LossFn = Callable  # (params, batch, rng, model) -> (loss, metrics)
 
 
 @dataclasses.dataclass(frozen=True)
 class Objective:
     name: str
-    data_kind: str  # MONO or PARALLEL
-    mask_rate_key: str  # data.<key> giving this objective's masking rate
-    loss_fn: Callable
+    stream: Callable[[ml_collections.ConfigDict], StreamSpec]
+    loss: Callable[[ml_collections.ConfigDict], LossFn]
+
+
+def _btmlm_stream(cfg: ml_collections.ConfigDict) -> StreamSpec:
+    return StreamSpec(
+        MONO,
+        cfg.data.mono_mask_rate,
+        placeholder_ratio=cfg.btmlm.ratio,
+        target_languages=tuple(cfg.btmlm.target_languages),
+    )
 
 
 REGISTRY: dict[str, Objective] = {
-    "mmlm": Objective("mmlm", MONO, "mono_mask_rate", mlm.mmlm),
-    "tlm": Objective("tlm", PARALLEL, "parallel_mask_rate", mlm.tlm),
+    "mmlm": Objective(
+        "mmlm", lambda cfg: StreamSpec(MONO, cfg.data.mono_mask_rate), lambda cfg: mlm.mmlm
+    ),
+    "tlm": Objective(
+        "tlm", lambda cfg: StreamSpec(PARALLEL, cfg.data.parallel_mask_rate), lambda cfg: mlm.tlm
+    ),
+    "camlm": Objective(
+        "camlm",
+        lambda cfg: StreamSpec(PARALLEL, cfg.data.camlm_mask_rate),
+        lambda cfg: ernie_m.camlm,
+    ),
+    "btmlm": Objective(
+        "btmlm",
+        _btmlm_stream,
+        lambda cfg: ernie_m.make_btmlm(cfg.btmlm.decode, cfg.btmlm.temperature),
+    ),
 }
 
 

@@ -51,7 +51,9 @@ def prediction_loss(
     return loss, {"loss": loss, "accuracy": accuracy, "count": count}
 
 
-def _masked_lm(mask_fn):
+def masked_lm(mask_fn: masks.MaskFn):
+    """An MLM objective whose encoder attends under `mask_fn`, predicting the batch's slots."""
+
     def objective(params, batch: Batch, rng: jax.Array, model: MaskedLM):
         hidden = encode(model, params, batch, rng, mask_fn)
         return prediction_loss(
@@ -66,7 +68,7 @@ def _masked_lm(mask_fn):
     return objective
 
 
-mmlm = _masked_lm(masks.mmlm)
+mmlm = masked_lm(masks.mmlm)
 mmlm.__doc__ = "MMLM: predict masked tokens of monolingual segments, attention within a segment."
-tlm = _masked_lm(masks.tlm)
+tlm = masked_lm(masks.tlm)
 tlm.__doc__ = "TLM: predict masked tokens of a translation pair, attending across both sides."

@@ -1,0 +1,268 @@
+"""TFDS sources on tiny datasets that the test builds in ArrayRecord format (nothing is
+downloaded, no TensorFlow): languages, counts, read-back order, bad-record accounting, strict
+mode, clear errors, pickling (also into a fresh process that never saw the builder classes)
+and one batch of the grain pipeline built from them."""
+
+import pickle
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow_datasets as tfds
+
+from xlpretrain.data.pipeline import (
+    MONO,
+    PARALLEL,
+    Corpus,
+    StepBatchBuilder,
+    StreamSpec,
+    language_vocabulary,
+)
+from xlpretrain.data.sources import DataError, format_stats
+from xlpretrain.data.tfds_source import TfdsMonolingualSource, TfdsParallelSource
+from xlpretrain.tokenizer import train_tokenizer
+
+MAX_BYTES = 1000
+DOCS = [  # (language, text): records 2, 3, 5 and 8 are bad
+    ("en", "Hello, world. The sun is bright today."),
+    ("de", "Hallo Welt. Die Sonne scheint heute hell."),
+    ("en", ""),
+    ("de", "x" * (MAX_BYTES + 1)),
+    ("fr", "Bonjour le monde. Le soleil brille aujourd'hui."),
+    ("en", b"not UTF-8: \xff"),
+    ("de", "Guten Morgen, Welt. Wir gehen heute in die Stadt."),
+    ("en", "Good morning, world. We go to the town today."),
+    ("fr", " \t\u3000"),
+    ("fr", "Salut, monde. Nous allons en ville aujourd'hui."),
+]
+PAIRS = [  # (source language, target language, source, target): records 2 and 3 are bad
+    ("en", "de", "The cat sleeps.", "Die Katze schläft."),
+    ("en", "fr", "The dog runs.", "Le chien court."),
+    ("en", "de", "", "Leer."),
+    ("en", "de", " ", ""),
+    ("en", "de", "A small house.", "Ein kleines Haus."),
+    ("en", "fr", "A tab\tinside.", "Une tabulation\tdedans."),
+]
+TRANSLATIONS = [("Guten Tag.", "Good day."), ("Danke.", "Thank you.")]
+
+
+class _Builder(tfds.core.GeneratorBasedBuilder, skip_registration=True):
+    """A local dataset of `rows()` in generation order, with a 'train' split only."""
+
+    VERSION = tfds.core.Version("1.0.0")
+    FEATURES: dict = {}
+
+    def _info(self) -> tfds.core.DatasetInfo:
+        features = tfds.features.FeaturesDict(self.FEATURES)
+        return tfds.core.DatasetInfo(builder=self, features=features, disable_shuffling=True)
+
+    def _split_generators(self, dl_manager):
+        return {"train": self._generate_examples()}
+
+    def _generate_examples(self):
+        yield from enumerate(self.rows())
+
+
+class XlpretrainTestDocs(_Builder):
+    FEATURES = {"text": tfds.features.Text(), "language": tfds.features.Text(), "n": np.int64}
+
+    def rows(self):
+        return [{"text": text, "language": lang, "n": i} for i, (lang, text) in enumerate(DOCS)]
+
+
+class XlpretrainTestPairs(_Builder):
+    FEATURES = {
+        key: tfds.features.Text()
+        for key in ("source", "target", "source_language", "target_language")
+    }
+
+    def rows(self):
+        keys = ("source_language", "target_language", "source", "target")
+        return [dict(zip(keys, row, strict=True)) for row in PAIRS]
+
+
+class XlpretrainTestTranslation(_Builder):
+    def _info(self) -> tfds.core.DatasetInfo:  # the TFDS layout: features named by language
+        features = tfds.features.Translation(languages=("de", "en"))
+        return tfds.core.DatasetInfo(builder=self, features=features, disable_shuffling=True)
+
+    def rows(self):
+        return [{"de": de, "en": en} for de, en in TRANSLATIONS]
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory):
+    path = tmp_path_factory.mktemp("tfds")
+    tfds.display_progress_bar(False)
+    for builder in (XlpretrainTestDocs, XlpretrainTestPairs, XlpretrainTestTranslation):
+        builder(data_dir=path).download_and_prepare(file_format="array_record")
+    return path
+
+
+@pytest.fixture(scope="module")
+def mono(data_dir):
+    return TfdsMonolingualSource.from_tfds(
+        "xlpretrain_test_docs", data_dir=data_dir, max_line_bytes=MAX_BYTES
+    )
+
+
+@pytest.fixture(scope="module")
+def parallel(data_dir):
+    return TfdsParallelSource.from_tfds(
+        "xlpretrain_test_pairs",
+        data_dir=data_dir,
+        language_keys=("source_language", "target_language"),
+    )
+
+
+def test_monolingual_languages_counts_and_lines(mono):
+    assert mono.languages == ["de", "en", "fr"]
+    expected = {"en": [0, 7], "de": [1, 6], "fr": [4, 9]}  # usable records, in record order
+    for lang, records in expected.items():
+        assert mono.num_lines(lang) == len(records)
+        assert [mono.line(lang, i) for i in range(len(records))] == [DOCS[r][1] for r in records]
+    with pytest.raises(IndexError):
+        mono.line("en", 2)
+    with pytest.raises(KeyError, match="tfds:xlpretrain_test_docs/train"):
+        mono.line("ja", 0)
+
+
+def test_bad_records_are_counted_per_language(mono):
+    en, de, fr = (mono.stats[lang] for lang in ("en", "de", "fr"))
+    assert en.path == "tfds:xlpretrain_test_docs/train (en)"
+    assert (en.total, en.used, en.empty, en.invalid_utf8) == (4, 2, 1, 1)
+    assert en.examples == {"empty": [2], "invalid_utf8": [5]}  # record indices
+    assert (de.total, de.used, de.too_long, de.examples) == (3, 2, 1, {"too_long": [3]})
+    assert (fr.total, fr.used, fr.empty) == (3, 2, 1)
+    assert format_stats(mono.stats)[-1] == (
+        "3 files: 6 of 10 lines used; skipped 1 too long, 1 invalid UTF-8, 2 empty"
+    )
+
+
+def test_strict_mode_names_dataset_split_and_record(data_dir):
+    with pytest.raises(DataError, match=r"tfds:xlpretrain_test_docs/train record 2: empty"):
+        TfdsMonolingualSource.from_tfds("xlpretrain_test_docs", data_dir=data_dir, strict=True)
+    with pytest.raises(DataError, match=r"record 3: text longer than max_line_bytes=1000"):
+        TfdsMonolingualSource.from_tfds(
+            "xlpretrain_test_docs",
+            data_dir=data_dir,
+            languages=["de"],
+            strict=True,
+            max_line_bytes=MAX_BYTES,
+        )
+
+
+def test_single_language_and_selection(data_dir):
+    one = TfdsMonolingualSource.from_tfds(
+        "xlpretrain_test_docs", data_dir=data_dir, language="xx", language_key=None
+    )
+    assert one.languages == ["xx"] and one.num_lines("xx") == 7  # the too-long one fits 1 MB
+    assert one.line("xx", 2) == DOCS[3][1]
+    fr = TfdsMonolingualSource.from_tfds(
+        "xlpretrain_test_docs", data_dir=data_dir, languages=["fr"]
+    )
+    assert fr.languages == ["fr"] and list(fr.stats) == ["fr"]
+    with pytest.raises(
+        DataError, match=r"ja not found in tfds:xlpretrain_test_docs/train \(it has"
+    ):
+        TfdsMonolingualSource.from_tfds("xlpretrain_test_docs", data_dir=data_dir, languages=["ja"])
+    with pytest.raises(ValueError, match="give language_key"):
+        TfdsMonolingualSource.from_tfds(
+            "xlpretrain_test_docs", data_dir=data_dir, language_key=None
+        )
+
+
+def test_parallel_pairs_lines_and_bad_records(parallel):
+    assert parallel.pairs == [("en", "de"), ("en", "fr")]
+    assert parallel.languages == ["de", "en", "fr"]
+    assert parallel.num_lines(("en", "de")) == 2
+    assert parallel.line(("en", "de"), 1) == ("A small house.", "Ein kleines Haus.")
+    assert parallel.line("en-fr", 1) == PAIRS[5][2:]  # tabs inside a text are fine
+    stats = parallel.stats[("en", "de")]
+    assert (stats.total, stats.used, stats.bad_fields, stats.empty) == (4, 2, 1, 1)
+    assert stats.examples == {"bad_fields": [2], "empty": [3]}
+
+
+def test_parallel_fixed_pair_reads_translation_features(data_dir):
+    source = TfdsParallelSource.from_tfds(
+        "xlpretrain_test_translation", data_dir=data_dir, pair=("de", "en")
+    )
+    assert source.pairs == [("de", "en")]
+    assert [source.line("de-en", i) for i in range(2)] == TRANSLATIONS
+    reverse = TfdsParallelSource.from_tfds(
+        "xlpretrain_test_translation",
+        data_dir=data_dir,
+        pair="en-de",
+        source_key="en",
+        target_key="de",
+    )
+    assert reverse.line(("en", "de"), 0) == ("Good day.", "Guten Tag.")
+    with pytest.raises(ValueError, match="exactly one of pair and language_keys"):
+        TfdsParallelSource.from_tfds("xlpretrain_test_translation", data_dir=data_dir)
+
+
+def test_pickling_copies_the_index_and_reopens(mono, parallel, tmp_path):
+    mono.line("en", 0)  # opened here: the open reader must not travel
+    data = pickle.dumps(mono)
+    assert len(data) < 4000
+    copy = pickle.loads(data)
+    assert [copy.line("fr", i) for i in range(2)] == [mono.line("fr", i) for i in range(2)]
+    assert pickle.loads(pickle.dumps(parallel)).line("en-fr", 0) == PAIRS[1][2:]
+    # A fresh process has never seen the builder classes: TFDS opens the prepared files.
+    path = tmp_path / "source.pkl"
+    path.write_bytes(data)
+    read = f"import pickle; print(pickle.load(open({str(path)!r}, 'rb')).line('de', 1))"
+    out = subprocess.run([sys.executable, "-c", read], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == DOCS[6][1]
+
+
+@pytest.mark.parametrize(
+    "name, options, message",
+    [
+        ("xlpretrain_no_such_dataset", {}, "'xlpretrain_no_such_dataset'.* not found"),
+        ("xlpretrain_test_docs", {"split": "validation"}, "split 'validation'.*Unknown split"),
+        ("xlpretrain_test_docs", {"text_key": "body"}, r"no feature 'body' \(its features: "),
+        ("xlpretrain_test_docs", {"language_key": "lang"}, "no feature 'lang'"),
+        ("xlpretrain_test_docs", {"text_key": "n"}, "record 0: feature 'n' is not a string"),
+    ],
+)
+def test_clear_errors(data_dir, name, options, message):
+    with pytest.raises(DataError, match=message):
+        TfdsMonolingualSource.from_tfds(name, data_dir=data_dir, **options)
+
+
+def test_unprepared_dataset_is_not_downloaded(tmp_path):
+    with pytest.raises(DataError, match="is not prepared in .*tfds build xlpretrain_test_docs"):
+        TfdsMonolingualSource.from_tfds("xlpretrain_test_docs", data_dir=tmp_path)
+    assert not any(tmp_path.rglob("*.array_record*"))
+
+
+def test_sources_feed_the_pipeline(mono, parallel, tmp_path):
+    corpus = Corpus(mono, parallel, language_vocabulary(mono, parallel))
+    texts = {lang: [mono.line(lang, i) for i in range(2)] for lang in mono.languages}
+    for pair in parallel.pairs:
+        for i in range(parallel.num_lines(pair)):
+            for lang, text in zip(pair, parallel.line(pair, i), strict=True):
+                texts[lang].append(text)
+    tokenizer = train_tokenizer(texts, tmp_path / "tok.model", 60, character_coverage=1.0)
+    streams = {"mmlm": StreamSpec(MONO, 0.15), "tlm": StreamSpec(PARALLEL, 0.15)}
+    builder = StepBatchBuilder(
+        corpus,
+        tokenizer,
+        streams,
+        seed=0,
+        batch_size=4,
+        max_length=32,
+        mono_alpha=0.3,
+        parallel_alpha=0.3,
+        pack=True,
+        reset_positions=False,
+    )
+    batch = builder.map(0)
+    assert batch["mmlm"]["input_ids"].shape == batch["tlm"]["input_ids"].shape == (4, 32)
+    assert (batch["mmlm"]["segment_ids"] > 0).any() and (batch["tlm"]["side"] == 1).any()
+    assert set(np.unique(batch["tlm"]["lang_ids"])) <= set(range(len(corpus.languages)))
+    # What grain's worker processes do: unpickle the builder (with its sources) and map.
+    again = pickle.loads(pickle.dumps(builder)).map(0)
+    np.testing.assert_array_equal(again["tlm"]["input_ids"], batch["tlm"]["input_ids"])

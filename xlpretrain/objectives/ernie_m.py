@@ -1,0 +1,114 @@
+"""ERNIE-M (Ouyang et al., 2021): cross-attention MLM and back-translation MLM.
+
+CAMLM predicts a masked token of one side from the unmasked tokens of the other side only
+(`masks.camlm`). BTMLM runs two passes in one step: pass 1 decodes pseudo tokens at placeholder
+slots appended to a monolingual source, seeing the source only (`masks.btmlm_generate`), with no
+gradient; pass 2 trains MLM on the masked source with the pseudo tokens appended
+(`masks.btmlm`), p(x_m | X \\ M, P).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from xlpretrain import masks
+from xlpretrain.data.batch import SIDE_PSEUDO, Batch
+from xlpretrain.model.encoder import MaskedLM
+from xlpretrain.objectives.mlm import mask_meta, masked_lm, prediction_loss
+from xlpretrain.tokenizer import Tokenizer
+
+camlm = masked_lm(masks.camlm)
+camlm.__doc__ = "CAMLM: masked tokens see only the unmasked tokens of the other side."
+
+
+def decode_pseudo_tokens(
+    model: MaskedLM, params, batch: Batch, rng: jax.Array, *, decode: str, temperature: float
+) -> jax.Array:
+    """BTMLM pass 1: token ids at the placeholder slots `[B, K]`, without gradient.
+
+    Decoding runs without dropout: it produces data for pass 2, not a training signal.
+    """
+    params = jax.lax.stop_gradient(params)
+    meta = mask_meta(batch)
+    hidden = model.apply(
+        {"params": params},
+        batch["source_ids"],
+        batch["positions"],
+        mask_fn=masks.btmlm_generate,
+        mask_meta=meta,
+        lang_ids=batch["lang_ids"],
+        deterministic=True,
+    )
+    slots = batch["placeholder_positions"]
+    selected = jnp.take_along_axis(hidden, slots[..., None], axis=1)
+    logits = model.apply({"params": params}, selected, method=MaskedLM.mlm_logits)
+    if decode == "argmax":
+        ids = jnp.argmax(logits, axis=-1)
+    else:
+        ids = jax.random.categorical(rng, logits / temperature, axis=-1)
+    return jax.lax.stop_gradient(ids.astype(jnp.int32))
+
+
+def pseudo_token_statistics(ids: jax.Array, weights: jax.Array, vocab_size: int) -> dict:
+    """Share of special and of unknown ids among the pseudo tokens, and distinct/total ratio:
+    a collapsing generator shows up as many specials or few distinct tokens."""
+    valid = weights > 0
+    count = jnp.maximum(valid.sum(), 1)
+    special = (ids <= Tokenizer.UNK_ID) | (ids == vocab_size - 1)
+    ordered = jnp.sort(jnp.where(valid, ids, -1).ravel())
+    distinct = ((ordered[1:] != ordered[:-1]) & (ordered[1:] >= 0)).sum() + (ordered[0] >= 0)
+    return {
+        "pseudo_special_share": (special & valid).sum() / count,
+        "pseudo_unknown_share": ((ids == Tokenizer.UNK_ID) & valid).sum() / count,
+        "pseudo_distinct_ratio": distinct / count,
+    }
+
+
+def make_btmlm(decode: str = "argmax", temperature: float = 1.0):
+    """The two-pass BTMLM objective `(params, batch, rng, model) -> (loss, metrics)`."""
+
+    def btmlm(params, batch: Batch, rng: jax.Array, model: MaskedLM):
+        decode_rng, dropout_rng = jax.random.split(rng)
+        pseudo = decode_pseudo_tokens(
+            model, params, batch, decode_rng, decode=decode, temperature=temperature
+        )
+        rows = jnp.arange(pseudo.shape[0])[:, None]
+        slots = batch["placeholder_positions"]
+        filled = batch["placeholder_weights"] > 0
+        # Empty slots point at position 0 (<s>): leave those untouched.
+        input_ids = (
+            batch["input_ids"]
+            .at[rows, slots]
+            .set(jnp.where(filled, pseudo, batch["input_ids"][rows, slots]))
+        )
+        side = (
+            batch["side"]
+            .at[rows, slots]
+            .set(jnp.where(filled, SIDE_PSEUDO, batch["side"][rows, slots]))
+        )
+        second = {**batch, "input_ids": input_ids, "side": side}
+        hidden = model.apply(
+            {"params": params},
+            input_ids,
+            batch["positions"],
+            mask_fn=masks.btmlm,
+            mask_meta=mask_meta(second),
+            lang_ids=batch["lang_ids"],
+            deterministic=False,
+            rngs={"dropout": dropout_rng},
+        )
+        loss, metrics = prediction_loss(
+            model,
+            params,
+            hidden,
+            batch["pred_positions"],
+            batch["pred_labels"],
+            batch["pred_weights"],
+        )
+        stats = pseudo_token_statistics(
+            pseudo, batch["placeholder_weights"], model.config.vocab_size
+        )
+        return loss, {**metrics, **stats}
+
+    return btmlm
