@@ -266,3 +266,25 @@ def test_sources_feed_the_pipeline(mono, parallel, tmp_path):
     # What grain's worker processes do: unpickle the builder (with its sources) and map.
     again = pickle.loads(pickle.dumps(builder)).map(0)
     np.testing.assert_array_equal(again["tlm"]["input_ids"], batch["tlm"]["input_ids"])
+
+
+def test_run_config_selects_tfds_sources(data_dir):
+    from xlpretrain import train
+    from xlpretrain.config import ConfigError, default_config
+    from xlpretrain.data.pipeline import MONO, PARALLEL
+
+    cfg = default_config()
+    cfg.data.mono_tfds.name = "xlpretrain_test_docs"
+    cfg.data.mono_tfds.data_dir = str(data_dir)
+    cfg.data.parallel_tfds.name = "xlpretrain_test_translation"
+    cfg.data.parallel_tfds.data_dir = str(data_dir)
+    cfg.data.parallel_tfds.pair = "de-en"
+    cfg.data.max_line_bytes = MAX_BYTES
+    corpus = train.load_corpus(cfg, {MONO, PARALLEL})
+    assert isinstance(corpus.mono, TfdsMonolingualSource)
+    assert isinstance(corpus.parallel, TfdsParallelSource)
+    assert corpus.parallel.line(("de", "en"), 1) == ("Danke.", "Thank you.")
+    assert {"de", "en"} <= set(corpus.languages)
+    cfg.data.mono_dir = "/some/folder"
+    with pytest.raises(ConfigError, match="data.mono_tfds.name"):
+        train.load_corpus(cfg, {MONO})

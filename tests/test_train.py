@@ -253,3 +253,21 @@ def test_demo_command_trains_and_loss_falls(tmp_path):
     assert records[-1]["loss"] < records[0]["loss"] - 0.5
     assert (tmp_path / "tokenizer.model").exists() and (tmp_path / "tb").is_dir()
     assert (tmp_path / "checkpoints" / "60").is_dir()
+
+
+def test_ernie_m_stages_switch_objectives(udhr, udhr_tokenizer_path, tmp_path):
+    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "configs"))
+    import ernie_m
+
+    cfg = ernie_m.get_config("tiny")
+    small = tiny_config(udhr, udhr_tokenizer_path, train__steps=6, train__log_every=1)
+    for section in ("data", "tokenizer", "train"):
+        cfg[section] = small[section]
+    cfg.model.vocab_size, cfg.model.hidden_size, cfg.model.mlp_dim = 1002, 32, 64
+    run(cfg, tmp_path, jax.devices()[:1])
+    records = read_metrics(tmp_path)
+    assert [r["stage"] for r in records] == [0, 0, 1, 1, 1, 1]  # stage 2 from step 3 = 0.5 · 6
+    for r in records:
+        assert {"loss/mmlm", "loss/tlm", "loss/camlm"} <= set(r)
+        assert ("loss/btmlm" in r) == (r["stage"] == 1)
+        assert ("pseudo_distinct_ratio/btmlm" in r) == (r["stage"] == 1)

@@ -38,7 +38,6 @@ from xlpretrain.data.pipeline import (
 )
 from xlpretrain.data.sampling import format_sampling_table
 from xlpretrain.data.sources import MonolingualSource, ParallelSource, format_stats
-from xlpretrain.data.tfds_source import TfdsMonolingualSource, TfdsParallelSource
 from xlpretrain.metrics import MetricsWriter, progress_line
 from xlpretrain.model.config import ModelConfig
 from xlpretrain.model.encoder import MaskedLM
@@ -73,6 +72,8 @@ def load_corpus(cfg: ml_collections.ConfigDict, kinds: set[str]) -> Corpus:
     mono = parallel = None
     if MONO in kinds:
         if mono_tfds.name:
+            from xlpretrain.data.tfds_source import TfdsMonolingualSource  # optional extra
+
             mono = TfdsMonolingualSource.from_tfds(
                 mono_tfds.name,
                 split=mono_tfds.split,
@@ -90,6 +91,8 @@ def load_corpus(cfg: ml_collections.ConfigDict, kinds: set[str]) -> Corpus:
             log.info("mono data: %s", line)
     if PARALLEL in kinds:
         if parallel_tfds.name:
+            from xlpretrain.data.tfds_source import TfdsParallelSource  # optional extra
+
             parallel = TfdsParallelSource.from_tfds(
                 parallel_tfds.name,
                 split=parallel_tfds.split,
