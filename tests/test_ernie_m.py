@@ -15,7 +15,7 @@ import pytest
 
 from xlpretrain import masks
 from xlpretrain.config import ConfigError, default_config, stage_index, stages, validate
-from xlpretrain.data.batch import SIDE_PLACEHOLDER, SIDE_SOURCE
+from xlpretrain.data.batch import SIDE_PLACEHOLDER, SIDE_SOURCE, SIDE_TAG
 from xlpretrain.data.pipeline import MONO, Corpus, StepBatchBuilder, StreamSpec
 from xlpretrain.data.sources import MonolingualSource
 from xlpretrain.model import MaskedLM, ModelConfig, init_params
@@ -187,3 +187,35 @@ def test_configs_match_table_10(size, layers, hidden, ffn, heads, steps, lr):
     assert m.vocab_size == 250002  # 250k SentencePiece pieces + <pad> + <mask>
     assert [set(s["objectives"]) for s in cfg.schedule] == [
         {"mmlm", "tlm", "camlm"}, {"mmlm", "tlm", "camlm", "btmlm"}]
+
+
+def test_btmlm_tag_tokens_precede_the_placeholders(udhr, udhr_tokenizer_path):
+    tokenizer = Tokenizer.load(udhr_tokenizer_path)
+    mono = MonolingualSource.from_dir(udhr / "mono", languages=["007", "eng"])
+    corpus = Corpus(mono, None, mono.languages)
+    streams = {"btmlm": StreamSpec(MONO, 0.15, placeholder_ratio=0.2, tag_format="<{lang}>")}
+    builder = StepBatchBuilder(
+        corpus, tokenizer, streams, seed=0, batch_size=4, max_length=64, mono_alpha=0.5,
+        parallel_alpha=0.5, pack=True, reset_positions=False,
+    )
+    batch = builder.map(0)["btmlm"]
+    tags = {lang: tokenizer.encode(f"<{lang}>") for lang in corpus.languages}
+    for r in range(4):
+        for unit in range(1, batch["segment_ids"][r].max() + 1):
+            idx = np.flatnonzero(batch["segment_ids"][r] == unit)
+            side = batch["side"][r, idx]
+            tag = idx[side == SIDE_TAG]
+            holders = idx[side == SIDE_PLACEHOLDER]
+            source_lang = corpus.languages[batch["lang_ids"][r, idx[0]]]
+            target = "eng" if source_lang == "007" else "007"  # the only other language
+            np.testing.assert_array_equal(batch["input_ids"][r, tag], tags[target])
+            assert tag.max() < holders.min() and (batch["is_masked"][r, tag] == 0).all()
+    # pass 1: placeholders see the tag; the source does not
+    meta = {k: batch[k] for k in ("segment_ids", "side", "is_masked", "positions")}
+    allowed = np.asarray(masks.materialize(masks.btmlm_generate, meta))[:, 0]
+    side = batch["side"]
+    for r in range(4):
+        holders, tag = side[r] == SIDE_PLACEHOLDER, side[r] == SIDE_TAG
+        same = batch["segment_ids"][r][:, None] == batch["segment_ids"][r][None, :]
+        assert (allowed[r][np.ix_(holders, tag)] == same[np.ix_(holders, tag)]).all()
+        assert not allowed[r][np.ix_(side[r] == SIDE_SOURCE, tag)].any()

@@ -125,6 +125,10 @@ def default_config() -> ml_collections.ConfigDict:
     cfg.btmlm = ml_collections.ConfigDict()
     cfg.btmlm.ratio = 0.15  # placeholders per source token (ERNIE-M: 0.05-0.2)
     cfg.btmlm.target_languages = ()  # placeholder languages; empty: every language of the run
+    # How placeholders learn their target language: its language embedding (ERNIE-M; needs
+    # model.language_embeddings) or tag tokens, the tokenization of tag_format, before them.
+    cfg.btmlm.target_signal = "language_embedding"  # language_embedding | tag_token
+    cfg.btmlm.tag_format = "<{lang}>"
     cfg.btmlm.decode = "argmax"  # argmax | sample
     cfg.btmlm.temperature = 1.0  # for decode=sample
 
@@ -220,6 +224,11 @@ _RANGES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "model.attention": (_one_of("xla", "cudnn"), "must be 'xla' or 'cudnn'"),
     "btmlm.ratio": (lambda v: 0.0 < v <= 1.0, "must be in (0, 1]"),
     "btmlm.decode": (_one_of("argmax", "sample"), "must be 'argmax' or 'sample'"),
+    "btmlm.target_signal": (
+        _one_of("language_embedding", "tag_token"),
+        "must be 'language_embedding' or 'tag_token'",
+    ),
+    "btmlm.tag_format": (lambda v: "{lang}" in v, "must contain '{lang}'"),
     "btmlm.temperature": (_positive, "must be > 0"),
     "optim.learning_rate": (_positive, "must be > 0"),
     "optim.warmup_steps": (_non_negative, "must be >= 0"),
@@ -287,9 +296,12 @@ def validate(cfg: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
         _check(any(w > 0 for w in cfg.objectives.values()), "objectives", "all weights are zero")
     active = {name for stage in stages(cfg) for name in stage.weights}
     _check(
-        "btmlm" not in active or cfg.model.language_embeddings,
+        "btmlm" not in active
+        or cfg.model.language_embeddings
+        or cfg.btmlm.target_signal == "tag_token",
         "model.language_embeddings",
-        "btmlm gives placeholders their target language by language embedding: set it True",
+        "btmlm.target_signal='language_embedding' needs language embeddings: set this True, "
+        "or use btmlm.target_signal='tag_token'",
     )
     _check(
         not cfg.init.checkpoint,

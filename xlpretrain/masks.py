@@ -62,7 +62,8 @@ def tlm(q: Meta, k: Meta) -> jax.Array:
     return mmlm(q, k)
 
 
-SIDE_PLACEHOLDER = 2  # xlpretrain.data.batch.SIDE_PLACEHOLDER (masks sit below data)
+SIDE_PLACEHOLDER = 2  # xlpretrain.data.batch.SIDE_* (masks sit below data)
+SIDE_TAG = 4
 
 
 def camlm(q: Meta, k: Meta) -> jax.Array:
@@ -85,12 +86,16 @@ def camlm(q: Meta, k: Meta) -> jax.Array:
 
 def btmlm_generate(q: Meta, k: Meta) -> jax.Array:
     """ERNIE-M back-translation, pass 1: the source sees itself; each placeholder sees the
-    source and itself only, so pseudo tokens are decoded in parallel from the source alone."""
+    source and itself only, so pseudo tokens are decoded in parallel from the source alone.
+    A target-language tag (when the run uses tags instead of language embeddings) sees the
+    source and the tag, and is seen by the placeholders."""
     same_segment = q["segment_ids"] == k["segment_ids"]
     q_placeholder = q["side"] == SIDE_PLACEHOLDER
     k_placeholder = k["side"] == SIDE_PLACEHOLDER
+    q_source = (q["side"] != SIDE_PLACEHOLDER) & (q["side"] != SIDE_TAG)
+    k_tag = k["side"] == SIDE_TAG
     itself = q["index"] == k["index"]
-    return same_segment & (~k_placeholder | (q_placeholder & itself))
+    return same_segment & ~(q_source & k_tag) & (~k_placeholder | (q_placeholder & itself))
 
 
 def btmlm(q: Meta, k: Meta) -> jax.Array:
@@ -118,7 +123,7 @@ def get(name: str) -> MaskFn:
 
 # --- python -m xlpretrain.masks: show an objective's mask on an example -----------------------
 
-SIDE_NAMES = ("source", "target", "placeholder", "pseudo")
+SIDE_NAMES = ("source", "target", "placeholder", "pseudo", "tag")
 PAIR_SEPARATOR = " ||| "
 MASK_TOKEN = "<mask>"
 

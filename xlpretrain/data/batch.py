@@ -35,6 +35,7 @@ SIDE_SOURCE = 0  # source side of a pair, or monolingual text
 SIDE_TARGET = 1
 SIDE_PLACEHOLDER = 2
 SIDE_PSEUDO = 3
+SIDE_TAG = 4  # a target-language tag before BTMLM placeholders
 
 
 def stack_rows(rows: list[Batch]) -> Batch:

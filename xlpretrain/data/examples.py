@@ -14,7 +14,14 @@ import math
 
 import numpy as np
 
-from xlpretrain.data.batch import SIDE_PLACEHOLDER, SIDE_SOURCE, SIDE_TARGET, TOKEN_FIELDS, Batch
+from xlpretrain.data.batch import (
+    SIDE_PLACEHOLDER,
+    SIDE_SOURCE,
+    SIDE_TAG,
+    SIDE_TARGET,
+    TOKEN_FIELDS,
+    Batch,
+)
 from xlpretrain.data.sources import MonolingualSource, ParallelSource
 from xlpretrain.tokenizer import Tokenizer
 
@@ -69,19 +76,23 @@ def _window(tokens: np.ndarray, size: int, rng: np.random.Generator) -> np.ndarr
 @dataclasses.dataclass(frozen=True)
 class Placeholders:
     """ERNIE-M BTMLM: each unit `<s> x </s>` is followed by ⌈ratio·|x|⌉ `<mask>` placeholders
-    whose positions continue after the source and whose language is a target language."""
+    whose positions continue after the source and whose language is a target language — given
+    by `lang_ids` (for language embeddings) and, if `tags` is set, by that language's tag tokens
+    placed before the placeholders."""
 
     ratio: float
     target_lang_ids: tuple[int, ...]  # candidates; the unit's own language is never chosen
     max_per_row: int  # static slot count of `placeholder_positions`
+    tags: dict[int, np.ndarray] | None = None  # lang id -> tag token ids
 
     def count(self, source_tokens: int) -> int:
         return math.ceil(self.ratio * source_tokens)
 
     def fit(self, remaining: int, slots_left: int) -> int:
-        """The most source tokens whose unit (specials and placeholders included) fits."""
-        n = int((remaining - 2) / (1 + self.ratio))
-        while n > 0 and (n + 2 + self.count(n) > remaining or self.count(n) > slots_left):
+        """The most source tokens whose unit (specials, tag and placeholders) fits."""
+        tag = max((len(t) for t in self.tags.values()), default=0) if self.tags else 0
+        n = int((remaining - 2 - tag) / (1 + self.ratio))
+        while n > 0 and (n + 2 + tag + self.count(n) > remaining or self.count(n) > slots_left):
             n -= 1
         return n
 
@@ -119,9 +130,11 @@ def monolingual_row(
             k = placeholders.count(len(tokens))
             slots_left -= k
             targets = [t for t in placeholders.target_lang_ids if t != lang_id]
-            ids = np.concatenate([ids, np.full(k, tokenizer.mask_id)])
-            side = np.concatenate([side, np.full(k, SIDE_PLACEHOLDER)])
-            lang = np.concatenate([lang, np.full(k, targets[rng.integers(len(targets))])])
+            target = targets[rng.integers(len(targets))]
+            tag = placeholders.tags[target] if placeholders.tags else np.zeros(0, np.int32)
+            ids = np.concatenate([ids, tag, np.full(k, tokenizer.mask_id)])
+            side = np.concatenate([side, np.full(len(tag), SIDE_TAG), np.full(k, SIDE_PLACEHOLDER)])
+            lang = np.concatenate([lang, np.full(len(tag) + k, target)])
         packer.add(ids, FIRST_POSITION + np.arange(len(ids)), side, lang)
         if not pack:
             break

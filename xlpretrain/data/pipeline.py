@@ -37,6 +37,7 @@ class StreamSpec:
     mask_rate: float
     placeholder_ratio: float = 0.0  # > 0: BTMLM placeholders after each monolingual unit
     target_languages: tuple[str, ...] = ()  # placeholder languages; empty: all of the run's
+    tag_format: str = ""  # e.g. "<{lang}>": tag tokens before the placeholders; "": none
 
 
 def max_placeholders(max_length: int, ratio: float) -> int:
@@ -127,10 +128,17 @@ class StepBatchBuilder(grain.transforms.Map):
             lonely = [lang for lang in self._mono_keys if set(targets) <= {lang}]
             if lonely:
                 raise ValueError(f"{name}: no target language other than {lonely[0]!r}")
+        tags = None
+        if spec.tag_format:
+            tags = {
+                self.corpus.lang_id(t): self.tokenizer.encode(spec.tag_format.format(lang=t))
+                for t in targets
+            }
         return Placeholders(
             spec.placeholder_ratio,
             tuple(self.corpus.lang_id(t) for t in targets),
             max_placeholders(self.max_length, spec.placeholder_ratio),
+            tags,
         )
 
     def _row(self, name: str, spec: StreamSpec, step: int, row: int) -> Batch:

@@ -30,6 +30,7 @@ def _btmlm_stream(cfg: ml_collections.ConfigDict) -> StreamSpec:
         cfg.data.mono_mask_rate,
         placeholder_ratio=cfg.btmlm.ratio,
         target_languages=tuple(cfg.btmlm.target_languages),
+        tag_format=cfg.btmlm.tag_format if cfg.btmlm.target_signal == "tag_token" else "",
     )
 
 
