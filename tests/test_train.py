@@ -192,7 +192,7 @@ def test_nan_loss_halts_without_corrupting_the_state(
         return nan_loss
 
     monkeypatch.setitem(
-        objectives.REGISTRY, "mmlm", objectives.Objective("mmlm", real.stream, poisoned)
+        objectives.REGISTRY, "mmlm", objectives.Objective("mmlm", real.stream_spec, poisoned)
     )
     cfg = tiny_config(udhr, udhr_tokenizer_path, train__log_every=2)
     trainer = train.build(cfg, str(tmp_path), jax.devices()[:1])
@@ -271,3 +271,26 @@ def test_ernie_m_stages_switch_objectives(udhr, udhr_tokenizer_path, tmp_path):
         assert {"loss/mmlm", "loss/tlm", "loss/camlm"} <= set(r)
         assert ("loss/btmlm" in r) == (r["stage"] == 1)
         assert ("pseudo_distinct_ratio/btmlm" in r) == (r["stage"] == 1)
+
+
+@pytest.mark.parametrize("variant", ["acl", "iclr"])
+def test_veco_trains_both_streams_and_tlm(udhr, udhr_tokenizer_path, tmp_path, variant):
+    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "configs"))
+    import veco
+
+    cfg = veco.get_config("tiny")
+    small = tiny_config(udhr, udhr_tokenizer_path, train__steps=6, train__log_every=1)
+    for section in ("tokenizer", "train"):
+        cfg[section] = small[section]
+    cfg.data.mono_dir, cfg.data.parallel_dir = small.data.mono_dir, small.data.parallel_dir
+    cfg.data.max_length, cfg.data.batch_size = 32, 4
+    cfg.data.per_objective.veco_mono.max_length = 48
+    cfg.data.per_objective.veco_mono.batch_size = 2
+    cfg.model.vocab_size, cfg.model.hidden_size, cfg.model.mlp_dim = 1002, 32, 64
+    cfg.veco.variant = variant
+    run(cfg, tmp_path, jax.devices()[:2])
+    records = read_metrics(tmp_path)
+    assert [r["stage"] for r in records] == [0] + [1] * 5  # phase 2 from step round(0.25 · 6)
+    for key in ("loss/veco_self", "loss/veco_cross", "loss/veco_mono_self",
+                "loss/veco_mono_cross", "loss/tlm"):
+        assert all(np.isfinite(r[key]) for r in records), key

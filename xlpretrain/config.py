@@ -17,7 +17,7 @@ import ml_collections
 
 # Objectives the training loop knows (xlpretrain.objectives.REGISTRY; kept here so config
 # validation does not import the model).
-KNOWN_OBJECTIVES = ("mmlm", "tlm", "camlm", "btmlm")
+KNOWN_OBJECTIVES = ("mmlm", "tlm", "camlm", "btmlm", "veco", "veco_mono")
 
 DEFAULT_LOGICAL_AXIS_RULES = (
     ("batch", ("data", "fsdp")),
@@ -52,6 +52,9 @@ def default_config() -> ml_collections.ConfigDict:
     cfg.train.grad_accum = 1
     cfg.train.profile_steps = ""  # "START:END" writes a jax.profiler trace to WORKDIR/profile
     cfg.train.halt_on_nan = True
+    # Regular expression on parameter paths ("encoder/layers/cross_attention/query/kernel"):
+    # only matching parameters are updated; "" trains all. A schedule stage may override it.
+    cfg.train.trainable = ""
 
     cfg.data = ml_collections.ConfigDict()
     cfg.data.mono_dir = ""  # folder of <lang>.txt; empty: the built-in demo corpus
@@ -87,6 +90,8 @@ def default_config() -> ml_collections.ConfigDict:
     cfg.data.num_workers = 0  # grain worker processes (0: build batches in the main process)
     cfg.data.prefetch = 2  # batches built ahead of the step
     cfg.data.demo_languages = 40
+    # Per-objective row length and global batch, e.g. {"veco_mono": {"max_length": 512}}.
+    cfg.data.per_objective = ml_collections.ConfigDict()
 
     cfg.tokenizer = ml_collections.ConfigDict()
     cfg.tokenizer.path = ""  # a SentencePiece model; empty: train one into WORKDIR/tokenizer.model
@@ -102,6 +107,7 @@ def default_config() -> ml_collections.ConfigDict:
     cfg.model.dropout_rate = 0.1
     cfg.model.attention_dropout_rate = 0.1
     cfg.model.language_embeddings = False  # XLM-style language embeddings added at the input
+    cfg.model.cross_attention = False  # VECO's plug-in cross-attention sub-layer per layer
     cfg.model.dtype = "float32"  # compute dtype; parameters are always float32
     cfg.model.remat = "none"  # none | full | dots
     cfg.model.scan_layers = True
@@ -132,6 +138,9 @@ def default_config() -> ml_collections.ConfigDict:
     cfg.btmlm.decode = "argmax"  # argmax | sample
     cfg.btmlm.temperature = 1.0  # for decode=sample
 
+    cfg.veco = ml_collections.ConfigDict()
+    cfg.veco.variant = "acl"  # acl: bidirectional s stream | iclr: causal s stream (CS-MLM)
+
     cfg.init = ml_collections.ConfigDict()
     cfg.init.checkpoint = ""  # a converted XLM-R checkpoint to start from
 
@@ -147,16 +156,19 @@ def default_config() -> ml_collections.ConfigDict:
 class Stage:
     start_step: int
     weights: dict[str, float]  # active objectives (weight > 0)
+    trainable: str = ""  # parameter-path pattern; "" = all
 
 
 def stages(cfg: ml_collections.ConfigDict) -> list[Stage]:
     """The run's stages; a run without `schedule` is one stage of `objectives`."""
     if not cfg.schedule:
-        return [Stage(0, {n: float(w) for n, w in cfg.objectives.items() if w > 0})]
+        weights = {n: float(w) for n, w in cfg.objectives.items() if w > 0}
+        return [Stage(0, weights, cfg.train.trainable)]
     return [
         Stage(
             _start_step(s["start_step"], cfg.train.steps),
             {n: float(w) for n, w in s["objectives"].items() if w > 0},
+            s.get("trainable", cfg.train.trainable),
         )
         for s in cfg.schedule
     ]
@@ -223,6 +235,7 @@ _RANGES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "model.remat": (_one_of("none", "full", "dots"), "must be 'none', 'full' or 'dots'"),
     "model.attention": (_one_of("xla", "cudnn"), "must be 'xla' or 'cudnn'"),
     "btmlm.ratio": (lambda v: 0.0 < v <= 1.0, "must be in (0, 1]"),
+    "veco.variant": (_one_of("acl", "iclr"), "must be 'acl' or 'iclr'"),
     "btmlm.decode": (_one_of("argmax", "sample"), "must be 'argmax' or 'sample'"),
     "btmlm.target_signal": (
         _one_of("language_embedding", "tag_token"),
@@ -279,6 +292,9 @@ def validate(cfg: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
         if section == "schedule":
             _check_schedule(cfg)
             continue
+        if path.startswith("data.per_objective."):
+            _check_override(path, value)
+            continue
         _check(path in default_leaves, path, "unknown key (typo?)")
         default = default_leaves[path]
         _check(
@@ -314,16 +330,22 @@ def validate(cfg: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
         "model.hidden_size",
         f"{cfg.model.hidden_size} is not divisible by model.num_heads={cfg.model.num_heads}",
     )
+    for name, key, length, batch in _stream_shapes(cfg):
+        _check(
+            length + 2 <= cfg.model.max_positions,
+            key + "max_length",
+            f"{length} needs max_length + 2 <= model.max_positions="
+            f"{cfg.model.max_positions} (positions start at padding id + 1 = 2)",
+        )
+        _check(
+            batch % cfg.train.grad_accum == 0,
+            "train.grad_accum",
+            f"{key}batch_size={batch} ({name}) is not divisible by {cfg.train.grad_accum}",
+        )
     _check(
-        cfg.data.max_length + 2 <= cfg.model.max_positions,
-        "data.max_length",
-        f"{cfg.data.max_length} needs max_length + 2 <= model.max_positions="
-        f"{cfg.model.max_positions} (positions start at padding id + 1 = 2)",
-    )
-    _check(
-        cfg.data.batch_size % cfg.train.grad_accum == 0,
-        "train.grad_accum",
-        f"data.batch_size={cfg.data.batch_size} is not divisible by {cfg.train.grad_accum}",
+        not ({"veco", "veco_mono"} & active) or cfg.model.cross_attention,
+        "model.cross_attention",
+        "veco needs the plug-in cross-attention: set it True",
     )
     _check(
         cfg.train.stop_at == -1 or 0 < cfg.train.stop_at <= cfg.train.steps,
@@ -340,9 +362,29 @@ def validate(cfg: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     return cfg
 
 
+def _stream_shapes(cfg: ml_collections.ConfigDict):
+    """(objective, config key prefix, max_length, batch_size) of every stream of the run."""
+    yield "all", "data.", cfg.data.max_length, cfg.data.batch_size
+    for name, override in cfg.data.per_objective.items():
+        prefix = f"data.per_objective.{name}."
+        yield (
+            name,
+            prefix,
+            override.get("max_length", cfg.data.max_length),
+            override.get("batch_size", cfg.data.batch_size),
+        )
+
+
 def _check_weight(path: str, name: str, value: Any) -> None:
     _check(name in KNOWN_OBJECTIVES, path, f"unknown objective; known: {KNOWN_OBJECTIVES}")
     _check(_type_ok(value, 1.0) and value >= 0, path, "weight must be a number >= 0")
+
+
+def _check_override(path: str, value: Any) -> None:
+    _, _, name, key = (path.split(".") + [""])[:4]
+    _check(name in KNOWN_OBJECTIVES, path, f"unknown objective; known: {KNOWN_OBJECTIVES}")
+    _check(key in ("max_length", "batch_size"), path, "only max_length and batch_size")
+    _check(isinstance(value, int) and value > 0, path, f"must be an int > 0, got {value!r}")
 
 
 def _check_schedule(cfg: ml_collections.ConfigDict) -> None:
@@ -351,9 +393,10 @@ def _check_schedule(cfg: ml_collections.ConfigDict) -> None:
         key = f"schedule[{i}]"
         _check(
             isinstance(stage, (dict, ml_collections.ConfigDict))
-            and set(stage.keys()) == {"start_step", "objectives"},
+            and {"start_step", "objectives"} <= set(stage.keys())
+            and set(stage.keys()) <= {"start_step", "objectives", "trainable"},
             key,
-            "a stage is {'start_step': int, 'objectives': {name: weight}}",
+            "a stage is {'start_step': int, 'objectives': {name: weight}[, 'trainable': str]}",
         )
         value = stage["start_step"]
         _check(

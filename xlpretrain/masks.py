@@ -104,12 +104,27 @@ def btmlm(q: Meta, k: Meta) -> jax.Array:
     return mmlm(q, k)
 
 
+def veco_cross(q: Meta, k: Meta) -> jax.Array:
+    """VECO cross-attention: a token of x reads the memory (the plain stream's last layer) of
+    the *other* sequence of its pair, y, and vice versa; never its own sequence."""
+    other = (q["pair_ids"] == k["pair_ids"]) & (q["segment_ids"] != k["segment_ids"])
+    padding = (q["segment_ids"] == 0) & (k["segment_ids"] == 0)
+    return (other & (k["segment_ids"] > 0)) | padding
+
+
+def veco_causal(q: Meta, k: Meta) -> jax.Array:
+    """VECO (ICLR version) CS-MLM: the s stream's self-attention is causal within a segment."""
+    return mmlm(q, k) & (k["positions"] <= q["positions"])
+
+
 MASKS: dict[str, MaskFn] = {
     "mmlm": mmlm,
     "tlm": tlm,
     "camlm": camlm,
     "btmlm_generate": btmlm_generate,
     "btmlm": btmlm,
+    "veco_cross": veco_cross,
+    "veco_causal": veco_causal,
 }
 
 
@@ -148,6 +163,11 @@ def example_meta(objective: str, example: str, ratio: float = 0.15) -> tuple[lis
     if objective == "mmlm":
         for number, words in enumerate(parts, start=1):
             add(["<s>", *words, "</s>"], 0, number)
+    elif objective in ("veco_cross", "veco_causal"):
+        if len(parts) != 2:
+            raise ValueError(f"{objective} needs a pair: 'X{PAIR_SEPARATOR}Y'")
+        add(["<s>", *a, "</s>"], 0, 1)
+        add(["<s>", *parts[1], "</s>"], 1, 2)
     elif objective in ("tlm", "camlm"):
         if len(parts) != 2:
             raise ValueError(f"{objective} needs a pair: 'A{PAIR_SEPARATOR}B'")
@@ -158,22 +178,36 @@ def example_meta(objective: str, example: str, ratio: float = 0.15) -> tuple[lis
             raise ValueError("btmlm_generate takes the source only; placeholders are appended")
         add(["<s>", *a, "</s>"], 0, 1)
         add([MASK_TOKEN] * math.ceil(ratio * len(a)), SIDE_PLACEHOLDER, 1)
-    else:  # btmlm
+    elif objective == "btmlm":
         if len(parts) != 2:
             raise ValueError(f"btmlm needs 'SOURCE{PAIR_SEPARATOR}PSEUDO TOKENS'")
         add(["<s>", *a, "</s>"], 0, 1)
         add(parts[1], 3, 1)
+    else:
+        raise ValueError(f"no example layout for {objective!r}")
     is_masked = [
         int(t == MASK_TOKEN and s != SIDE_PLACEHOLDER) for t, s in zip(tokens, side, strict=True)
     ]
     meta = {
         "segment_ids": np.array([segment]),
-        "pair_ids": np.array([segment]),
+        "pair_ids": np.ones((1, len(segment)), int)
+        if objective.startswith("veco")
+        else np.array([segment]),
         "side": np.array([side]),
         "is_masked": np.array([is_masked]),
-        "positions": np.array([list(range(2, 2 + len(tokens)))]),
+        "positions": np.array([_positions(segment)]),
     }
     return tokens, meta
+
+
+def _positions(segment: list[int]) -> list[int]:
+    """Positions from 2, restarting at each new segment (XLM-R's offset)."""
+    positions, previous, current = [], None, 1
+    for seg in segment:
+        current = 2 if seg != previous else current + 1
+        positions.append(current)
+        previous = seg
+    return positions
 
 
 def depends_on(allowed: np.ndarray, layers: int) -> np.ndarray:

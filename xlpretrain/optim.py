@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import jax
 import ml_collections
 import optax
@@ -29,7 +31,32 @@ def weight_decay_mask(params) -> object:
     return jax.tree_util.tree_map_with_path(decays, params)
 
 
-def make_optimizer(cfg: ml_collections.ConfigDict) -> optax.GradientTransformation:
+def parameter_path(path) -> str:
+    """'encoder/layers/cross_attention/query/kernel' for a key path of the params tree."""
+    return "/".join(str(getattr(k, "key", k)) for k in path)
+
+
+def trainable_mask(params, pattern: str):
+    """True for parameters whose path matches `pattern` (a regular expression; "" = all)."""
+    regex = re.compile(pattern)
+    return jax.tree_util.tree_map_with_path(
+        lambda path, _: bool(regex.search(parameter_path(path))), params
+    )
+
+
+def freeze(pattern: str) -> optax.GradientTransformation:
+    """Zeroes the gradients or updates of parameters not matching `pattern`. Stateless, so
+    stages that train different parameters (or all: `pattern` "") share one optimizer state."""
+    frozen = lambda params: jax.tree.map(lambda t: not t, trainable_mask(params, pattern))  # noqa: E731
+    return optax.masked(optax.set_to_zero(), frozen)
+
+
+def make_optimizer(
+    cfg: ml_collections.ConfigDict, trainable: str = ""
+) -> optax.GradientTransformation:
+    """AdamW after global-norm clipping. With `trainable`, frozen parameters get zero gradients
+    before (no moment updates, no share of the clipping norm) and zero updates after (no weight
+    decay): they stay exactly as they are."""
     adamw = optax.adamw(
         learning_rate_schedule(cfg),
         b1=cfg.optim.b1,
@@ -38,6 +65,5 @@ def make_optimizer(cfg: ml_collections.ConfigDict) -> optax.GradientTransformati
         weight_decay=cfg.optim.weight_decay,
         mask=weight_decay_mask,
     )
-    if cfg.optim.clip_norm > 0:
-        return optax.chain(optax.clip_by_global_norm(cfg.optim.clip_norm), adamw)
-    return adamw
+    clip = optax.clip_by_global_norm(cfg.optim.clip_norm) if cfg.optim.clip_norm > 0 else None
+    return optax.chain(*[t for t in (freeze(trainable), clip, adamw) if t], freeze(trainable))

@@ -19,10 +19,10 @@ import ml_collections
 import optax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from xlpretrain.config import Stage, stages
+from xlpretrain.config import ConfigError, Stage, stages
 from xlpretrain.model.encoder import MaskedLM, init_params
 from xlpretrain.objectives import LossFn, Objective
-from xlpretrain.optim import learning_rate_schedule, make_optimizer
+from xlpretrain.optim import learning_rate_schedule, make_optimizer, trainable_mask
 from xlpretrain.sharding import batch_sharding, logical_shardings
 
 Batches = dict[str, dict[str, jax.Array]]
@@ -72,7 +72,9 @@ def make_train_step(
             share = obj_metrics["count"] / jnp.maximum(totals[name], 1.0)
             loss = loss + weights[name] * obj_loss * share
             for key, value in obj_metrics.items():
-                metrics[f"{key}/{name}"] = value if key == "count" else value * share
+                # An objective may name a metric fully ("loss/veco_self"); else "<key>/<name>".
+                full = key if "/" in key else f"{key}/{name}"
+                metrics[full] = value if key == "count" else value * share
         return loss, metrics
 
     grad_fn = jax.value_and_grad(micro_loss, has_aux=True)
@@ -140,7 +142,10 @@ def setup_training(
     """Initialises the state directly into its shardings (no host copy of the parameters)
     and jits one step per stage with explicit in/out shardings and a donated state."""
     rules = [tuple(rule) for rule in cfg.mesh.rules]
-    optimizer = make_optimizer(cfg)
+    run_stages = stages(cfg)
+    # One optimizer per stage (each freezes its own parameters), all with the same state.
+    optimizers = [make_optimizer(cfg, stage.trainable) for stage in run_stages]
+    optimizer = optimizers[0]
 
     def init_fn(rng):
         params = nn.unbox(init_params(model.config, rng))
@@ -163,15 +168,22 @@ def setup_training(
         ),
         rng=replicated,
     )
-    state = jax.jit(init_fn, out_shardings=state_shardings)(rng)
-    run_stages = stages(cfg)
-    step_fns = []
     for stage in run_stages:
+        if stage.trainable and not any(
+            jax.tree.leaves(trainable_mask(abstract.params, stage.trainable))
+        ):
+            raise ConfigError(
+                f"config key 'train.trainable' (or a stage's 'trainable'): {stage.trainable!r} "
+                "matches no parameter path (e.g. 'encoder/layers/attention/query/kernel')"
+            )
+    state = jax.jit(init_fn, out_shardings=state_shardings)(rng)
+    step_fns = []
+    for stage, stage_optimizer in zip(run_stages, optimizers, strict=True):
         step = make_train_step(
             model,
             {name: objectives[name].loss(cfg) for name in stage.weights},
             stage.weights,
-            optimizer,
+            stage_optimizer,
             learning_rate_schedule(cfg),
             cfg.train.grad_accum,
         )

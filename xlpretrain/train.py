@@ -34,7 +34,6 @@ from xlpretrain.data.pipeline import (
     StepBatchBuilder,
     language_vocabulary,
     make_dataset,
-    process_rows,
 )
 from xlpretrain.data.sampling import format_sampling_table
 from xlpretrain.data.sources import MonolingualSource, ParallelSource, format_stats
@@ -195,7 +194,7 @@ def build(
     run_stages = stages(cfg)
     active = {n: objectives_lib.get(n) for stage in run_stages for n in stage.weights}
     streams = {name: obj.stream(cfg) for name, obj in active.items()}
-    corpus = load_corpus(cfg, {stream.kind for stream in streams.values()})
+    corpus = load_corpus(cfg, set().union(*(stream.sources() for stream in streams.values())))
     _check_languages(workdir, corpus.languages)
     tokenizer = load_tokenizer(cfg, workdir, corpus)
     if jax.process_index() == 0:
@@ -206,7 +205,6 @@ def build(
     mesh = make_mesh(cfg.mesh.data, cfg.mesh.fsdp, cfg.mesh.tensor, devices)
     training = setup_training(cfg, model, mesh, active)
 
-    row_start, row_end = process_rows(cfg.data.batch_size, jax.process_index(), jax.process_count())
     builder = StepBatchBuilder(
         corpus,
         tokenizer,
@@ -218,8 +216,8 @@ def build(
         parallel_alpha=cfg.data.parallel_alpha,
         pack=cfg.data.pack,
         reset_positions=cfg.data.tlm_reset_positions,
-        row_start=row_start,
-        row_end=row_end,
+        process_index=jax.process_index(),
+        process_count=jax.process_count(),
         stages=run_stages,
     )
     for title, counts, probabilities in _sampling_tables(builder, corpus):

@@ -10,7 +10,9 @@ each row from one language's stream.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
+from collections.abc import Callable
 
 import numpy as np
 
@@ -46,21 +48,33 @@ class RowPacker:
         self.row = empty_row(self.length)
         self.cursor = 0
         self.units = 0
+        self.segments = 0
 
     @property
     def remaining(self) -> int:
         return self.length - self.cursor
 
-    def add(self, ids: np.ndarray, positions: np.ndarray, side: np.ndarray, lang: np.ndarray):
+    def add(
+        self,
+        ids: np.ndarray,
+        positions: np.ndarray,
+        side: np.ndarray,
+        lang: np.ndarray,
+        *,
+        same_pair: bool = False,
+    ):
+        """Adds a segment; `same_pair` makes it the second sequence of the previous unit
+        (its own segment, the same `pair_ids`), as VECO's (x, y) pairs are laid out."""
         n = len(ids)
         assert n <= self.remaining, (n, self.remaining)
-        self.units += 1
+        self.units += 0 if same_pair else 1
+        self.segments += 1
         span = slice(self.cursor, self.cursor + n)
         self.row["input_ids"][span] = ids
         self.row["positions"][span] = positions
         self.row["side"][span] = side
         self.row["lang_ids"][span] = lang
-        self.row["segment_ids"][span] = self.units
+        self.row["segment_ids"][span] = self.segments
         self.row["pair_ids"][span] = self.units
         self.cursor += n
 
@@ -195,3 +209,84 @@ def translation_pair_row(
         if not pack:
             break
     return packer.row
+
+
+def _segment_pair_row(
+    draw: Callable[[int], tuple[str, str, int, int]],
+    tokenizer: Tokenizer,
+    rng: np.random.Generator,
+    *,
+    length: int,
+    pack: bool,
+) -> Batch:
+    """Units of two segments `<s> x </s>` (side 0) and `<s> y </s>` (side 1), each with its
+    own positions from 2, sharing `pair_ids`; `draw(i)` gives the i-th (x, y, lang_x, lang_y)."""
+    packer = RowPacker(length)
+    for taken in itertools.count():
+        budget = packer.remaining - 4
+        if budget < 2 * MIN_SEGMENT_TOKENS:
+            break
+        first, second, first_lang, second_lang = draw(taken)
+        x, y = tokenizer.encode(first), tokenizer.encode(second)
+        if len(x) + len(y) > budget:
+            if packer.units > 0:
+                break
+            x, y = _fit_pair(x, y, budget)
+        for i, (tokens, lang) in enumerate(((x, first_lang), (y, second_lang))):
+            ids = np.concatenate([[Tokenizer.BOS_ID], tokens, [Tokenizer.EOS_ID]])
+            packer.add(
+                ids,
+                FIRST_POSITION + np.arange(len(ids)),
+                np.full(len(ids), SIDE_TARGET if i else SIDE_SOURCE),
+                np.full(len(ids), lang),
+                same_pair=bool(i),
+            )
+        if not pack:
+            break
+    return packer.row
+
+
+def parallel_segment_pairs_row(
+    source: ParallelSource,
+    tokenizer: Tokenizer,
+    pair: tuple[str, str],
+    lang_ids: tuple[int, int],
+    rng: np.random.Generator,
+    *,
+    length: int,
+    pack: bool,
+) -> Batch:
+    """VECO bilingual units: a sentence and its translation as two segments (random order)."""
+    n_lines = source.num_lines(pair)
+    index = int(rng.integers(n_lines))
+
+    def draw(taken: int) -> tuple[str, str, int, int]:
+        first, second = source.line(pair, (index + taken) % n_lines)
+        if rng.random() < 0.5:
+            return second, first, lang_ids[1], lang_ids[0]
+        return first, second, lang_ids[0], lang_ids[1]
+
+    return _segment_pair_row(draw, tokenizer, rng, length=length, pack=pack)
+
+
+def monolingual_segment_pairs_row(
+    source: MonolingualSource,
+    tokenizer: Tokenizer,
+    language: str,
+    lang_id: int,
+    rng: np.random.Generator,
+    *,
+    length: int,
+    pack: bool,
+) -> Batch:
+    """VECO monolingual units: two adjacent lines (segments) of one language's text."""
+    n_lines = source.num_lines(language)
+    if n_lines < 2:
+        raise ValueError(f"language {language!r} has one usable line: no adjacent segments")
+    index = int(rng.integers(n_lines - 1))
+
+    def draw(taken: int) -> tuple[str, str, int, int]:
+        first = (index + 2 * taken) % (n_lines - 1)  # never pairs the last line with the first
+        return source.line(language, first), source.line(language, first + 1), lang_id, lang_id
+
+    return _segment_pair_row(draw, tokenizer, rng, length=length, pack=pack)

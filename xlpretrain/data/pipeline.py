@@ -19,7 +19,13 @@ import numpy as np
 
 from xlpretrain.config import Stage, max_predictions, stage_index
 from xlpretrain.data.batch import SIDE_PLACEHOLDER, Batch, stack_rows
-from xlpretrain.data.examples import Placeholders, monolingual_row, translation_pair_row
+from xlpretrain.data.examples import (
+    Placeholders,
+    monolingual_row,
+    monolingual_segment_pairs_row,
+    parallel_segment_pairs_row,
+    translation_pair_row,
+)
 from xlpretrain.data.masking import mask_row
 from xlpretrain.data.sampling import language_probabilities
 from xlpretrain.data.sources import MonolingualSource, ParallelSource
@@ -27,17 +33,36 @@ from xlpretrain.tokenizer import Tokenizer
 
 MONO = "mono"
 PARALLEL = "parallel"
+SEGMENT_PAIRS = "segment_pairs"  # VECO: (x, y) as two segments, from parallel or mono data
 
 
 @dataclasses.dataclass(frozen=True)
 class StreamSpec:
     """How one objective's example stream is built."""
 
-    kind: str  # MONO or PARALLEL
-    mask_rate: float
+    kind: str  # MONO, PARALLEL or SEGMENT_PAIRS
+    mask_rate: float  # SEGMENT_PAIRS: the rate of bilingual rows
     placeholder_ratio: float = 0.0  # > 0: BTMLM placeholders after each monolingual unit
     target_languages: tuple[str, ...] = ()  # placeholder languages; empty: all of the run's
     tag_format: str = ""  # e.g. "<{lang}>": tag tokens before the placeholders; "": none
+    mono_fraction: float = 0.0  # SEGMENT_PAIRS: share of rows from adjacent monolingual lines
+    mono_mask_rate: float = 0.15  # SEGMENT_PAIRS: the rate of monolingual rows
+    max_length: int = 0  # this stream's row length; 0: the run's data.max_length
+    batch_size: int = 0  # this stream's global rows per step; 0: the run's data.batch_size
+
+    def sources(self) -> set[str]:
+        """The corpora (MONO, PARALLEL) this stream reads."""
+        if self.kind != SEGMENT_PAIRS:
+            return {self.kind}
+        return {
+            k
+            for k, used in ((MONO, self.mono_fraction > 0), (PARALLEL, self.mono_fraction < 1))
+            if used
+        }
+
+    def slots(self, max_length: int) -> int:
+        rates = [self.mask_rate] + ([self.mono_mask_rate] if self.mono_fraction > 0 else [])
+        return max_predictions(max_length, max(rates))
 
 
 def max_placeholders(max_length: int, ratio: float) -> int:
@@ -64,7 +89,8 @@ def language_vocabulary(mono: MonolingualSource | None, parallel: ParallelSource
 
 
 class StepBatchBuilder(grain.transforms.Map):
-    """Builds, for one step index, `{objective: Batch}` for rows `[row_start, row_end)`."""
+    """Builds, for one step index, `{objective: Batch}`: this process's share of each
+    objective's global batch (rows `process_rows(...)` of it)."""
 
     def __init__(
         self,
@@ -79,22 +105,24 @@ class StepBatchBuilder(grain.transforms.Map):
         parallel_alpha: float,
         pack: bool,
         reset_positions: bool,
-        row_start: int = 0,
-        row_end: int | None = None,
+        process_index: int = 0,
+        process_count: int = 1,
         stages: list[Stage] | None = None,
     ):
         self.corpus = corpus
         self.tokenizer = tokenizer
         self.streams = dict(streams)
         self.seed = seed
-        self.max_length = max_length
+        self.max_lengths = {n: spec.max_length or max_length for n, spec in streams.items()}
         self.pack = pack
         self.reset_positions = reset_positions
-        self.row_start = row_start
-        self.row_end = batch_size if row_end is None else row_end
+        self.rows = {
+            n: process_rows(spec.batch_size or batch_size, process_index, process_count)
+            for n, spec in streams.items()
+        }
         # Which objectives each stage trains; a step builds only its stage's batches.
         self.stages = stages or [Stage(0, {name: 1.0 for name in self.streams})]
-        kinds = {spec.kind for spec in self.streams.values()}
+        kinds = set().union(*(spec.sources() for spec in self.streams.values()))
         self._mono_keys, self._mono_p = [], np.zeros(0)
         self._pair_keys, self._pair_p = [], np.zeros(0)
         if MONO in kinds:
@@ -137,14 +165,40 @@ class StepBatchBuilder(grain.transforms.Map):
         return Placeholders(
             spec.placeholder_ratio,
             tuple(self.corpus.lang_id(t) for t in targets),
-            max_placeholders(self.max_length, spec.placeholder_ratio),
+            max_placeholders(self.max_lengths[name], spec.placeholder_ratio),
             tags,
         )
 
     def _row(self, name: str, spec: StreamSpec, step: int, row: int) -> Batch:
         stream_id = zlib.crc32(name.encode())  # adding an objective leaves others' streams alone
         rng = np.random.default_rng([self.seed, stream_id, step, row])
-        if spec.kind == MONO:
+        length = self.max_lengths[name]
+        rate = spec.mask_rate
+        if spec.kind == SEGMENT_PAIRS:
+            if rng.random() < spec.mono_fraction:
+                lang = self._mono_keys[rng.choice(len(self._mono_keys), p=self._mono_p)]
+                rate = spec.mono_mask_rate
+                unmasked = monolingual_segment_pairs_row(
+                    self.corpus.mono,
+                    self.tokenizer,
+                    lang,
+                    self.corpus.lang_id(lang),
+                    rng,
+                    length=length,
+                    pack=self.pack,
+                )
+            else:
+                pair = self._pair_keys[rng.choice(len(self._pair_keys), p=self._pair_p)]
+                unmasked = parallel_segment_pairs_row(
+                    self.corpus.parallel,
+                    self.tokenizer,
+                    pair,
+                    (self.corpus.lang_id(pair[0]), self.corpus.lang_id(pair[1])),
+                    rng,
+                    length=length,
+                    pack=self.pack,
+                )
+        elif spec.kind == MONO:
             lang = self._mono_keys[rng.choice(len(self._mono_keys), p=self._mono_p)]
             unmasked = monolingual_row(
                 self.corpus.mono,
@@ -152,7 +206,7 @@ class StepBatchBuilder(grain.transforms.Map):
                 lang,
                 self.corpus.lang_id(lang),
                 rng,
-                length=self.max_length,
+                length=length,
                 pack=self.pack,
                 placeholders=self._placeholders.get(name),
             )
@@ -164,15 +218,15 @@ class StepBatchBuilder(grain.transforms.Map):
                 pair,
                 (self.corpus.lang_id(pair[0]), self.corpus.lang_id(pair[1])),
                 rng,
-                length=self.max_length,
+                length=length,
                 pack=self.pack,
                 reset_positions=self.reset_positions,
             )
         masked = mask_row(
             unmasked,
             rng,
-            rate=spec.mask_rate,
-            num_slots=max_predictions(self.max_length, spec.mask_rate),
+            rate=rate,
+            num_slots=spec.slots(length),
             special_ids=self._special_ids,
             mask_id=self.tokenizer.mask_id,
             first_regular_id=Tokenizer.UNK_ID + 1,
@@ -187,9 +241,7 @@ class StepBatchBuilder(grain.transforms.Map):
         step = int(step)
         active = self.stages[stage_index(self.stages, step + 1)].weights
         return {
-            name: stack_rows(
-                [self._row(name, spec, step, r) for r in range(self.row_start, self.row_end)]
-            )
+            name: stack_rows([self._row(name, spec, step, r) for r in range(*self.rows[name])])
             for name, spec in self.streams.items()
             if name in active
         }

@@ -30,6 +30,7 @@ class ModelConfig:
     dropout_rate: float = 0.1
     attention_dropout_rate: float = 0.1
     num_languages: int = 0
+    cross_attention: bool = False  # VECO's plug-in cross-attention sub-layer in every layer
     dtype: str = "float32"
     remat: str = "none"
     scan_layers: bool = True
@@ -75,6 +76,7 @@ class ModelConfig:
             dropout_rate=model.dropout_rate,
             attention_dropout_rate=model.attention_dropout_rate,
             num_languages=num_languages if model.language_embeddings else 0,
+            cross_attention=model.cross_attention,
             dtype=model.dtype,
             remat=model.remat,
             scan_layers=model.scan_layers,

@@ -19,6 +19,8 @@ it the layers are ``encoder/layers_0 … layers_{N-1}``)::
       mlp/wi/kernel [H, mlp_dim] (embed, mlp);  mlp/wi/bias [mlp_dim] (mlp,)
       mlp/wo/kernel [mlp_dim, H] (mlp, embed);  mlp/wo/bias [H] (embed,)
       mlp_norm/{scale,bias}            [H]                 (embed,)
+      cross_attention/...              as attention/...    only with cross_attention (VECO)
+      cross_attention_norm/{scale,bias} [H]                (embed,)  only with cross_attention
     lm_head/
       dense/kernel [H, H] (embed, mlp);  dense/bias [H] (mlp,)
       layer_norm/{scale,bias}          [H]                 (embed,)
@@ -58,7 +60,14 @@ class Encoder(nn.Module):
 
     @nn.compact
     def __call__(
-        self, x: jax.Array, meta: masks.Meta, *, mask_fn: masks.MaskFn, deterministic: bool
+        self,
+        x: jax.Array,
+        meta: masks.Meta,
+        *,
+        mask_fn: masks.MaskFn,
+        deterministic: bool,
+        memory: jax.Array | None = None,
+        cross_mask_fn: masks.MaskFn | None = None,
     ) -> jax.Array:
         cfg = self.config
         layer = EncoderLayer
@@ -72,14 +81,16 @@ class Encoder(nn.Module):
                 layer,
                 variable_axes={"params": 0},
                 split_rngs={"params": True, "dropout": True},
-                in_axes=(nn.broadcast,),
+                in_axes=(nn.broadcast, nn.broadcast),
                 length=cfg.num_layers,
                 metadata_params={nn.PARTITION_NAME: "layers"},
             )
-            x, _ = stack(cfg, mask_fn, deterministic, name="layers")(x, meta)
+            x, _ = stack(cfg, mask_fn, deterministic, cross_mask_fn, name="layers")(x, meta, memory)
             return x
         for i in range(cfg.num_layers):
-            x, _ = layer(cfg, mask_fn, deterministic, name=f"layers_{i}")(x, meta)
+            x, _ = layer(cfg, mask_fn, deterministic, cross_mask_fn, name=f"layers_{i}")(
+                x, meta, memory
+            )
         return x
 
 
@@ -107,15 +118,30 @@ class MaskedLM(nn.Module):
         mask_meta: masks.Meta,
         lang_ids: jax.Array | None = None,
         deterministic: bool = True,
+        memory: jax.Array | None = None,
+        cross_mask_fn: masks.MaskFn | None = None,
     ) -> jax.Array:
         """Final hidden states ``[B, L, H]``.
+
+        With ``memory`` (``[B, L, H]``, one state per token of the row) every layer also runs
+        its cross-attention sub-layer, reading the memory under ``cross_mask_fn`` (VECO's
+        s-stream); without it, the model is the plain encoder.
 
         ``positions`` come from the batch, already offset (first real token 2, padding 1).
         ``mask_meta`` holds the ``[B, L]`` metadata ``mask_fn`` reads. ``lang_ids`` is
         required when ``num_languages > 0`` and ignored otherwise.
         """
+        if memory is not None and not self.config.cross_attention:
+            raise ValueError("a cross-attention memory was given but model.cross_attention=False")
         x = self.embeddings(input_ids, positions, lang_ids, deterministic)
-        return self.encoder(x, mask_meta, mask_fn=mask_fn, deterministic=deterministic)
+        return self.encoder(
+            x,
+            mask_meta,
+            mask_fn=mask_fn,
+            deterministic=deterministic,
+            memory=memory,
+            cross_mask_fn=cross_mask_fn,
+        )
 
     def mlm_logits(self, hidden_selected: jax.Array) -> jax.Array:
         """float32 logits ``[..., vocab]`` for already-gathered hidden states, so callers
@@ -139,6 +165,9 @@ def init_params(config: ModelConfig, rng: jax.Array, batch_shape: tuple[int, int
     derived before allocating.
     """
     ids = jnp.zeros(batch_shape, jnp.int32)
+    memory = None
+    if config.cross_attention:  # create the plug-in's parameters too
+        memory = jnp.zeros((*batch_shape, config.hidden_size), config.compute_dtype)
     variables = MaskedLM(config).init(
         {"params": rng},
         ids,
@@ -146,6 +175,8 @@ def init_params(config: ModelConfig, rng: jax.Array, batch_shape: tuple[int, int
         mask_fn=masks.mmlm,
         mask_meta={"segment_ids": ids + 1},
         lang_ids=ids if config.num_languages > 0 else None,
+        memory=memory,
+        cross_mask_fn=masks.mmlm,
         method=_forward_and_head,
     )
     return variables["params"]

@@ -100,19 +100,29 @@ class Mlp(nn.Module):
 
 
 class EncoderLayer(nn.Module):
-    """Post-LN layer: LN(x + drop(attn(x))), then LN(x + drop(wo(gelu(wi(x))))).
+    """Post-LN layer: LN(x + drop(attn(x))), [LN(x + drop(cross_attn(x, memory)))],
+    then LN(x + drop(wo(gelu(wi(x))))).
 
-    ``mask_fn`` and ``deterministic`` are attributes rather than call arguments so that the
-    lifted ``nn.scan``/``nn.remat`` only ever see arrays. Returns ``(hidden, None)``, the
-    carry/output pair ``nn.scan`` expects.
+    The cross-attention sub-layer (VECO's plug-in; own Q/K/V/O and LayerNorm under
+    ``cross_attention`` / ``cross_attention_norm``) runs only when a ``memory`` is given: one
+    state per token of the same row (VECO: the plain stream's last layer), of which
+    ``cross_mask_fn`` decides what each token reads. Without memory the layer is exactly the
+    plain encoder layer — the module is "plugged out".
+
+    ``mask_fn``, ``cross_mask_fn`` and ``deterministic`` are attributes rather than call
+    arguments so that the lifted ``nn.scan``/``nn.remat`` only ever see arrays. Returns
+    ``(hidden, None)``, the carry/output pair ``nn.scan`` expects.
     """
 
     config: ModelConfig
     mask_fn: masks.MaskFn
     deterministic: bool
+    cross_mask_fn: masks.MaskFn | None = None
 
     @nn.compact
-    def __call__(self, x: jax.Array, meta: masks.Meta) -> tuple[jax.Array, None]:
+    def __call__(
+        self, x: jax.Array, meta: masks.Meta, memory: jax.Array | None = None
+    ) -> tuple[jax.Array, None]:
         cfg = self.config
         h = MultiHeadAttention(cfg, name="attention")(
             x,
@@ -124,6 +134,17 @@ class EncoderLayer(nn.Module):
         )
         h = nn.Dropout(cfg.dropout_rate)(h, deterministic=self.deterministic)
         x = layer_norm(cfg, "attention_norm")(x + h)
+        if memory is not None:
+            h = MultiHeadAttention(cfg, name="cross_attention")(
+                x,
+                memory.astype(x.dtype),
+                mask_fn=self.cross_mask_fn,
+                q_meta=meta,
+                k_meta=meta,
+                deterministic=self.deterministic,
+            )
+            h = nn.Dropout(cfg.dropout_rate)(h, deterministic=self.deterministic)
+            x = layer_norm(cfg, "cross_attention_norm")(x + h)
         h = Mlp(cfg, name="mlp")(x)
         h = nn.Dropout(cfg.dropout_rate)(h, deterministic=self.deterministic)
         x = layer_norm(cfg, "mlp_norm")(x + h)

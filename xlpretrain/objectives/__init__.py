@@ -11,8 +11,8 @@ from collections.abc import Callable
 
 import ml_collections
 
-from xlpretrain.data.pipeline import MONO, PARALLEL, StreamSpec
-from xlpretrain.objectives import ernie_m, mlm
+from xlpretrain.data.pipeline import MONO, PARALLEL, SEGMENT_PAIRS, StreamSpec
+from xlpretrain.objectives import ernie_m, mlm, veco
 
 LossFn = Callable  # (params, batch, rng, model) -> (loss, metrics)
 
@@ -20,8 +20,17 @@ LossFn = Callable  # (params, batch, rng, model) -> (loss, metrics)
 @dataclasses.dataclass(frozen=True)
 class Objective:
     name: str
-    stream: Callable[[ml_collections.ConfigDict], StreamSpec]
+    stream_spec: Callable[[ml_collections.ConfigDict], StreamSpec]
     loss: Callable[[ml_collections.ConfigDict], LossFn]
+
+    def stream(self, cfg: ml_collections.ConfigDict) -> StreamSpec:
+        """The stream, with the run's `data.per_objective` length and batch for it."""
+        override = cfg.data.per_objective.get(self.name, {})
+        return dataclasses.replace(
+            self.stream_spec(cfg),
+            max_length=override.get("max_length", 0),
+            batch_size=override.get("batch_size", 0),
+        )
 
 
 def _btmlm_stream(cfg: ml_collections.ConfigDict) -> StreamSpec:
@@ -50,6 +59,23 @@ REGISTRY: dict[str, Objective] = {
         "btmlm",
         _btmlm_stream,
         lambda cfg: ernie_m.make_btmlm(cfg.btmlm.decode, cfg.btmlm.temperature),
+    ),
+    # VECO on bilingual pairs (x, y) = a sentence and its translation ...
+    "veco": Objective(
+        "veco",
+        lambda cfg: StreamSpec(SEGMENT_PAIRS, cfg.data.parallel_mask_rate),
+        lambda cfg: veco.make_veco("veco", cfg.veco.variant),
+    ),
+    # ... and on monolingual pairs (x, y) = two adjacent segments.
+    "veco_mono": Objective(
+        "veco_mono",
+        lambda cfg: StreamSpec(
+            SEGMENT_PAIRS,
+            cfg.data.parallel_mask_rate,
+            mono_fraction=1.0,
+            mono_mask_rate=cfg.data.mono_mask_rate,
+        ),
+        lambda cfg: veco.make_veco("veco_mono", cfg.veco.variant),
     ),
 }
 

@@ -1,0 +1,32 @@
+"""Hugging Face XLM-R import/export: ``python -m xlpretrain.convert {from-hf,to-hf} SRC DST``.
+
+``from_hf`` turns an HF ``XLMRobertaForMaskedLM`` folder into an xlpretrain checkpoint folder
+(``folder.py`` describes it); ``to_hf`` turns a checkpoint folder or a training workdir into
+an HF folder that ``transformers.AutoModelForMaskedLM.from_pretrained`` loads as is.
+"""
+
+from __future__ import annotations
+
+import os
+
+from xlpretrain.convert import folder, hf
+from xlpretrain.convert.folder import Pretrained
+
+
+def from_hf(
+    src: str | os.PathLike, dst: str | os.PathLike, *, allow_missing_head: bool = False
+) -> Pretrained:
+    """HF folder ``src`` → new checkpoint folder ``dst``; returns the converted model."""
+    model = hf.read_hf(src, allow_missing_head=allow_missing_head)
+    folder.write(model, dst)
+    return model
+
+
+def to_hf(src: str | os.PathLike, dst: str | os.PathLike) -> Pretrained:
+    """Checkpoint folder or training workdir ``src`` → new HF folder ``dst``."""
+    model = folder.read(src)
+    hf.write_hf(model, dst)
+    return model
+
+
+__all__ = ["Pretrained", "from_hf", "to_hf"]

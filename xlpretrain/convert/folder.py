@@ -1,0 +1,162 @@
+"""xlpretrain's own model folders: the checkpoint folder format, and reading a training workdir.
+
+A *checkpoint folder* holds one model for inference or export, independent of any run::
+
+    model.json        the ModelConfig fields (JSON object)
+    params/           Orbax PyTree checkpoint of the float32 params, layers stacked
+                      (the tree ``init_params`` builds with ``scan_layers=True``)
+    tokenizer.model   the SentencePiece model (XLM-R id layout), when there is one
+
+A *training workdir* (``python -m xlpretrain.train``) is read from its latest checkpoint: only
+``state.params`` is restored (not the optimizer state), with the model config rebuilt from
+``config.json`` and ``languages.json`` exactly as the trainer built it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import flax.linen as nn
+import jax
+import ml_collections
+import numpy as np
+import orbax.checkpoint as ocp
+from flax import traverse_util
+
+from xlpretrain.model.config import ModelConfig
+from xlpretrain.model.encoder import init_params
+from xlpretrain.tokenizer import Tokenizer
+
+MODEL_JSON = "model.json"
+PARAMS_DIR = "params"
+TOKENIZER_FILE = "tokenizer.model"
+
+Params = dict[str, Any]
+
+
+@dataclasses.dataclass(frozen=True)
+class Pretrained:
+    """A model as converters and ``xlpretrain.load`` see it.
+
+    ``config.scan_layers`` is always True and ``params`` are float32 NumPy arrays with the
+    layers stacked, whatever the run trained with. ``languages`` indexes ``lang_ids`` (the
+    workdir's ``languages.json``); it is empty for models without language embeddings.
+    """
+
+    config: ModelConfig
+    params: Params
+    tokenizer: Tokenizer | None = None
+    languages: tuple[str, ...] = ()
+
+
+def abstract_params(config: ModelConfig) -> Params:
+    """Shapes and dtypes of the params ``config`` defines, without allocating them."""
+    boxed = jax.eval_shape(lambda rng: init_params(config, rng), jax.random.key(0))
+    return nn.unbox(boxed)
+
+
+def write(model: Pretrained, path: str | os.PathLike) -> None:
+    """Writes ``model`` as a checkpoint folder; ``path`` must not exist yet."""
+    path = Path(path).absolute()
+    if path.exists():
+        raise FileExistsError(f"{path} already exists; choose a new destination folder")
+    path.mkdir(parents=True)
+    (path / MODEL_JSON).write_text(json.dumps(dataclasses.asdict(model.config), indent=2) + "\n")
+    with ocp.PyTreeCheckpointer() as checkpointer:
+        checkpointer.save(path / PARAMS_DIR, model.params)
+    if model.tokenizer is not None:
+        model.tokenizer.save(path / TOKENIZER_FILE)
+
+
+def read(path: str | os.PathLike) -> Pretrained:
+    """Reads a checkpoint folder or a training workdir (its latest checkpoint)."""
+    path = Path(path).absolute()
+    if not path.is_dir():
+        raise FileNotFoundError(f"no such folder: {path}")
+    if (path / MODEL_JSON).is_file():
+        return _read_checkpoint_folder(path)
+    if (path / "config.json").is_file() and (path / "checkpoints").is_dir():
+        return _read_workdir(path)
+    raise ValueError(
+        f"{path} is neither an xlpretrain checkpoint folder ({MODEL_JSON} + {PARAMS_DIR}/) nor "
+        "a training workdir (config.json + checkpoints/)"
+    )
+
+
+def _read_checkpoint_folder(path: Path) -> Pretrained:
+    fields = json.loads((path / MODEL_JSON).read_text())
+    try:
+        config = ModelConfig(**fields)
+    except TypeError as error:
+        raise ValueError(f"{path / MODEL_JSON}: {error}") from error
+    config = dataclasses.replace(config, scan_layers=True)
+    params = _restore(path / PARAMS_DIR, abstract_params(config))
+    return Pretrained(config, params, _tokenizer_or_none(path / TOKENIZER_FILE))
+
+
+def _read_workdir(path: Path) -> Pretrained:
+    run_config = ml_collections.ConfigDict(json.loads((path / "config.json").read_text()))
+    languages_file = path / "languages.json"
+    languages = tuple(json.loads(languages_file.read_text())) if languages_file.is_file() else ()
+    if run_config.model.get("language_embeddings") and not languages:
+        raise FileNotFoundError(f"{languages_file} (the index of lang_ids) is missing")
+    config = ModelConfig.from_run_config(run_config.model, num_languages=len(languages))
+    step = max(ocp.path.step.checkpoint_steps(path / "checkpoints"), default=None)
+    if step is None:
+        raise FileNotFoundError(f"{path / 'checkpoints'} holds no finished checkpoint")
+    state = _restore(
+        path / "checkpoints" / str(step) / "state",
+        {"params": abstract_params(config)},
+        partial=True,
+    )
+    params = state["params"] if config.scan_layers else stack_layers(state["params"], config)
+    return Pretrained(
+        dataclasses.replace(config, scan_layers=True),
+        params,
+        _tokenizer_or_none(path / TOKENIZER_FILE),
+        languages if config.num_languages else (),
+    )
+
+
+def stack_layers(params: Params, config: ModelConfig) -> Params:
+    """Unrolled ``encoder/layers_i`` params (``scan_layers=False``) → the stacked layout."""
+    encoder = params["encoder"]
+    layers = [encoder[f"layers_{i}"] for i in range(config.num_layers)]
+    return {**params, "encoder": {"layers": jax.tree.map(lambda *x: np.stack(x), *layers)}}
+
+
+def _restore(path: Path, target: Params, partial: bool = False) -> Params:
+    """Restores ``target``'s arrays as float32 NumPy (host memory: no device, no mesh)."""
+    restore_args = jax.tree.map(lambda _: ocp.RestoreArgs(restore_type=np.ndarray), target)
+    try:
+        with ocp.PyTreeCheckpointer() as checkpointer:
+            restored = checkpointer.restore(
+                path,
+                args=ocp.args.PyTreeRestore(
+                    item=target, restore_args=restore_args, partial_restore=partial
+                ),
+            )
+    except Exception as error:  # Orbax raises many types for missing or mismatched trees.
+        raise ValueError(
+            f"cannot restore the parameters in {path}: {type(error).__name__}: {error}"
+        ) from error
+    _check_shapes(path, restored, target)
+    return jax.tree.map(lambda x: np.asarray(x, np.float32), restored)
+
+
+def _check_shapes(path: Path, restored: Params, target: Params) -> None:
+    got = traverse_util.flatten_dict(restored, sep="/")
+    for name, want in traverse_util.flatten_dict(target, sep="/").items():
+        if got[name].shape != want.shape:
+            raise ValueError(
+                f"{path}: parameter {name} has shape {got[name].shape}, the model config "
+                f"needs {want.shape}"
+            )
+
+
+def _tokenizer_or_none(path: Path) -> Tokenizer | None:
+    return Tokenizer.load(path) if path.is_file() else None

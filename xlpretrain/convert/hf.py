@@ -1,0 +1,406 @@
+"""Hugging Face ``XLMRobertaForMaskedLM`` folders ⇄ xlpretrain models: names, layouts, configs.
+
+The encoder was built to match HF XLM-R one tensor to one parameter (see
+``xlpretrain.model.encoder``), so conversion is a table of renames plus a few layout changes:
+``torch.nn.Linear`` stores ``[out, in]`` where Flax stores ``[in, out]``, and the attention
+projections keep heads as their own axis. Every name is checked both ways: a tensor the table
+does not know, or a parameter it does not fill, is an error rather than a silent drop.
+
+Reading needs only ``safetensors`` (+ NumPy) for ``model.safetensors``; ``torch`` is imported
+only for ``pytorch_model.bin``. Writing needs only ``safetensors``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+
+import jax
+import numpy as np
+from flax import traverse_util
+
+from xlpretrain.convert.folder import Params, Pretrained, abstract_params
+from xlpretrain.model.config import ModelConfig
+from xlpretrain.model.heads import LMHead
+from xlpretrain.tokenizer import Tokenizer
+
+log = logging.getLogger(__name__)
+
+HF_TOKENIZER_FILE = "sentencepiece.bpe.model"
+MODEL_TYPES = ("xlm-roberta", "roberta")
+BARE_ENCODERS = ("XLMRobertaModel", "RobertaModel")
+
+# ModelConfig field -> HF config.json key.
+CONFIG_KEYS = {
+    "vocab_size": "vocab_size",
+    "hidden_size": "hidden_size",
+    "num_layers": "num_hidden_layers",
+    "num_heads": "num_attention_heads",
+    "mlp_dim": "intermediate_size",
+    "max_positions": "max_position_embeddings",
+    "pad_token_id": "pad_token_id",
+    "layer_norm_eps": "layer_norm_eps",
+    "dropout_rate": "hidden_dropout_prob",
+    "attention_dropout_rate": "attention_probs_dropout_prob",
+    "initializer_range": "initializer_range",
+}
+# HF settings that xlpretrain's encoder implements one way only.
+FIXED_HF_SETTINGS = {
+    "hidden_act": "gelu",
+    "position_embedding_type": "absolute",
+    "type_vocab_size": 1,
+    "is_decoder": False,
+    "add_cross_attention": False,
+}
+# ModelConfig fields that say how to compute, not what: they never block an export.
+RUNTIME_FIELDS = ("dtype", "remat", "scan_layers", "attention_impl")
+
+
+@dataclasses.dataclass(frozen=True)
+class Layout:
+    """How one HF tensor becomes one parameter (``to_ours(w, our_shape)``) and back."""
+
+    to_ours: Callable[[np.ndarray, tuple[int, ...]], np.ndarray]
+    to_hf: Callable[[np.ndarray], np.ndarray]
+
+
+COPY = Layout(lambda w, shape: w, lambda p: p)
+LINEAR = Layout(lambda w, shape: w.T, lambda p: p.T)  # [out, in] ⇄ [in, out]
+HEADS_IN = Layout(  # q/k/v: [heads·kv, H] ⇄ [H, heads, kv]
+    lambda w, shape: w.T.reshape(shape), lambda p: p.reshape(p.shape[0], -1).T
+)
+HEADS_BIAS = Layout(lambda w, shape: w.reshape(shape), lambda p: p.reshape(-1))  # [heads, kv]
+HEADS_OUT = Layout(  # attention output: [H, heads·kv] ⇄ [heads, kv, H]
+    lambda w, shape: w.T.reshape(shape), lambda p: p.reshape(-1, p.shape[-1]).T
+)
+
+_LAYER = "roberta.encoder.layer.{i}."
+_STACK = "encoder/layers/"
+
+
+def _layer_rules() -> Iterable[tuple[str, str, Layout]]:
+    for name in ("query", "key", "value"):
+        yield f"attention.self.{name}.weight", f"attention/{name}/kernel", HEADS_IN
+        yield f"attention.self.{name}.bias", f"attention/{name}/bias", HEADS_BIAS
+    yield "attention.output.dense.weight", "attention/out/kernel", HEADS_OUT
+    yield "attention.output.dense.bias", "attention/out/bias", COPY
+    for hf, ours in (
+        ("attention.output.LayerNorm", "attention_norm"),
+        ("output.LayerNorm", "mlp_norm"),
+    ):
+        yield f"{hf}.weight", f"{ours}/scale", COPY
+        yield f"{hf}.bias", f"{ours}/bias", COPY
+    for hf, ours in (("intermediate.dense", "mlp/wi"), ("output.dense", "mlp/wo")):
+        yield f"{hf}.weight", f"{ours}/kernel", LINEAR
+        yield f"{hf}.bias", f"{ours}/bias", COPY
+
+
+# (HF name, our parameter path, layout); names with "{i}" exist once per layer and are stacked
+# on the leading ``layers`` axis of our parameter.
+RULES: tuple[tuple[str, str, Layout], ...] = (
+    ("roberta.embeddings.word_embeddings.weight", "embeddings/word_embeddings/embedding", COPY),
+    (
+        "roberta.embeddings.position_embeddings.weight",
+        "embeddings/position_embeddings/embedding",
+        COPY,
+    ),
+    (
+        "roberta.embeddings.token_type_embeddings.weight",
+        "embeddings/token_type_embeddings/embedding",
+        COPY,
+    ),
+    ("roberta.embeddings.LayerNorm.weight", "embeddings/layer_norm/scale", COPY),
+    ("roberta.embeddings.LayerNorm.bias", "embeddings/layer_norm/bias", COPY),
+    *((_LAYER + hf, _STACK + ours, layout) for hf, ours, layout in _layer_rules()),
+    ("lm_head.dense.weight", "lm_head/dense/kernel", LINEAR),
+    ("lm_head.dense.bias", "lm_head/dense/bias", COPY),
+    ("lm_head.layer_norm.weight", "lm_head/layer_norm/scale", COPY),
+    ("lm_head.layer_norm.bias", "lm_head/layer_norm/bias", COPY),
+    ("lm_head.bias", "lm_head/bias", COPY),
+)
+# Tied copies some checkpoints also store (pytorch_model.bin does): they must equal the original.
+TIED = {
+    "lm_head.decoder.weight": "roberta.embeddings.word_embeddings.weight",
+    "lm_head.decoder.bias": "lm_head.bias",
+}
+# Tensors that are not part of the masked LM: a buffer, and the bare encoder's pooler.
+IGNORED = ("roberta.embeddings.position_ids", "roberta.pooler.")
+
+
+# --- configs --------------------------------------------------------------------------------
+
+
+def config_from_hf(hf_config: Mapping, source: str | os.PathLike = "config.json") -> ModelConfig:
+    """The ``ModelConfig`` of an HF XLM-R / RoBERTa config; unsupported settings are errors."""
+    model_type = hf_config.get("model_type")
+    if model_type not in MODEL_TYPES:
+        raise ValueError(
+            f"{source}: unsupported architecture: model_type={model_type!r}; from-hf converts "
+            f"XLM-R / RoBERTa masked LMs (model_type one of {MODEL_TYPES})"
+        )
+    for key, value in FIXED_HF_SETTINGS.items():
+        if key in hf_config and hf_config[key] != value:
+            raise ValueError(
+                f"{source}: {key}={hf_config[key]!r} is not supported; xlpretrain's encoder "
+                f"has {key}={value!r}"
+            )
+    missing = [key for key in CONFIG_KEYS.values() if key not in hf_config]
+    if missing:
+        raise ValueError(f"{source}: missing key(s) {', '.join(missing)}")
+    return ModelConfig(**{ours: hf_config[key] for ours, key in CONFIG_KEYS.items()})
+
+
+def config_to_hf(config: ModelConfig) -> dict:
+    """``config.json`` of the ``XLMRobertaForMaskedLM`` equivalent to ``config``."""
+    check_exportable(config)
+    return {
+        "architectures": ["XLMRobertaForMaskedLM"],
+        "model_type": "xlm-roberta",
+        **{key: getattr(config, ours) for ours, key in CONFIG_KEYS.items()},
+        **FIXED_HF_SETTINGS,
+        "bos_token_id": Tokenizer.BOS_ID,
+        "eos_token_id": Tokenizer.EOS_ID,
+        "tie_word_embeddings": True,
+    }
+
+
+def check_exportable(config: ModelConfig) -> None:
+    """Raises if ``config`` uses a model option ``XLMRobertaForMaskedLM`` has no place for."""
+    default = ModelConfig()
+    options = [
+        f"{field.name}={getattr(config, field.name)!r}"
+        for field in dataclasses.fields(config)
+        if field.name not in CONFIG_KEYS
+        and field.name not in RUNTIME_FIELDS
+        and getattr(config, field.name) != getattr(default, field.name)
+    ]
+    if options:
+        raise ValueError(
+            f"Hugging Face XLMRobertaForMaskedLM cannot express the model option(s) "
+            f"{', '.join(options)} (num_languages > 0 means XLM-style language embeddings); "
+            "only a plain XLM-R encoder can be exported"
+        )
+
+
+# --- parameters -----------------------------------------------------------------------------
+
+
+def hf_shape(layout: Layout, shape: tuple[int, ...]) -> tuple[int, ...]:
+    """The HF tensor shape that becomes a parameter of ``shape``."""
+    return jax.eval_shape(layout.to_hf, jax.ShapeDtypeStruct(shape, np.float32)).shape
+
+
+def params_from_hf(
+    tensors: Mapping[str, np.ndarray], config: ModelConfig, *, allow_missing_head: bool = False
+) -> Params:
+    """Our float32 params (layers stacked) from an HF ``XLMRobertaForMaskedLM`` state dict.
+
+    With ``allow_missing_head`` a state dict without any ``lm_head.*`` tensor (a bare
+    ``XLMRobertaModel``) gets a freshly initialised head, as ``init_params`` would make it.
+    """
+    tensors = _untie(_with_prefix(tensors))
+    fresh_head = allow_missing_head and not any(n.startswith("lm_head.") for n in tensors)
+    rules = [r for r in RULES if not (fresh_head and r[0].startswith("lm_head."))]
+    _check_names(tensors, _expand(rules, config.num_layers))
+    abstract = traverse_util.flatten_dict(abstract_params(config), sep="/")
+    flat = {}
+    for hf_name, ours, layout in rules:
+        shape = abstract[ours].shape
+        if "{i}" in hf_name:
+            flat[ours] = np.stack(
+                [
+                    _to_ours(tensors, hf_name.format(i=i), layout, shape[1:])
+                    for i in range(config.num_layers)
+                ]
+            )
+        else:
+            flat[ours] = _to_ours(tensors, hf_name, layout, shape)
+    params = traverse_util.unflatten_dict(flat, sep="/")
+    if fresh_head:
+        log.warning("no lm_head.* tensors: the MLM head is freshly initialised")
+        params["lm_head"] = _fresh_head(config, params)
+    return params
+
+
+def params_to_hf(params: Params, config: ModelConfig) -> dict[str, np.ndarray]:
+    """The HF state dict (as ``save_pretrained`` writes it: no tied copies) of our params."""
+    flat = traverse_util.flatten_dict(params, sep="/")
+    unmapped = sorted(set(flat) - {ours for _, ours, _ in RULES})
+    if unmapped:
+        raise ValueError(f"parameters with no Hugging Face equivalent: {_listing(unmapped)}")
+    tensors = {}
+    for hf_name, ours, layout in RULES:
+        value = np.asarray(flat[ours], np.float32)
+        if "{i}" in hf_name:
+            for i in range(config.num_layers):
+                tensors[hf_name.format(i=i)] = np.ascontiguousarray(layout.to_hf(value[i]))
+        else:
+            tensors[hf_name] = np.ascontiguousarray(layout.to_hf(value))
+    return tensors
+
+
+def _with_prefix(tensors: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """A bare encoder's names lack the ``roberta.`` prefix the masked LM's have."""
+    if any(name.startswith("roberta.") for name in tensors):
+        return dict(tensors)
+    return {(n if n.startswith("lm_head.") else "roberta." + n): t for n, t in tensors.items()}
+
+
+def _untie(tensors: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Folds tied copies into their originals, refusing checkpoints where they differ."""
+    for alias, original in TIED.items():
+        if alias not in tensors:
+            continue
+        copy = tensors.pop(alias)
+        if original not in tensors:
+            tensors[original] = copy
+        elif copy.shape != tensors[original].shape or not np.array_equal(copy, tensors[original]):
+            raise ValueError(
+                f"{alias} differs from {original}: the checkpoint unties them, but xlpretrain's "
+                "LM head always decodes with the word embeddings and lm_head.bias"
+            )
+    return tensors
+
+
+def _expand(rules: Iterable[tuple[str, str, Layout]], num_layers: int) -> set[str]:
+    names = set()
+    for hf_name, _, _ in rules:
+        if "{i}" in hf_name:
+            names.update(hf_name.format(i=i) for i in range(num_layers))
+        else:
+            names.add(hf_name)
+    return names
+
+
+def _check_names(tensors: Mapping[str, np.ndarray], expected: set[str]) -> None:
+    missing = sorted(expected - set(tensors))
+    if missing:
+        hint = ""
+        if all(name.startswith("lm_head.") for name in missing):
+            hint = " (a bare encoder: pass --allow-missing-head to start a fresh MLM head)"
+        raise ValueError(f"missing tensor(s) {_listing(missing)}{hint}")
+    ignored = sorted(n for n in tensors if n not in expected and n.startswith(IGNORED))
+    unexpected = sorted(set(tensors) - expected - set(ignored))
+    if unexpected:
+        raise ValueError(
+            f"unexpected tensor(s) {_listing(unexpected)}: not part of an XLM-R masked LM "
+            "that xlpretrain can express"
+        )
+    if ignored:
+        log.info("dropping tensors outside the masked LM: %s", _listing(ignored))
+
+
+def _to_ours(
+    tensors: Mapping[str, np.ndarray], name: str, layout: Layout, shape: tuple[int, ...]
+) -> np.ndarray:
+    tensor = tensors[name]
+    want = hf_shape(layout, shape)
+    if tensor.shape != want:
+        raise ValueError(
+            f"tensor {name} has shape {tuple(tensor.shape)}, but config.json's sizes need {want}"
+        )
+    return np.asarray(layout.to_ours(np.asarray(tensor, np.float32), shape))
+
+
+def _fresh_head(config: ModelConfig, params: Params) -> Params:
+    word_embeddings = params["embeddings"]["word_embeddings"]["embedding"]
+    head = LMHead(config).init(
+        jax.random.key(0), np.zeros((1, config.hidden_size), np.float32), word_embeddings
+    )
+    return jax.tree.map(lambda x: np.asarray(x, np.float32), jax.device_get(head["params"]))
+
+
+def _listing(names: list[str], limit: int = 8) -> str:
+    shown = ", ".join(names[:limit])
+    return shown if len(names) <= limit else f"{shown}, … ({len(names) - limit} more)"
+
+
+# --- folders --------------------------------------------------------------------------------
+
+
+def read_tensors(path: Path) -> dict[str, np.ndarray]:
+    """Every tensor of an HF folder as NumPy: ``model.safetensors`` (or its sharded index),
+    else ``pytorch_model.bin`` (or its index; needs torch)."""
+    for single in ("model.safetensors", "pytorch_model.bin"):
+        index = path / f"{single}.index.json"
+        if (path / single).is_file():
+            files = [path / single]
+        elif index.is_file():
+            weight_map = json.loads(index.read_text())["weight_map"]
+            files = [path / name for name in sorted(set(weight_map.values()))]
+        else:
+            continue
+        tensors: dict[str, np.ndarray] = {}
+        for file in files:
+            tensors.update(_read_file(file))
+        return tensors
+    raise FileNotFoundError(f"{path} has no model.safetensors or pytorch_model.bin")
+
+
+def _read_file(file: Path) -> dict[str, np.ndarray]:
+    if file.suffix == ".safetensors":
+        from safetensors import safe_open
+
+        # The 'flax' framework reads bfloat16 too (NumPy cannot); keep it off accelerators.
+        with jax.default_device(jax.devices("cpu")[0]), safe_open(file, "flax") as f:
+            return {name: np.asarray(f.get_tensor(name)) for name in f.keys()}
+    import torch
+
+    state = torch.load(file, map_location="cpu", weights_only=True)
+    return {name: (t.float() if t.is_floating_point() else t).numpy() for name, t in state.items()}
+
+
+def read_hf(path: str | os.PathLike, *, allow_missing_head: bool = False) -> Pretrained:
+    """Reads an HF ``XLMRobertaForMaskedLM`` folder (config, weights, SentencePiece model)."""
+    path = Path(path).absolute()
+    if not path.is_dir():
+        raise FileNotFoundError(f"no such folder: {path}")
+    config_file = path / "config.json"
+    if not config_file.is_file():
+        raise FileNotFoundError(f"{path} has no config.json: not a Hugging Face model folder")
+    hf_config = json.loads(config_file.read_text())
+    config = config_from_hf(hf_config, config_file)
+    _check_architectures(hf_config.get("architectures") or [], config_file, allow_missing_head)
+    params = params_from_hf(read_tensors(path), config, allow_missing_head=allow_missing_head)
+    tokenizer = None
+    if (path / HF_TOKENIZER_FILE).is_file():
+        tokenizer = Tokenizer.load(path / HF_TOKENIZER_FILE)
+        if tokenizer.vocab_size != config.vocab_size:
+            log.warning(
+                "%s has %d ids but the model's vocab_size is %d",
+                HF_TOKENIZER_FILE,
+                tokenizer.vocab_size,
+                config.vocab_size,
+            )
+    return Pretrained(config, params, tokenizer)
+
+
+def _check_architectures(architectures: list[str], source: Path, allow_missing_head: bool) -> None:
+    if not architectures or any(a.endswith("ForMaskedLM") for a in architectures):
+        return
+    if allow_missing_head and all(a in BARE_ENCODERS for a in architectures):
+        return
+    raise ValueError(
+        f"{source}: unsupported architecture {architectures}: from-hf converts masked LMs "
+        "(XLMRobertaForMaskedLM); a bare encoder (XLMRobertaModel) needs --allow-missing-head"
+    )
+
+
+def write_hf(model: Pretrained, path: str | os.PathLike) -> None:
+    """Writes an HF ``XLMRobertaForMaskedLM`` folder; ``path`` must not exist yet."""
+    from safetensors.numpy import save_file
+
+    path = Path(path).absolute()
+    if path.exists():
+        raise FileExistsError(f"{path} already exists; choose a new destination folder")
+    hf_config = config_to_hf(model.config)
+    tensors = params_to_hf(model.params, model.config)
+    path.mkdir(parents=True)
+    (path / "config.json").write_text(json.dumps(hf_config, indent=2, sort_keys=True) + "\n")
+    save_file(tensors, path / "model.safetensors", metadata={"format": "pt"})
+    if model.tokenizer is not None:
+        model.tokenizer.save(path / HF_TOKENIZER_FILE)

@@ -1,0 +1,65 @@
+"""VECO (Luo et al., 2021): masked LM with and without the plug-in cross-attention.
+
+A row holds pairs (x, y) as two segments sharing `pair_ids` — a sentence and its translation,
+or two adjacent monolingual segments. Stream h is the plain encoder (self-attention within each
+segment); stream s adds, in every layer, cross-attention to the *other* sequence's last-layer h,
+under `stop_gradient`. Both sequences of every pair run in the same two passes:
+
+    L = −log P(x|x̂) − log P(y|ŷ)            (h stream: `loss/<name>_self`)
+        −log P(x|ŷ,x̂) − log P(y|x̂,ŷ)        (s stream: `loss/<name>_cross`)
+
+`variant='iclr'` makes the s stream's self-attention causal (CS-MLM).
+"""
+
+from __future__ import annotations
+
+import jax
+
+from xlpretrain import masks
+from xlpretrain.data.batch import Batch
+from xlpretrain.model.encoder import MaskedLM
+from xlpretrain.objectives.mlm import mask_meta, prediction_loss
+
+VARIANTS = ("acl", "iclr")
+
+
+def make_veco(name: str, variant: str = "acl"):
+    """The VECO objective `(params, batch, rng, model) -> (loss, metrics)`."""
+    if variant not in VARIANTS:
+        raise ValueError(f"veco.variant={variant!r}; expected one of {VARIANTS}")
+    s_stream_mask = masks.veco_causal if variant == "iclr" else masks.mmlm
+
+    def veco(params, batch: Batch, rng: jax.Array, model: MaskedLM):
+        h_rng, s_rng = jax.random.split(rng)
+        meta = mask_meta(batch)
+        slots = (batch["pred_positions"], batch["pred_labels"], batch["pred_weights"])
+
+        def stream(mask_fn, dropout_rng, memory=None):
+            return model.apply(
+                {"params": params},
+                batch["input_ids"],
+                batch["positions"],
+                mask_fn=mask_fn,
+                mask_meta=meta,
+                lang_ids=batch["lang_ids"],
+                deterministic=False,
+                memory=memory,
+                cross_mask_fn=masks.veco_cross,
+                rngs={"dropout": dropout_rng},
+            )
+
+        h = stream(masks.mmlm, h_rng)
+        self_loss, self_metrics = prediction_loss(model, params, h, *slots)
+        s = stream(s_stream_mask, s_rng, memory=jax.lax.stop_gradient(h))
+        cross_loss, cross_metrics = prediction_loss(model, params, s, *slots)
+        return self_loss + cross_loss, {
+            "loss": self_loss + cross_loss,
+            "accuracy": (self_metrics["accuracy"] + cross_metrics["accuracy"]) / 2,
+            "count": self_metrics["count"],
+            f"loss/{name}_self": self_loss,
+            f"loss/{name}_cross": cross_loss,
+            f"accuracy/{name}_self": self_metrics["accuracy"],
+            f"accuracy/{name}_cross": cross_metrics["accuracy"],
+        }
+
+    return veco
