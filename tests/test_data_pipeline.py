@@ -176,9 +176,7 @@ def _builder(corpus, tokenizer, **overrides):
 
 def test_batches_are_deterministic_and_independent_of_process_count(corpus, tokenizer):
     whole = _builder(corpus, tokenizer).map(5)
-    halves = [
-        _builder(corpus, tokenizer, process_index=i, process_count=2).map(5) for i in (0, 1)
-    ]
+    halves = [_builder(corpus, tokenizer, process_index=i, process_count=2).map(5) for i in (0, 1)]
     for name in whole:
         for key, value in whole[name].items():
             np.testing.assert_array_equal(

@@ -34,8 +34,16 @@ def btmlm_batch(udhr, udhr_tokenizer_path):
     corpus = Corpus(mono, None, mono.languages)
     streams = {"btmlm": StreamSpec(MONO, 0.15, placeholder_ratio=0.2, target_languages=())}
     builder = StepBatchBuilder(
-        corpus, tokenizer, streams, seed=0, batch_size=6, max_length=96, mono_alpha=0.5,
-        parallel_alpha=0.5, pack=True, reset_positions=False,
+        corpus,
+        tokenizer,
+        streams,
+        seed=0,
+        batch_size=6,
+        max_length=96,
+        mono_alpha=0.5,
+        parallel_alpha=0.5,
+        pack=True,
+        reset_positions=False,
     )
     return builder.map(0)["btmlm"], tokenizer
 
@@ -65,8 +73,16 @@ def test_btmlm_rows_append_placeholders_per_unit(btmlm_batch):
 
 
 def _tiny_model():
-    config = ModelConfig(vocab_size=1002, hidden_size=16, num_layers=2, num_heads=2, mlp_dim=32,
-                         num_languages=3, dropout_rate=0.0, attention_dropout_rate=0.0)
+    config = ModelConfig(
+        vocab_size=1002,
+        hidden_size=16,
+        num_layers=2,
+        num_heads=2,
+        mlp_dim=32,
+        num_languages=3,
+        dropout_rate=0.0,
+        attention_dropout_rate=0.0,
+    )
     return MaskedLM(config), nn.unbox(init_params(config, jax.random.key(0)))
 
 
@@ -78,19 +94,30 @@ def test_btmlm_gradient_does_not_flow_through_the_generation_pass(btmlm_batch):
     objective = ernie_m.make_btmlm("argmax")
     grads, metrics = jax.grad(lambda p: objective(p, batch, rng, model), has_aux=True)(params)
     # The same loss with the pseudo tokens given as constants:
-    pseudo = ernie_m.decode_pseudo_tokens(model, params, batch, rng, decode="argmax",
-                                          temperature=1.0)
+    pseudo = ernie_m.decode_pseudo_tokens(
+        model, params, batch, rng, decode="argmax", temperature=1.0
+    )
     rows = jnp.arange(pseudo.shape[0])[:, None]
     slots, filled = batch["placeholder_positions"], batch["placeholder_weights"] > 0
-    ids = batch["input_ids"].at[rows, slots].set(
-        jnp.where(filled, pseudo, batch["input_ids"][rows, slots]))
+    ids = (
+        batch["input_ids"]
+        .at[rows, slots]
+        .set(jnp.where(filled, pseudo, batch["input_ids"][rows, slots]))
+    )
     fixed = {**batch, "input_ids": ids}
 
     def second_pass(p):
-        hidden = model.apply({"params": p}, ids, fixed["positions"], mask_fn=masks.btmlm,
-                             mask_meta=mlm.mask_meta(fixed), lang_ids=fixed["lang_ids"])
-        return mlm.prediction_loss(model, p, hidden, fixed["pred_positions"],
-                                   fixed["pred_labels"], fixed["pred_weights"])[0]
+        hidden = model.apply(
+            {"params": p},
+            ids,
+            fixed["positions"],
+            mask_fn=masks.btmlm,
+            mask_meta=mlm.mask_meta(fixed),
+            lang_ids=fixed["lang_ids"],
+        )
+        return mlm.prediction_loss(
+            model, p, hidden, fixed["pred_positions"], fixed["pred_labels"], fixed["pred_weights"]
+        )[0]
 
     expected = jax.grad(second_pass)(params)
     jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-6), grads, expected)
@@ -111,13 +138,37 @@ def test_masks_cli_json_and_png(tmp_path):
     example = "the cat <mask> sat ||| die Katze <mask>"
     png = tmp_path / "camlm.png"
     out = subprocess.run(
-        [sys.executable, "-m", "xlpretrain.masks", "--objective", "camlm", "--example", example,
-         "--json", "--png", str(png)],
-        capture_output=True, text=True, check=True, cwd=REPO,
+        [
+            sys.executable,
+            "-m",
+            "xlpretrain.masks",
+            "--objective",
+            "camlm",
+            "--example",
+            example,
+            "--json",
+            "--png",
+            str(png),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=REPO,
     ).stdout
     info = json.loads(out)
-    assert info["tokens"] == ["<s>", "the", "cat", "<mask>", "sat", "</s>",
-                              "</s>", "die", "Katze", "<mask>", "</s>"]
+    assert info["tokens"] == [
+        "<s>",
+        "the",
+        "cat",
+        "<mask>",
+        "sat",
+        "</s>",
+        "</s>",
+        "die",
+        "Katze",
+        "<mask>",
+        "</s>",
+    ]
     assert info["side"] == ["source"] * 6 + ["target"] * 5
     assert info["is_masked"] == [0, 0, 0, 1, 0, 0, 0, 0, 0, 1, 0]
     assert info["is_padding"] == [0] * 11
@@ -148,14 +199,25 @@ def test_schedule_validation_and_stage_lookup():
         return raw
 
     bad = [
-        (with_schedule(({"start_step": 0, "objectives": {"mmlm": 1.0}},), {"tlm": 1.0}),
-         "either objectives or schedule"),
+        (
+            with_schedule(({"start_step": 0, "objectives": {"mmlm": 1.0}},), {"tlm": 1.0}),
+            "either objectives or schedule",
+        ),
         (with_schedule(({"start_step": 5, "objectives": {"mmlm": 1.0}},)), "starts at 0"),
-        (with_schedule(({"start_step": 0, "objectives": {"mmlm": 1.0}},
-                        {"start_step": 0, "objectives": {"tlm": 1.0}})), "must come after"),
+        (
+            with_schedule(
+                (
+                    {"start_step": 0, "objectives": {"mmlm": 1.0}},
+                    {"start_step": 0, "objectives": {"tlm": 1.0}},
+                )
+            ),
+            "must come after",
+        ),
         (with_schedule(({"start_step": 0, "objectives": {"nope": 1.0}},)), "unknown objective"),
-        (with_schedule(({"start_step": 0, "objectives": {"btmlm": 1.0}},)),
-         "model.language_embeddings"),
+        (
+            with_schedule(({"start_step": 0, "objectives": {"btmlm": 1.0}},)),
+            "model.language_embeddings",
+        ),
         (with_schedule(({"begin": 0},)), "a stage is"),
     ]
     for cfg, message in bad:
@@ -186,7 +248,9 @@ def test_configs_match_table_10(size, layers, hidden, ffn, heads, steps, lr):
     assert cfg.data.mono_alpha == cfg.data.parallel_alpha == 0.1
     assert m.vocab_size == 250002  # 250k SentencePiece pieces + <pad> + <mask>
     assert [set(s["objectives"]) for s in cfg.schedule] == [
-        {"mmlm", "tlm", "camlm"}, {"mmlm", "tlm", "camlm", "btmlm"}]
+        {"mmlm", "tlm", "camlm"},
+        {"mmlm", "tlm", "camlm", "btmlm"},
+    ]
 
 
 def test_btmlm_tag_tokens_precede_the_placeholders(udhr, udhr_tokenizer_path):
@@ -195,8 +259,16 @@ def test_btmlm_tag_tokens_precede_the_placeholders(udhr, udhr_tokenizer_path):
     corpus = Corpus(mono, None, mono.languages)
     streams = {"btmlm": StreamSpec(MONO, 0.15, placeholder_ratio=0.2, tag_format="<{lang}>")}
     builder = StepBatchBuilder(
-        corpus, tokenizer, streams, seed=0, batch_size=4, max_length=64, mono_alpha=0.5,
-        parallel_alpha=0.5, pack=True, reset_positions=False,
+        corpus,
+        tokenizer,
+        streams,
+        seed=0,
+        batch_size=4,
+        max_length=64,
+        mono_alpha=0.5,
+        parallel_alpha=0.5,
+        pack=True,
+        reset_positions=False,
     )
     batch = builder.map(0)["btmlm"]
     tags = {lang: tokenizer.encode(f"<{lang}>") for lang in corpus.languages}

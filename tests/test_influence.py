@@ -211,8 +211,22 @@ def test_every_registered_mask_keeps_rows_non_empty(objective):
 
 def test_btmlm_generate_with_a_language_tag():
     # <s> a1 a2 a3 </s> <tag tag> P P: placeholders see the source, the tag and themselves
-    batch = row([(0, 1, S, 0), (5, 1, S, 0), (6, 1, S, 0), (7, 1, S, 0), (2, 1, S, 0),
-                 (20, 1, SIDE_TAG, 0), (21, 1, SIDE_TAG, 0), (MASK, 1, P, 0), (MASK, 1, P, 0)])
+    batch = row(
+        [
+            (0, 1, S, 0),
+            (5, 1, S, 0),
+            (6, 1, S, 0),
+            (7, 1, S, 0),
+            (2, 1, S, 0),
+            (20, 1, SIDE_TAG, 0),
+            (21, 1, SIDE_TAG, 0),
+            (MASK, 1, P, 0),
+            (MASK, 1, P, 0),
+        ]
+    )
     source, tag = {0, 1, 2, 3, 4}, {5, 6}
-    check(masks.btmlm_generate, batch, {7: source | tag | {7}, 8: source | tag | {8},
-                                        5: source | tag, 2: source})
+    check(
+        masks.btmlm_generate,
+        batch,
+        {7: source | tag | {7}, 8: source | tag | {8}, 5: source | tag, 2: source},
+    )

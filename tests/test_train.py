@@ -291,6 +291,11 @@ def test_veco_trains_both_streams_and_tlm(udhr, udhr_tokenizer_path, tmp_path, v
     run(cfg, tmp_path, jax.devices()[:2])
     records = read_metrics(tmp_path)
     assert [r["stage"] for r in records] == [0] + [1] * 5  # phase 2 from step round(0.25 · 6)
-    for key in ("loss/veco_self", "loss/veco_cross", "loss/veco_mono_self",
-                "loss/veco_mono_cross", "loss/tlm"):
+    for key in (
+        "loss/veco_self",
+        "loss/veco_cross",
+        "loss/veco_mono_self",
+        "loss/veco_mono_cross",
+        "loss/tlm",
+    ):
         assert all(np.isfinite(r[key]) for r in records), key

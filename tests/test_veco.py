@@ -25,9 +25,17 @@ from xlpretrain.tokenizer import Tokenizer
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "configs"))
 import veco as veco_configs  # noqa: E402
 
-CFG = ModelConfig(vocab_size=40, hidden_size=16, num_layers=3, num_heads=2, mlp_dim=32,
-                  max_positions=32, cross_attention=True, dropout_rate=0.0,
-                  attention_dropout_rate=0.0)
+CFG = ModelConfig(
+    vocab_size=40,
+    hidden_size=16,
+    num_layers=3,
+    num_heads=2,
+    mlp_dim=32,
+    max_positions=32,
+    cross_attention=True,
+    dropout_rate=0.0,
+    attention_dropout_rate=0.0,
+)
 PARAMS = nn.unbox(init_params(CFG, jax.random.key(0)))
 MASK = CFG.vocab_size - 1
 
@@ -87,10 +95,18 @@ def test_cross_stream_reads_the_other_sequence_in_the_forward_pass():
     meta = {k: BATCH[k] for k in ("segment_ids", "pair_ids", "side", "is_masked", "positions")}
 
     def s_stream(ids):
-        h = model.apply({"params": PARAMS}, ids, BATCH["positions"], mask_fn=masks.mmlm,
-                        mask_meta=meta)
-        return model.apply({"params": PARAMS}, ids, BATCH["positions"], mask_fn=masks.mmlm,
-                           mask_meta=meta, memory=h, cross_mask_fn=masks.veco_cross)
+        h = model.apply(
+            {"params": PARAMS}, ids, BATCH["positions"], mask_fn=masks.mmlm, mask_meta=meta
+        )
+        return model.apply(
+            {"params": PARAMS},
+            ids,
+            BATCH["positions"],
+            mask_fn=masks.mmlm,
+            mask_meta=meta,
+            memory=h,
+            cross_mask_fn=masks.veco_cross,
+        )
 
     changed_y = IDS.copy()
     changed_y[0, 7] = 11
@@ -110,18 +126,28 @@ def test_plugged_out_model_equals_the_plain_encoder():
     plain_params = nn.unbox(init_params(plain_cfg, jax.random.key(0)))
     layers = PARAMS["encoder"]["layers"]
     assert set(layers) - set(plain_params["encoder"]["layers"]) == {
-        "cross_attention", "cross_attention_norm"}
+        "cross_attention",
+        "cross_attention_norm",
+    }
     shared = jax.tree.map(lambda x: x, PARAMS)
     shared["encoder"]["layers"] = {k: v for k, v in layers.items() if "cross" not in k}
     meta = {"segment_ids": SEGMENTS}
-    plugged_out = MaskedLM(CFG).apply({"params": PARAMS}, IDS, BATCH["positions"],
-                                      mask_fn=masks.mmlm, mask_meta=meta)
-    plain = MaskedLM(plain_cfg).apply({"params": shared}, IDS, BATCH["positions"],
-                                      mask_fn=masks.mmlm, mask_meta=meta)
+    plugged_out = MaskedLM(CFG).apply(
+        {"params": PARAMS}, IDS, BATCH["positions"], mask_fn=masks.mmlm, mask_meta=meta
+    )
+    plain = MaskedLM(plain_cfg).apply(
+        {"params": shared}, IDS, BATCH["positions"], mask_fn=masks.mmlm, mask_meta=meta
+    )
     np.testing.assert_array_equal(np.asarray(plugged_out), np.asarray(plain))
     with pytest.raises(ValueError, match="cross_attention=False"):
-        MaskedLM(plain_cfg).apply({"params": shared}, IDS, BATCH["positions"],
-                                  mask_fn=masks.mmlm, mask_meta=meta, memory=plugged_out)
+        MaskedLM(plain_cfg).apply(
+            {"params": shared},
+            IDS,
+            BATCH["positions"],
+            mask_fn=masks.mmlm,
+            mask_meta=meta,
+            memory=plugged_out,
+        )
 
 
 def test_first_phase_updates_only_the_cross_attention():
@@ -154,12 +180,22 @@ def test_segment_pair_rows(udhr, udhr_tokenizer_path):
     corpus = Corpus(mono, parallel, ["007", "eng"])
     streams = {
         "veco": StreamSpec(SEGMENT_PAIRS, 0.25, max_length=48),
-        "veco_mono": StreamSpec(SEGMENT_PAIRS, 0.25, mono_fraction=1.0, mono_mask_rate=0.15,
-                                batch_size=2),
+        "veco_mono": StreamSpec(
+            SEGMENT_PAIRS, 0.25, mono_fraction=1.0, mono_mask_rate=0.15, batch_size=2
+        ),
     }
-    builder = StepBatchBuilder(corpus, tokenizer, streams, seed=0, batch_size=4, max_length=96,
-                               mono_alpha=0.5, parallel_alpha=0.5, pack=True,
-                               reset_positions=False)
+    builder = StepBatchBuilder(
+        corpus,
+        tokenizer,
+        streams,
+        seed=0,
+        batch_size=4,
+        max_length=96,
+        mono_alpha=0.5,
+        parallel_alpha=0.5,
+        pack=True,
+        reset_positions=False,
+    )
     batches = builder.map(0)
     assert batches["veco"]["input_ids"].shape == (4, 48)
     assert batches["veco_mono"]["input_ids"].shape == (2, 96)

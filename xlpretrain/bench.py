@@ -28,8 +28,14 @@ from ml_collections import config_flags
 
 from xlpretrain import objectives as objectives_lib
 from xlpretrain.config import max_predictions, stages, validate
-from xlpretrain.data.batch import PREDICTION_FIELDS, SIDE_PLACEHOLDER, TOKEN_FIELDS, Batch
-from xlpretrain.data.pipeline import StreamSpec, max_placeholders
+from xlpretrain.data.batch import (
+    PREDICTION_FIELDS,
+    SIDE_PLACEHOLDER,
+    SIDE_TARGET,
+    TOKEN_FIELDS,
+    Batch,
+)
+from xlpretrain.data.pipeline import SEGMENT_PAIRS, StreamSpec, max_placeholders
 from xlpretrain.model.config import ModelConfig
 from xlpretrain.model.encoder import MaskedLM
 from xlpretrain.sharding import global_batch, make_mesh
@@ -37,8 +43,10 @@ from xlpretrain.step import setup_training
 from xlpretrain.tokenizer import Tokenizer
 
 FLOP_FORMULA = (
-    "6*N_matmul*T + 12*layers*hidden*L*T + 6*(hidden^2 + hidden*vocab)*P "
-    "(T tokens, P predicted tokens per step; remat recomputation not counted)"
+    "sum over objectives of 6*N_matmul*T + 12*layers*hidden*L*T + 6*(hidden^2 + hidden*vocab)*P "
+    "(T tokens, L row length, P predicted tokens; BTMLM adds its forward-only decoding pass, "
+    "1/3 of that; VECO counts two passes, the second with the cross-attention sub-layer; "
+    "remat recomputation not counted)"
 )
 
 # Dense bf16 peak FLOP/s per chip, by `device_kind` prefix.
@@ -54,6 +62,9 @@ PEAK_TFLOPS = {
 }
 
 
+EOS = Tokenizer.EOS_ID
+
+
 def synthetic_batch(
     rows: int, length: int, stream: StreamSpec, vocab_size: int, rng: np.random.Generator
 ) -> Batch:
@@ -65,10 +76,17 @@ def synthetic_batch(
     slots = max_predictions(length, mask_rate)
     batch = {name: np.zeros((rows, length), dtype) for name, dtype in TOKEN_FIELDS.items()}
     batch["input_ids"] = rng.integers(4, vocab_size - 1, (rows, length)).astype(np.int32)
-    batch["input_ids"][:, 0], batch["input_ids"][:, -1] = Tokenizer.BOS_ID, Tokenizer.EOS_ID
+    batch["input_ids"][:, 0], batch["input_ids"][:, -1] = Tokenizer.BOS_ID, EOS
     batch["positions"][:] = Tokenizer.PAD_ID + 1 + np.arange(length)
     batch["segment_ids"][:] = batch["pair_ids"][:] = 1
-    chosen = np.sort(rng.permuted(np.tile(np.arange(1, length - 1), (rows, 1)), axis=1), axis=1)
+    if stream.kind == SEGMENT_PAIRS:  # VECO: x and y, two segments of one pair
+        half = length // 2
+        batch["input_ids"][:, half - 1], batch["input_ids"][:, half] = EOS, Tokenizer.BOS_ID
+        batch["positions"][:, half:] = Tokenizer.PAD_ID + 1 + np.arange(length - half)
+        batch["segment_ids"][:, half:] = 2
+        batch["side"][:, half:] = SIDE_TARGET
+    regular = np.flatnonzero(~np.isin(batch["input_ids"][0], [Tokenizer.BOS_ID, EOS]))
+    chosen = rng.permuted(np.tile(regular, (rows, 1)), axis=1)
     chosen = np.sort(chosen[:, :slots], axis=1).astype(np.int32)
     batch["pred_positions"] = chosen
     batch["pred_labels"] = np.take_along_axis(batch["input_ids"], chosen, axis=1)
@@ -106,12 +124,20 @@ def _with_placeholders(
     return batch
 
 
-def model_flops(cfg, tokens: int, predictions: int) -> float:
+def model_flops(cfg, stream: StreamSpec, tokens: int, length: int, predictions: int) -> float:
+    """Training FLOPs of one objective's step, by FLOP_FORMULA."""
     m = cfg.model
     per_layer = 4 * m.hidden_size**2 + 2 * m.hidden_size * m.mlp_dim
     dense = 6 * m.num_layers * per_layer * tokens
-    attention = 12 * m.num_layers * m.hidden_size * cfg.data.max_length * tokens
+    attention = 12 * m.num_layers * m.hidden_size * length * tokens
     head = 6 * (m.hidden_size**2 + m.hidden_size * m.vocab_size) * predictions
+    if stream.kind == SEGMENT_PAIRS:  # the s stream: again, plus cross-attention per layer
+        cross = 6 * m.num_layers * 4 * m.hidden_size**2 * tokens + attention
+        return float(2 * (dense + attention + head) + cross)
+    if stream.placeholder_ratio > 0:  # forward-only decoding at the placeholders
+        placeholders = math.ceil(stream.placeholder_ratio * tokens)
+        decode = (dense + attention) / 3 + head / 3 * placeholders / max(predictions, 1)
+        return float(dense + attention + head + decode)
     return float(dense + attention + head)
 
 
@@ -134,10 +160,20 @@ def benchmark(cfg, steps: int, warmup: int, peak_tflops: float = 0.0) -> dict:
     training = setup_training(cfg, model, mesh, everything)
     step_fn = training.step_fns[-1]
     rng = np.random.default_rng(0)
-    rows = cfg.data.batch_size // jax.process_count()
+    streams = {name: obj.stream(cfg) for name, obj in active.items()}
+    shapes = {  # (global rows, length) per objective
+        name: (s.batch_size or cfg.data.batch_size, s.max_length or cfg.data.max_length)
+        for name, s in streams.items()
+    }
     local = {
-        name: synthetic_batch(rows, cfg.data.max_length, obj.stream(cfg), cfg.model.vocab_size, rng)
-        for name, obj in active.items()
+        name: synthetic_batch(
+            shapes[name][0] // jax.process_count(),
+            shapes[name][1],
+            streams[name],
+            cfg.model.vocab_size,
+            rng,
+        )
+        for name in active
     }
     batch = global_batch(local, training.batch_sharding)
     state = training.state
@@ -152,9 +188,17 @@ def benchmark(cfg, steps: int, warmup: int, peak_tflops: float = 0.0) -> dict:
     jax.block_until_ready((state, metrics))
     step_s = (time.perf_counter() - start) / steps
 
-    tokens = len(active) * cfg.data.batch_size * cfg.data.max_length
-    predictions = sum(int(local[n]["pred_weights"].sum()) * jax.process_count() for n in active)
-    flops = model_flops(cfg, tokens, predictions)
+    tokens = sum(rows * length for rows, length in shapes.values())
+    flops = sum(
+        model_flops(
+            cfg,
+            streams[n],
+            shapes[n][0] * shapes[n][1],
+            shapes[n][1],
+            int(local[n]["pred_weights"].sum()) * jax.process_count(),
+        )
+        for n in active
+    )
     device = jax.devices()[0]
     peak = peak_flops(device, peak_tflops)
     memory = device.memory_stats() or {}

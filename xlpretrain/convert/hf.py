@@ -19,6 +19,7 @@ import os
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
+import flax.linen as nn
 import jax
 import numpy as np
 from flax import traverse_util
@@ -311,7 +312,7 @@ def _fresh_head(config: ModelConfig, params: Params) -> Params:
     head = LMHead(config).init(
         jax.random.key(0), np.zeros((1, config.hidden_size), np.float32), word_embeddings
     )
-    return jax.tree.map(lambda x: np.asarray(x, np.float32), jax.device_get(head["params"]))
+    return jax.tree.map(lambda x: np.asarray(x, np.float32), nn.unbox(head["params"]))
 
 
 def _listing(names: list[str], limit: int = 8) -> str:
