@@ -30,7 +30,14 @@ setup(
             "tensorflow-datasets>=4.9",
             "array-record>=0.5",
             "importlib-resources",
+            # Hugging Face parity tests; this torch has a CPU wheel, other versions pull CUDA.
+            "torch==2.13.0",
+            "transformers>=4.40",
+            "safetensors>=0.4",
         ],
+        # python -m xlpretrain.convert: safetensors alone converts model.safetensors; torch
+        # reads pytorch_model.bin; transformers loads the exported folders.
+        "hf": ["safetensors>=0.4", "torch>=2.0", "transformers>=4.40"],
         "gpu": ["jax[cuda12]"],
         "tpu": ["jax[tpu]"],
         # importlib-resources: TFDS imports it but declares it for Python < 3.9 only
