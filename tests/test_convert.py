@@ -315,6 +315,8 @@ def test_to_hf_rejects_language_embeddings_and_missing_folders(tmp_path):
             convert(tmp_path / "missing", tmp_path / "out")
     with pytest.raises(ValueError, match="neither an xlpretrain checkpoint folder"):
         to_hf(tmp_path, tmp_path / "out")
+    with pytest.raises(FileExistsError, match="already exists"):
+        to_hf(tmp_path / "ours", tmp_path / "ours")
 
 
 def test_cli_converts_without_importing_torch(small, tmp_path):

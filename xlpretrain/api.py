@@ -2,11 +2,11 @@
 
 NumPy in, NumPy out, jitted and batched: inputs are cut into chunks of ``batch_size`` rows and
 padded to power-of-two shapes, so a stream of differently sized batches compiles a handful of
-programs, each once per ``Model``. Inputs follow HF XLM-R: positions are HF's
-``create_position_ids_from_input_ids`` (count of non-pad tokens so far + ``pad_token_id``),
-and ``attention_mask`` becomes the MMLM mask's ``segment_ids``, so a real token sees the real
-tokens of its row and padding sees padding only. Outputs at real tokens equal
-``transformers``' ``XLMRobertaForMaskedLM``; outputs at padding are unspecified.
+programs, each once per model shape (the config is a static argument). Inputs follow HF XLM-R:
+positions are HF's ``create_position_ids_from_input_ids`` (count of non-pad tokens so far +
+``pad_token_id``), and ``attention_mask`` becomes the MMLM mask's ``segment_ids``, so a real
+token sees the real tokens of its row and padding sees padding only. Outputs at real tokens
+equal ``transformers``' ``XLMRobertaForMaskedLM``; outputs at padding are unspecified.
 
 Logits come from ``MaskedLM`` itself. Per-layer hidden states apply the model's own
 ``Embeddings`` and ``EncoderLayer`` modules one layer at a time (a ``lax.scan`` over the stacked
@@ -79,9 +79,8 @@ class Model:
         ``[B, L]``) is needed only by models with language embeddings.
         """
         ids, mask, langs = self._inputs(input_ids, attention_mask, lang_ids)
-        return self._run(functools.partial(_logits, self.config), ids, mask, langs)[
-            :, : ids.shape[1]
-        ]
+        logits = self._run(functools.partial(_logits, self.config), ids, mask, langs)
+        return logits[:, : ids.shape[1]]
 
     def hidden_states(
         self,

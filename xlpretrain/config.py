@@ -108,6 +108,11 @@ def default_config() -> ml_collections.ConfigDict:
     cfg.model.attention_dropout_rate = 0.1
     cfg.model.language_embeddings = False  # XLM-style language embeddings added at the input
     cfg.model.cross_attention = False  # VECO's plug-in cross-attention sub-layer per layer
+    cfg.model.relative_position = "none"  # none | bucketed (T5) | gated (XLM-E)
+    cfg.model.num_buckets = 32
+    cfg.model.max_distance = 128
+    cfg.model.share_relative_table = True  # one table for all layers; gates stay per layer
+    cfg.model.absolute_positions = True
     cfg.model.dtype = "float32"  # compute dtype; parameters are always float32
     cfg.model.remat = "none"  # none | full | dots
     cfg.model.scan_layers = True
@@ -234,6 +239,12 @@ _RANGES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "model.dtype": (_one_of("float32", "bfloat16"), "must be 'float32' or 'bfloat16'"),
     "model.remat": (_one_of("none", "full", "dots"), "must be 'none', 'full' or 'dots'"),
     "model.attention": (_one_of("xla", "cudnn"), "must be 'xla' or 'cudnn'"),
+    "model.relative_position": (
+        _one_of("none", "bucketed", "gated"),
+        "must be 'none', 'bucketed' or 'gated'",
+    ),
+    "model.num_buckets": (lambda v: v >= 4 and v % 2 == 0, "must be even and >= 4"),
+    "model.max_distance": (lambda v: v >= 2, "must be >= 2"),
     "btmlm.ratio": (lambda v: 0.0 < v <= 1.0, "must be in (0, 1]"),
     "veco.variant": (_one_of("acl", "iclr"), "must be 'acl' or 'iclr'"),
     "btmlm.decode": (_one_of("argmax", "sample"), "must be 'argmax' or 'sample'"),
@@ -342,6 +353,11 @@ def validate(cfg: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
             "train.grad_accum",
             f"{key}batch_size={batch} ({name}) is not divisible by {cfg.train.grad_accum}",
         )
+    _check(
+        cfg.model.absolute_positions or cfg.model.relative_position != "none",
+        "model.absolute_positions",
+        "without absolute positions the model needs model.relative_position",
+    )
     _check(
         not ({"veco", "veco_mono"} & active) or cfg.model.cross_attention,
         "model.cross_attention",

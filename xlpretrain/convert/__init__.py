@@ -17,6 +17,7 @@ def from_hf(
     src: str | os.PathLike, dst: str | os.PathLike, *, allow_missing_head: bool = False
 ) -> Pretrained:
     """HF folder ``src`` → new checkpoint folder ``dst``; returns the converted model."""
+    folder.new_folder(dst)  # fail before reading a large checkpoint
     model = hf.read_hf(src, allow_missing_head=allow_missing_head)
     folder.write(model, dst)
     return model
@@ -24,6 +25,7 @@ def from_hf(
 
 def to_hf(src: str | os.PathLike, dst: str | os.PathLike) -> Pretrained:
     """Checkpoint folder or training workdir ``src`` → new HF folder ``dst``."""
+    folder.new_folder(dst)  # fail before reading a large checkpoint
     model = folder.read(src)
     hf.write_hf(model, dst)
     return model

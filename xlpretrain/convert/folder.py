@@ -59,11 +59,17 @@ def abstract_params(config: ModelConfig) -> Params:
     return nn.unbox(boxed)
 
 
-def write(model: Pretrained, path: str | os.PathLike) -> None:
-    """Writes ``model`` as a checkpoint folder; ``path`` must not exist yet."""
+def new_folder(path: str | os.PathLike) -> Path:
+    """``path`` made absolute, if nothing is there yet: conversions never overwrite."""
     path = Path(path).absolute()
     if path.exists():
         raise FileExistsError(f"{path} already exists; choose a new destination folder")
+    return path
+
+
+def write(model: Pretrained, path: str | os.PathLike) -> None:
+    """Writes ``model`` as a checkpoint folder; ``path`` must not exist yet."""
+    path = new_folder(path)
     path.mkdir(parents=True)
     (path / MODEL_JSON).write_text(json.dumps(dataclasses.asdict(model.config), indent=2) + "\n")
     with ocp.PyTreeCheckpointer() as checkpointer:

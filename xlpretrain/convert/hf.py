@@ -24,7 +24,7 @@ import jax
 import numpy as np
 from flax import traverse_util
 
-from xlpretrain.convert.folder import Params, Pretrained, abstract_params
+from xlpretrain.convert.folder import Params, Pretrained, abstract_params, new_folder
 from xlpretrain.model.config import ModelConfig
 from xlpretrain.model.heads import LMHead
 from xlpretrain.tokenizer import Tokenizer
@@ -395,9 +395,7 @@ def write_hf(model: Pretrained, path: str | os.PathLike) -> None:
     """Writes an HF ``XLMRobertaForMaskedLM`` folder; ``path`` must not exist yet."""
     from safetensors.numpy import save_file
 
-    path = Path(path).absolute()
-    if path.exists():
-        raise FileExistsError(f"{path} already exists; choose a new destination folder")
+    path = new_folder(path)
     hf_config = config_to_hf(model.config)
     tensors = params_to_hf(model.params, model.config)
     path.mkdir(parents=True)

@@ -12,6 +12,7 @@ import jax
 import jax.numpy as jnp
 
 from xlpretrain import masks
+from xlpretrain.model import relative_position
 from xlpretrain.model.config import ModelConfig
 
 
@@ -79,6 +80,18 @@ def _attention_with_dropout(
     return jnp.einsum("bhqk,bkhd->bqhd", probs.astype(v.dtype), v)
 
 
+def relative_table_param(module: nn.Module, config: ModelConfig) -> jax.Array:
+    """The `[num_buckets, heads]` table d of the bucketed relative position bias."""
+    return module.param(
+        "relative_position_table",
+        nn.with_logical_partitioning(
+            nn.initializers.normal(config.initializer_range), (None, "heads")
+        ),
+        (config.num_buckets, config.num_heads),
+        jnp.float32,
+    )
+
+
 class MultiHeadAttention(nn.Module):
     """Q/K/V/O projections around ``dot_product_attention`` (HF ``XLMRobertaAttention``).
 
@@ -87,6 +100,7 @@ class MultiHeadAttention(nn.Module):
     """
 
     config: ModelConfig
+    relative: bool = False  # self-attention: add the configured relative position bias
 
     @nn.compact
     def __call__(
@@ -98,6 +112,7 @@ class MultiHeadAttention(nn.Module):
         q_meta: masks.Meta,
         k_meta: masks.Meta,
         deterministic: bool,
+        relative_table: jax.Array | None = None,
     ) -> jax.Array:
         cfg = self.config
         init = nn.initializers.normal(cfg.initializer_range)
@@ -116,6 +131,9 @@ class MultiHeadAttention(nn.Module):
         v = projection("value")(inputs_kv)
         rate = cfg.attention_dropout_rate
         dropout_rng = None if deterministic or rate == 0.0 else self.make_rng("dropout")
+        bias = None
+        if self.relative and cfg.relative_position != "none":
+            bias = self._relative_bias(q, q_meta, k_meta, relative_table)
         out = dot_product_attention(
             q,
             k,
@@ -123,6 +141,7 @@ class MultiHeadAttention(nn.Module):
             mask_fn=mask_fn,
             q_meta=q_meta,
             k_meta=k_meta,
+            bias=bias,
             dropout_rng=dropout_rng,
             dropout_rate=rate,
             deterministic=deterministic,
@@ -136,3 +155,26 @@ class MultiHeadAttention(nn.Module):
             bias_init=nn.with_logical_partitioning(nn.initializers.zeros, ("embed",)),
             name="out",
         )(out)
+
+    def _relative_bias(self, q, q_meta, k_meta, table: jax.Array | None) -> jax.Array:
+        """d (bucketed), or XLM-E's gated r: per layer `u`, `v` `[heads, kv]` and scalar `w`."""
+        cfg = self.config
+        if table is None:  # not shared: this layer's own table
+            table = relative_table_param(self, cfg)
+        d = relative_position.bucketed_bias(
+            q_meta["positions"],
+            k_meta["positions"],
+            table,
+            num_buckets=cfg.num_buckets,
+            max_distance=cfg.max_distance,
+        )
+        if cfg.relative_position == "bucketed":
+            return d
+        init = nn.initializers.normal(cfg.initializer_range)
+        gate = nn.with_logical_partitioning(init, ("heads", "kv"))
+        u = self.param("gate_u", gate, (cfg.num_heads, cfg.head_dim), jnp.float32)
+        v = self.param("gate_v", gate, (cfg.num_heads, cfg.head_dim), jnp.float32)
+        w = self.param(
+            "gate_w", nn.with_logical_partitioning(nn.initializers.zeros, ()), (), jnp.float32
+        )
+        return relative_position.gated_bias(q, d, u, v, w)

@@ -7,6 +7,7 @@ import ml_collections
 
 DTYPES = ("float32", "bfloat16")
 REMAT = ("none", "full", "dots")
+RELATIVE_POSITIONS = ("none", "bucketed", "gated")
 ATTENTION_IMPLS = ("xla", "cudnn")
 
 
@@ -31,6 +32,11 @@ class ModelConfig:
     attention_dropout_rate: float = 0.1
     num_languages: int = 0
     cross_attention: bool = False  # VECO's plug-in cross-attention sub-layer in every layer
+    relative_position: str = "none"  # none | bucketed (T5) | gated (XLM-E)
+    num_buckets: int = 32
+    max_distance: int = 128
+    share_relative_table: bool = True  # one bucket table for all layers (gates stay per layer)
+    absolute_positions: bool = True  # learned absolute position embeddings (XLM-R)
     dtype: str = "float32"
     remat: str = "none"
     scan_layers: bool = True
@@ -42,6 +48,7 @@ class ModelConfig:
             ("dtype", DTYPES),
             ("remat", REMAT),
             ("attention_impl", ATTENTION_IMPLS),
+            ("relative_position", RELATIVE_POSITIONS),
         ):
             if getattr(self, name) not in allowed:
                 raise ValueError(f"model.{name}={getattr(self, name)!r}; expected one of {allowed}")
@@ -50,6 +57,8 @@ class ModelConfig:
                 f"model.hidden_size={self.hidden_size} is not divisible by "
                 f"model.num_heads={self.num_heads}"
             )
+        if not self.absolute_positions and self.relative_position == "none":
+            raise ValueError("model.absolute_positions=False needs a model.relative_position")
 
     @property
     def head_dim(self) -> int:
@@ -77,6 +86,11 @@ class ModelConfig:
             attention_dropout_rate=model.attention_dropout_rate,
             num_languages=num_languages if model.language_embeddings else 0,
             cross_attention=model.cross_attention,
+            relative_position=model.relative_position,
+            num_buckets=model.num_buckets,
+            max_distance=model.max_distance,
+            share_relative_table=model.share_relative_table,
+            absolute_positions=model.absolute_positions,
             dtype=model.dtype,
             remat=model.remat,
             scan_layers=model.scan_layers,

@@ -40,6 +40,7 @@ import jax
 import jax.numpy as jnp
 
 from xlpretrain import masks
+from xlpretrain.model.attention import relative_table_param
 from xlpretrain.model.config import ModelConfig
 from xlpretrain.model.heads import LMHead
 from xlpretrain.model.layers import Embeddings, EncoderLayer
@@ -76,20 +77,25 @@ class Encoder(nn.Module):
             layer = nn.remat(
                 layer, policy=_REMAT_POLICIES[cfg.remat], prevent_cse=not cfg.scan_layers
             )
+        table = None
+        if cfg.relative_position != "none" and cfg.share_relative_table:
+            table = relative_table_param(self, cfg)  # one d for all layers; gates per layer
         if cfg.scan_layers:
             stack = nn.scan(
                 layer,
                 variable_axes={"params": 0},
                 split_rngs={"params": True, "dropout": True},
-                in_axes=(nn.broadcast, nn.broadcast),
+                in_axes=(nn.broadcast, nn.broadcast, nn.broadcast),
                 length=cfg.num_layers,
                 metadata_params={nn.PARTITION_NAME: "layers"},
             )
-            x, _ = stack(cfg, mask_fn, deterministic, cross_mask_fn, name="layers")(x, meta, memory)
+            x, _ = stack(cfg, mask_fn, deterministic, cross_mask_fn, name="layers")(
+                x, meta, memory, table
+            )
             return x
         for i in range(cfg.num_layers):
             x, _ = layer(cfg, mask_fn, deterministic, cross_mask_fn, name=f"layers_{i}")(
-                x, meta, memory
+                x, meta, memory, table
             )
         return x
 
@@ -165,15 +171,16 @@ def init_params(config: ModelConfig, rng: jax.Array, batch_shape: tuple[int, int
     derived before allocating.
     """
     ids = jnp.zeros(batch_shape, jnp.int32)
+    positions = ids + config.pad_token_id + 1 + jnp.arange(batch_shape[1])
     memory = None
     if config.cross_attention:  # create the plug-in's parameters too
         memory = jnp.zeros((*batch_shape, config.hidden_size), config.compute_dtype)
     variables = MaskedLM(config).init(
         {"params": rng},
         ids,
-        ids + config.pad_token_id + 1,
+        positions,
         mask_fn=masks.mmlm,
-        mask_meta={"segment_ids": ids + 1},
+        mask_meta={"segment_ids": ids + 1, "positions": positions},
         lang_ids=ids if config.num_languages > 0 else None,
         memory=memory,
         cross_mask_fn=masks.mmlm,

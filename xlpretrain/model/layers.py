@@ -64,7 +64,8 @@ class Embeddings(nn.Module):
             )
 
         self.word_embeddings = table(cfg.vocab_size, "vocab", "word_embeddings")
-        self.position_embeddings = table(cfg.max_positions, "positions", "position_embeddings")
+        if cfg.absolute_positions:
+            self.position_embeddings = table(cfg.max_positions, "positions", "position_embeddings")
         self.token_type_embeddings = table(1, None, "token_type_embeddings")
         if cfg.num_languages > 0:
             self.language_embeddings = table(cfg.num_languages, "languages", "language_embeddings")
@@ -78,7 +79,9 @@ class Embeddings(nn.Module):
         lang_ids: jax.Array | None,
         deterministic: bool,
     ) -> jax.Array:
-        x = self.word_embeddings(input_ids) + self.position_embeddings(positions)
+        x = self.word_embeddings(input_ids)
+        if self.config.absolute_positions:
+            x = x + self.position_embeddings(positions)
         x = x + self.token_type_embeddings.embedding[0]
         if self.config.num_languages > 0:
             if lang_ids is None:
@@ -121,16 +124,21 @@ class EncoderLayer(nn.Module):
 
     @nn.compact
     def __call__(
-        self, x: jax.Array, meta: masks.Meta, memory: jax.Array | None = None
+        self,
+        x: jax.Array,
+        meta: masks.Meta,
+        memory: jax.Array | None = None,
+        relative_table: jax.Array | None = None,
     ) -> tuple[jax.Array, None]:
         cfg = self.config
-        h = MultiHeadAttention(cfg, name="attention")(
+        h = MultiHeadAttention(cfg, relative=True, name="attention")(
             x,
             x,
             mask_fn=self.mask_fn,
             q_meta=meta,
             k_meta=meta,
             deterministic=self.deterministic,
+            relative_table=relative_table,
         )
         h = nn.Dropout(cfg.dropout_rate)(h, deterministic=self.deterministic)
         x = layer_norm(cfg, "attention_norm")(x + h)
