@@ -68,25 +68,46 @@ def batch(tokenizer):
     return ids, (ids != 1).astype(np.int32)
 
 
+def model_output(model, ids, mask):
+    """The last hidden states as ``MaskedLM`` itself computes them."""
+    positions = hf_positions(ids, model.config.pad_token_id)
+    apply = jax.jit(
+        lambda params: MaskedLM(model.config).apply(
+            {"params": params},
+            ids,
+            positions,
+            mask_fn=masks.mmlm,
+            mask_meta={"segment_ids": mask, "positions": positions},
+        )
+    )
+    return np.asarray(apply(model.params))
+
+
 def test_layer_by_layer_states_end_in_the_models_own_output(model, batch):
     ids, mask = batch
     states = model.hidden_states(ids, mask)
     assert states.shape == (CONFIG.num_layers + 1, *ids.shape, CONFIG.hidden_size)
     assert states.dtype == np.float32
-    final = jax.jit(
-        lambda params: MaskedLM(model.config).apply(
-            {"params": params},
-            ids,
-            hf_positions(ids, 1),
-            mask_fn=masks.mmlm,
-            mask_meta={"segment_ids": mask},
-        )
-    )(model.params)
     real = mask.astype(bool)
-    np.testing.assert_allclose(states[-1][real], np.asarray(final)[real], rtol=1e-5, atol=1e-5)
+    final = model_output(model, ids, mask)
+    np.testing.assert_allclose(states[-1][real], final[real], rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(model.hidden_states(ids, mask, layer=-2), states[1], atol=1e-6)
     with pytest.raises(ValueError, match="layer=3"):
         model.hidden_states(ids, mask, layer=3)
+
+
+def test_layer_by_layer_states_with_shared_encoder_params(tokenizer, batch):
+    """XLM-E's relative-position table lives beside the stacked layers; no absolute positions."""
+    config = dataclasses.replace(CONFIG, relative_position="gated", absolute_positions=False)
+    model = Model(folder.Pretrained(config, random_params(config), tokenizer))
+    ids, mask = batch
+    real = mask.astype(bool)
+    np.testing.assert_allclose(
+        model.hidden_states(ids, mask, layer=-1)[real],
+        model_output(model, ids, mask)[real],
+        rtol=1e-5,
+        atol=1e-5,
+    )
 
 
 def test_batches_are_chunked_and_padded_invisibly(model):

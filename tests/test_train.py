@@ -299,3 +299,23 @@ def test_veco_trains_both_streams_and_tlm(udhr, udhr_tokenizer_path, tmp_path, v
         "loss/tlm",
     ):
         assert all(np.isfinite(r[key]) for r in records), key
+
+
+def test_xlm_e_trains_generator_and_discriminator(udhr, udhr_tokenizer_path, tmp_path):
+    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "configs"))
+    import xlm_e
+
+    cfg = xlm_e.get_config("tiny")
+    small = tiny_config(udhr, udhr_tokenizer_path, train__steps=3, train__log_every=1)
+    for section in ("data", "tokenizer", "train"):
+        cfg[section] = small[section]
+    cfg.model.vocab_size, cfg.model.hidden_size, cfg.model.mlp_dim = 1002, 32, 64
+    run(cfg, tmp_path, jax.devices()[:2])
+    records = read_metrics(tmp_path)
+    for key in ("loss/gen_mlm", "loss/gen_tlm", "loss/mrtd", "loss/trtd", "accuracy/mrtd",
+                "accuracy/trtd_replaced", "accuracy/mrtd_original", "replaced_rate/trtd"):
+        assert all(np.isfinite(r[key]) for r in records), key
+    first = records[0]
+    expected = first["loss/gen_mlm"] + first["loss/gen_tlm"] + 50 * (
+        first["loss/mrtd"] + first["loss/trtd"])
+    np.testing.assert_allclose(first["loss"], expected, rtol=1e-5)  # L_G + λ·L_D per task

@@ -8,9 +8,9 @@ positions are HF's ``create_position_ids_from_input_ids`` (count of non-pad toke
 token sees the real tokens of its row and padding sees padding only. Outputs at real tokens
 equal ``transformers``' ``XLMRobertaForMaskedLM``; outputs at padding are unspecified.
 
-Logits come from ``MaskedLM`` itself. Per-layer hidden states apply the model's own
-``Embeddings`` and ``EncoderLayer`` modules one layer at a time (a ``lax.scan`` over the stacked
-layer params), because the encoder's ``nn.scan`` returns the last layer only.
+Logits come from ``MaskedLM`` itself. Per-layer hidden states run the model's own modules one
+layer at a time (a ``lax.scan`` over the stacked layer params, each step a one-layer
+``Encoder``), because the encoder's ``nn.scan`` returns the last layer only.
 """
 
 from __future__ import annotations
@@ -28,8 +28,7 @@ from numpy.typing import ArrayLike
 from xlpretrain import masks
 from xlpretrain.convert.folder import Pretrained, read
 from xlpretrain.model.config import ModelConfig
-from xlpretrain.model.encoder import MaskedLM
-from xlpretrain.model.layers import Embeddings, EncoderLayer
+from xlpretrain.model.encoder import Encoder, MaskedLM
 from xlpretrain.tokenizer import Tokenizer
 
 POOLINGS = ("mean", "cls")
@@ -203,17 +202,20 @@ class Model:
         length; returns the rows' outputs (padding rows dropped, padded length kept)."""
         count, length = ids.shape
         width = _bucket(length, MIN_WIDTH, self.max_length)
+        # float32 means float32 matmuls (no TF32 on GPUs), as PyTorch computes by default.
+        precision = "float32" if self.config.dtype == "float32" else None
         outputs = []
         for start in range(0, count, self.batch_size):
             stop = min(start + self.batch_size, count)
             rows = _bucket(stop - start, 1, self.batch_size)
             pad = ((0, rows - (stop - start)), (0, width - length))
-            out = fn(
-                self.params,
-                np.pad(ids[start:stop], pad, constant_values=self.config.pad_token_id),
-                np.pad(mask[start:stop], pad),
-                np.pad(langs[start:stop], pad),
-            )
+            with jax.default_matmul_precision(precision):
+                out = fn(
+                    self.params,
+                    np.pad(ids[start:stop], pad, constant_values=self.config.pad_token_id),
+                    np.pad(mask[start:stop], pad),
+                    np.pad(langs[start:stop], pad),
+                )
             outputs.append(np.asarray(out)[: stop - start])
         return np.concatenate(outputs)
 
@@ -222,35 +224,45 @@ class Model:
 # ``config`` is static (ModelConfig is hashable), so every Model of one shape shares programs.
 
 
+def _meta(config: ModelConfig, ids: jax.Array, mask: jax.Array) -> tuple[jax.Array, dict]:
+    """HF positions, and the metadata the MMLM mask (and relative position biases) read."""
+    positions = hf_positions(ids, config.pad_token_id)
+    return positions, {"segment_ids": mask, "positions": positions}
+
+
 @functools.partial(jax.jit, static_argnames="config")
 def _logits(config: ModelConfig, params, ids, mask, lang_ids) -> jax.Array:
+    positions, meta = _meta(config, ids, mask)
+
     def forward(module: MaskedLM) -> jax.Array:
-        hidden = module(
-            ids,
-            hf_positions(ids, config.pad_token_id),
-            mask_fn=masks.mmlm,
-            mask_meta={"segment_ids": mask},
-            lang_ids=lang_ids,
-        )
+        hidden = module(ids, positions, mask_fn=masks.mmlm, mask_meta=meta, lang_ids=lang_ids)
         return module.mlm_logits(hidden)
 
     return MaskedLM(config).apply({"params": params}, method=forward)
 
 
 def _hidden(config: ModelConfig, params, ids, mask, lang_ids, *, layer: int | None) -> jax.Array:
-    """All states ``[B, num_layers + 1, L, H]`` (``layer=None``) or one, ``[B, L, H]``."""
-    x = Embeddings(config).apply(
-        {"params": params["embeddings"]},
-        ids,
-        hf_positions(ids, config.pad_token_id),
-        lang_ids,
-        True,
+    """All states ``[B, num_layers + 1, L, H]`` (``layer=None``) or one, ``[B, L, H]``.
+
+    The model's own ``Encoder``, built with one layer, runs each layer in turn on its slice of
+    the stacked params plus the encoder's shared ones (e.g. a relative-position table).
+    """
+    positions, meta = _meta(config, ids, mask)
+    x = MaskedLM(config).apply(
+        {"params": params}, method=lambda m: m.embeddings(ids, positions, lang_ids, True)
     )
-    encoder_layer = EncoderLayer(config, masks.mmlm, True)
-    meta = {"segment_ids": mask}
+    one_layer = Encoder(dataclasses.replace(config, num_layers=1))
+    shared = {k: v for k, v in params["encoder"].items() if k != "layers"}
 
     def step(h, layer_params):
-        h, _ = encoder_layer.apply({"params": layer_params}, h, meta)
+        stack_of_one = jax.tree.map(lambda p: p[None], layer_params)
+        h = one_layer.apply(
+            {"params": {**shared, "layers": stack_of_one}},
+            h,
+            meta,
+            mask_fn=masks.mmlm,
+            deterministic=True,
+        )
         return h, h
 
     depth = config.num_layers if layer is None else layer

@@ -37,7 +37,7 @@ from xlpretrain.data.batch import (
 )
 from xlpretrain.data.pipeline import SEGMENT_PAIRS, StreamSpec, max_placeholders
 from xlpretrain.model.config import ModelConfig
-from xlpretrain.model.encoder import MaskedLM
+from xlpretrain.model.electra import generator_config
 from xlpretrain.sharding import global_batch, make_mesh
 from xlpretrain.step import setup_training
 from xlpretrain.tokenizer import Tokenizer
@@ -46,6 +46,7 @@ FLOP_FORMULA = (
     "sum over objectives of 6*N_matmul*T + 12*layers*hidden*L*T + 6*(hidden^2 + hidden*vocab)*P "
     "(T tokens, L row length, P predicted tokens; BTMLM adds its forward-only decoding pass, "
     "1/3 of that; VECO counts two passes, the second with the cross-attention sub-layer; "
+    "XLM-E adds the generator's layers and the discriminator head on every token; "
     "remat recomputation not counted)"
 )
 
@@ -124,13 +125,26 @@ def _with_placeholders(
     return batch
 
 
-def model_flops(cfg, stream: StreamSpec, tokens: int, length: int, predictions: int) -> float:
+def model_flops(
+    cfg, objective, stream: StreamSpec, tokens: int, length: int, predictions: int
+) -> float:
     """Training FLOPs of one objective's step, by FLOP_FORMULA."""
     m = cfg.model
     per_layer = 4 * m.hidden_size**2 + 2 * m.hidden_size * m.mlp_dim
     dense = 6 * m.num_layers * per_layer * tokens
     attention = 12 * m.num_layers * m.hidden_size * length * tokens
     head = 6 * (m.hidden_size**2 + m.hidden_size * m.vocab_size) * predictions
+    if objective.model == "electra":  # + generator (MLM on P) and discriminator head on T
+        generator = generator_config(
+            ModelConfig.from_run_config(m, 0),
+            cfg.xlm_e.generator_layers,
+            cfg.xlm_e.generator_width,
+        )
+        g_layer = 4 * generator.hidden_size**2 + 2 * generator.hidden_size * generator.mlp_dim
+        dense += 6 * generator.num_layers * g_layer * tokens
+        attention += 12 * generator.num_layers * generator.hidden_size * length * tokens
+        head += 6 * (m.hidden_size**2 + m.hidden_size) * tokens
+        return float(dense + attention + head)
     if stream.kind == SEGMENT_PAIRS:  # the s stream: again, plus cross-attention per layer
         cross = 6 * m.num_layers * 4 * m.hidden_size**2 * tokens + attention
         return float(2 * (dense + attention + head) + cross)
@@ -155,9 +169,9 @@ def benchmark(cfg, steps: int, warmup: int, peak_tflops: float = 0.0) -> dict:
     run_stages = stages(cfg)
     everything = {n: objectives_lib.get(n) for stage in run_stages for n in stage.weights}
     active = {n: everything[n] for n in run_stages[-1].weights}  # a staged run's last stage
-    model = MaskedLM(ModelConfig.from_run_config(cfg.model, num_languages=8))
+    model, init_params = objectives_lib.build_model(cfg, everything, num_languages=8)
     mesh = make_mesh(cfg.mesh.data, cfg.mesh.fsdp, cfg.mesh.tensor)
-    training = setup_training(cfg, model, mesh, everything)
+    training = setup_training(cfg, model, init_params, mesh, everything)
     step_fn = training.step_fns[-1]
     rng = np.random.default_rng(0)
     streams = {name: obj.stream(cfg) for name, obj in active.items()}
@@ -192,6 +206,7 @@ def benchmark(cfg, steps: int, warmup: int, peak_tflops: float = 0.0) -> dict:
     flops = sum(
         model_flops(
             cfg,
+            active[n],
             streams[n],
             shapes[n][0] * shapes[n][1],
             shapes[n][1],

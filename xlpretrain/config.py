@@ -17,7 +17,7 @@ import ml_collections
 
 # Objectives the training loop knows (xlpretrain.objectives.REGISTRY; kept here so config
 # validation does not import the model).
-KNOWN_OBJECTIVES = ("mmlm", "tlm", "camlm", "btmlm", "veco", "veco_mono")
+KNOWN_OBJECTIVES = ("mmlm", "tlm", "camlm", "btmlm", "veco", "veco_mono", "mrtd", "trtd")
 
 DEFAULT_LOGICAL_AXIS_RULES = (
     ("batch", ("data", "fsdp")),
@@ -146,6 +146,12 @@ def default_config() -> ml_collections.ConfigDict:
     cfg.veco = ml_collections.ConfigDict()
     cfg.veco.variant = "acl"  # acl: bidirectional s stream | iclr: causal s stream (CS-MLM)
 
+    cfg.xlm_e = ml_collections.ConfigDict()
+    cfg.xlm_e.generator_layers = 4
+    cfg.xlm_e.generator_width = 1.0  # generator hidden / heads / FFN as a fraction of the model's
+    cfg.xlm_e.disc_weight = 50.0  # λ in L_G + λ·L_D
+    cfg.xlm_e.temperature = 1.0  # of the generator's softmax when sampling replacements
+
     cfg.init = ml_collections.ConfigDict()
     cfg.init.checkpoint = ""  # a converted XLM-R checkpoint to start from
 
@@ -247,6 +253,10 @@ _RANGES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "model.max_distance": (lambda v: v >= 2, "must be >= 2"),
     "btmlm.ratio": (lambda v: 0.0 < v <= 1.0, "must be in (0, 1]"),
     "veco.variant": (_one_of("acl", "iclr"), "must be 'acl' or 'iclr'"),
+    "xlm_e.generator_layers": (_positive, "must be > 0"),
+    "xlm_e.generator_width": (lambda v: 0.0 < v <= 1.0, "must be in (0, 1]"),
+    "xlm_e.disc_weight": (_non_negative, "must be >= 0"),
+    "xlm_e.temperature": (_positive, "must be > 0"),
     "btmlm.decode": (_one_of("argmax", "sample"), "must be 'argmax' or 'sample'"),
     "btmlm.target_signal": (
         _one_of("language_embedding", "tag_token"),
@@ -357,6 +367,13 @@ def validate(cfg: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
         cfg.model.absolute_positions or cfg.model.relative_position != "none",
         "model.absolute_positions",
         "without absolute positions the model needs model.relative_position",
+    )
+    rtd = {"mrtd", "trtd"}
+    _check(
+        not (active & rtd) or active <= rtd,
+        "objectives",
+        f"replaced-token detection (mrtd, trtd) trains its own generator/discriminator pair and "
+        f"does not mix with {sorted(active - rtd)}",
     )
     _check(
         not ({"veco", "veco_mono"} & active) or cfg.model.cross_attention,

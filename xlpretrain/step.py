@@ -20,7 +20,6 @@ import optax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from xlpretrain.config import ConfigError, Stage, stages
-from xlpretrain.model.encoder import MaskedLM, init_params
 from xlpretrain.objectives import LossFn, Objective
 from xlpretrain.optim import learning_rate_schedule, make_optimizer, trainable_mask
 from xlpretrain.sharding import batch_sharding, logical_shardings
@@ -135,12 +134,16 @@ class Training:
 
 def setup_training(
     cfg: ml_collections.ConfigDict,
-    model: MaskedLM,
+    model: nn.Module,
+    init_params: Callable[[jax.Array], Any],
     mesh: Mesh,
     objectives: Mapping[str, Objective],
 ) -> Training:
     """Initialises the state directly into its shardings (no host copy of the parameters)
-    and jits one step per stage with explicit in/out shardings and a donated state."""
+    and jits one step per stage with explicit in/out shardings and a donated state.
+
+    `init_params(rng)` returns the model's parameters boxed with logical axis names.
+    """
     rules = [tuple(rule) for rule in cfg.mesh.rules]
     run_stages = stages(cfg)
     # One optimizer per stage (each freezes its own parameters), all with the same state.
@@ -148,11 +151,11 @@ def setup_training(
     optimizer = optimizers[0]
 
     def init_fn(rng):
-        params = nn.unbox(init_params(model.config, rng))
+        params = nn.unbox(init_params(rng))
         return init_state(params, optimizer, jax.random.fold_in(rng, 1))
 
     rng = jax.random.key(cfg.train.seed)
-    boxed = jax.eval_shape(lambda r: init_params(model.config, r), rng)
+    boxed = jax.eval_shape(init_params, rng)
     param_shardings = logical_shardings(boxed, mesh, rules)
     abstract = jax.eval_shape(init_fn, rng)
     replicated = NamedSharding(mesh, PartitionSpec())

@@ -38,8 +38,6 @@ from xlpretrain.data.pipeline import (
 from xlpretrain.data.sampling import format_sampling_table
 from xlpretrain.data.sources import MonolingualSource, ParallelSource, format_stats
 from xlpretrain.metrics import MetricsWriter, progress_line
-from xlpretrain.model.config import ModelConfig
-from xlpretrain.model.encoder import MaskedLM
 from xlpretrain.sharding import global_batch, make_mesh
 from xlpretrain.step import Training, TrainState, setup_training
 from xlpretrain.tokenizer import Tokenizer, train_tokenizer
@@ -201,9 +199,9 @@ def build(
         with open(os.path.join(workdir, "config.json"), "w") as f:
             f.write(cfg.to_json_best_effort(indent=2))
 
-    model = MaskedLM(ModelConfig.from_run_config(cfg.model, len(corpus.languages)))
+    model, init_params = objectives_lib.build_model(cfg, active, len(corpus.languages))
     mesh = make_mesh(cfg.mesh.data, cfg.mesh.fsdp, cfg.mesh.tensor, devices)
-    training = setup_training(cfg, model, mesh, active)
+    training = setup_training(cfg, model, init_params, mesh, active)
 
     builder = StepBatchBuilder(
         corpus,

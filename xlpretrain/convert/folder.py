@@ -55,6 +55,8 @@ class Pretrained:
 
 def abstract_params(config: ModelConfig) -> Params:
     """Shapes and dtypes of the params ``config`` defines, without allocating them."""
+    # How a model computes does not change its params; a GPU-only kernel must not stop a CPU.
+    config = dataclasses.replace(config, remat="none", attention_impl="xla")
     boxed = jax.eval_shape(lambda rng: init_params(config, rng), jax.random.key(0))
     return nn.unbox(boxed)
 

@@ -7,12 +7,18 @@ Each registry entry says, from the run config, which example stream the objectiv
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable
 
+import flax.linen as nn
+import jax
 import ml_collections
 
 from xlpretrain.data.pipeline import MONO, PARALLEL, SEGMENT_PAIRS, StreamSpec
-from xlpretrain.objectives import ernie_m, mlm, veco
+from xlpretrain.model.config import ModelConfig
+from xlpretrain.model.electra import ElectraPretrainer, generator_config, init_electra_params
+from xlpretrain.model.encoder import MaskedLM, init_params
+from xlpretrain.objectives import electra, ernie_m, mlm, veco
 
 LossFn = Callable  # (params, batch, rng, model) -> (loss, metrics)
 
@@ -22,6 +28,7 @@ class Objective:
     name: str
     stream_spec: Callable[[ml_collections.ConfigDict], StreamSpec]
     loss: Callable[[ml_collections.ConfigDict], LossFn]
+    model: str = "masked_lm"  # the model family it trains: masked_lm | electra
 
     def stream(self, cfg: ml_collections.ConfigDict) -> StreamSpec:
         """The stream, with the run's `data.per_objective` length and batch for it."""
@@ -77,6 +84,18 @@ REGISTRY: dict[str, Objective] = {
         ),
         lambda cfg: veco.make_veco("veco_mono", cfg.veco.variant),
     ),
+    "mrtd": Objective(
+        "mrtd",
+        lambda cfg: StreamSpec(MONO, cfg.data.mono_mask_rate),
+        lambda cfg: electra.make_mrtd(cfg.xlm_e.disc_weight, cfg.xlm_e.temperature),
+        model="electra",
+    ),
+    "trtd": Objective(
+        "trtd",
+        lambda cfg: StreamSpec(PARALLEL, cfg.data.parallel_mask_rate),
+        lambda cfg: electra.make_trtd(cfg.xlm_e.disc_weight, cfg.xlm_e.temperature),
+        model="electra",
+    ),
 }
 
 
@@ -84,3 +103,22 @@ def get(name: str) -> Objective:
     if name not in REGISTRY:
         raise KeyError(f"unknown objective {name!r}; known: {sorted(REGISTRY)}")
     return REGISTRY[name]
+
+
+def build_model(
+    cfg: ml_collections.ConfigDict, objectives: dict[str, Objective], num_languages: int
+) -> tuple[nn.Module, Callable[[jax.Array], dict]]:
+    """The module the objectives train and its (boxed) parameter initialiser."""
+    families = {obj.model for obj in objectives.values()}
+    if len(families) > 1:
+        raise ValueError(
+            f"objectives {sorted(objectives)} train different models ({sorted(families)}): "
+            "replaced-token detection (mrtd, trtd) does not mix with masked-LM objectives"
+        )
+    config = ModelConfig.from_run_config(cfg.model, num_languages)
+    if families == {"electra"}:
+        generator = generator_config(config, cfg.xlm_e.generator_layers, cfg.xlm_e.generator_width)
+        return ElectraPretrainer(config, generator), functools.partial(
+            init_electra_params, config, generator
+        )
+    return MaskedLM(config), functools.partial(init_params, config)

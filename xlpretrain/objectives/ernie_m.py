@@ -77,16 +77,9 @@ def make_btmlm(decode: str = "argmax", temperature: float = 1.0):
         slots = batch["placeholder_positions"]
         filled = batch["placeholder_weights"] > 0
         # Empty slots point at position 0 (<s>): leave those untouched.
-        input_ids = (
-            batch["input_ids"]
-            .at[rows, slots]
-            .set(jnp.where(filled, pseudo, batch["input_ids"][rows, slots]))
-        )
-        side = (
-            batch["side"]
-            .at[rows, slots]
-            .set(jnp.where(filled, SIDE_PSEUDO, batch["side"][rows, slots]))
-        )
+        input_ids, side = jnp.asarray(batch["input_ids"]), jnp.asarray(batch["side"])
+        input_ids = input_ids.at[rows, slots].set(jnp.where(filled, pseudo, input_ids[rows, slots]))
+        side = side.at[rows, slots].set(jnp.where(filled, SIDE_PSEUDO, side[rows, slots]))
         second = {**batch, "input_ids": input_ids, "side": side}
         hidden = model.apply(
             {"params": params},

@@ -1,0 +1,122 @@
+"""XLM-E: generator/discriminator wiring, sampling labels, gradients and Table 6."""
+
+import pathlib
+import sys
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from xlpretrain import masks
+from xlpretrain.config import ConfigError, default_config, validate
+from xlpretrain.model import ModelConfig
+from xlpretrain.model.electra import ElectraPretrainer, generator_config, init_electra_params
+from xlpretrain.objectives import electra
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "configs"))
+import xlm_e as xlm_e_configs  # noqa: E402
+
+CFG = ModelConfig(vocab_size=40, hidden_size=16, num_layers=2, num_heads=2, mlp_dim=32,
+                  max_positions=32, dropout_rate=0.0, attention_dropout_rate=0.0,
+                  relative_position="gated", num_buckets=8, max_distance=16)
+GEN = generator_config(CFG, layers=1, width=0.5)
+MODEL = ElectraPretrainer(CFG, GEN)
+PARAMS = nn.unbox(init_electra_params(CFG, GEN, jax.random.key(0)))
+MASK = CFG.vocab_size - 1
+
+IDS = np.array([[0, 5, MASK, 7, MASK, 2, 1, 1]])
+BATCH = {
+    "input_ids": IDS,
+    "positions": np.array([[2, 3, 4, 5, 6, 7, 1, 1]]),
+    "segment_ids": np.array([[1, 1, 1, 1, 1, 1, 0, 0]]),
+    "pair_ids": np.array([[1, 1, 1, 1, 1, 1, 0, 0]]),
+    "side": np.zeros_like(IDS),
+    "is_masked": (IDS == MASK).astype(int),
+    "labels": np.where(IDS == MASK, 9, 0),
+    "lang_ids": np.zeros_like(IDS),
+    "pred_positions": np.array([[2, 4]]),
+    "pred_labels": np.array([[9, 9]]),
+    "pred_weights": np.ones((1, 2), np.float32),
+}
+
+
+def test_parameter_layout_shares_embeddings_and_exports_the_discriminator():
+    assert set(PARAMS) == {"embeddings", "encoder", "generator_projection", "generator_encoder",
+                           "generator_head", "discriminator_dense", "discriminator_out"}
+    assert "generator_embeddings" not in PARAMS  # one embedding table for both towers
+    gen_layers = PARAMS["generator_encoder"]["layers"]["mlp"]["wi"]["kernel"]
+    assert gen_layers.shape == (1, 8, 16)  # 1 layer, width 0.5: hidden 8, FFN 16
+    assert "gate_u" in PARAMS["encoder"]["layers"]["attention"]
+
+
+def test_sampled_original_tokens_are_labelled_original():
+    corrupted, replaced = electra.replace_with_samples(
+        {k: jnp.asarray(v) for k, v in BATCH.items()}, jnp.array([[9, 11]]))
+    np.testing.assert_array_equal(corrupted[0], [0, 5, 9, 7, 11, 2, 1, 1])
+    np.testing.assert_array_equal(replaced[0], [0, 0, 0, 0, 1, 0, 0, 0])
+
+
+def _objective_grads(rng_seed=0, disc_weight=1.0):
+    rtd = electra.make_rtd("gen_mlm", "mrtd", masks.mmlm, disc_weight=disc_weight,
+                           temperature=1.0)
+
+    def parts(params):
+        total, metrics = rtd(params, BATCH, jax.random.key(rng_seed), MODEL)
+        return metrics["loss/gen_mlm"], metrics["loss/mrtd"]
+
+    generator_grads = jax.grad(lambda p: parts(p)[0])(PARAMS)
+    discriminator_grads = jax.grad(lambda p: parts(p)[1])(PARAMS)
+    return generator_grads, discriminator_grads
+
+
+def _norm(tree):
+    return float(sum(np.abs(np.asarray(x)).sum() for x in jax.tree.leaves(tree)))
+
+
+def test_generator_gets_no_gradient_from_the_discriminator_and_embeddings_get_both():
+    generator_grads, discriminator_grads = _objective_grads()
+    for name in ("generator_encoder", "generator_head", "generator_projection"):
+        assert _norm(discriminator_grads[name]) == 0.0, name  # no gradient through the sample
+        assert _norm(generator_grads[name]) > 0.0, name
+    for name in ("encoder", "discriminator_dense", "discriminator_out"):
+        assert _norm(generator_grads[name]) == 0.0, name
+        assert _norm(discriminator_grads[name]) > 0.0, name
+    word = ("embeddings", "word_embeddings", "embedding")
+    pick = lambda g: g[word[0]][word[1]][word[2]]  # noqa: E731
+    assert _norm(pick(generator_grads)) > 0 and _norm(pick(discriminator_grads)) > 0
+
+
+def test_padding_carries_no_discriminator_loss():
+    rtd = electra.make_rtd("gen_mlm", "mrtd", masks.mmlm, disc_weight=50.0, temperature=1.0)
+    _, metrics = rtd(PARAMS, BATCH, jax.random.key(0), MODEL)
+    other = dict(BATCH, input_ids=np.where(BATCH["segment_ids"] > 0, IDS, 17))  # junk padding
+    _, metrics_junk = rtd(PARAMS, other, jax.random.key(0), MODEL)
+    np.testing.assert_allclose(float(metrics["loss/mrtd"]), float(metrics_junk["loss/mrtd"]),
+                               rtol=1e-6)
+    assert 0.0 <= float(metrics["replaced_rate/mrtd"]) <= 2 / 6
+
+
+def test_rtd_does_not_mix_with_masked_lm_objectives():
+    cfg = default_config()
+    cfg.objectives = {"mrtd": 1.0, "mmlm": 1.0}
+    with pytest.raises(ConfigError, match="does not mix"):
+        validate(cfg)
+
+
+def test_base_config_matches_table_6():
+    cfg = xlm_e_configs.get_config("base")
+    validate(cfg)
+    m, o, x = cfg.model, cfg.optim, cfg.xlm_e
+    assert (m.num_layers, m.hidden_size, m.mlp_dim, m.num_heads) == (12, 768, 3072, 12)
+    gen = generator_config(ModelConfig.from_run_config(m, 0), x.generator_layers,
+                           x.generator_width)
+    assert (gen.num_layers, gen.hidden_size, gen.mlp_dim, gen.num_heads) == (4, 768, 3072, 12)
+    assert cfg.train.steps == 125_000 and x.disc_weight == 50.0
+    assert (o.learning_rate, o.warmup_steps, o.eps, o.b1, o.b2) == (5e-4, 10_000, 1e-6, 0.9, 0.98)
+    assert (o.clip_norm, o.weight_decay, cfg.data.mono_alpha) == (2.0, 0.01, 0.7)
+    mrtd_tokens = cfg.data.batch_size * cfg.data.max_length
+    trtd = cfg.data.per_objective.trtd
+    assert mrtd_tokens == trtd.batch_size * trtd.max_length == 2**20  # ~1M tokens per task
+    assert m.relative_position == "gated" and dict(cfg.objectives) == {"mrtd": 1.0, "trtd": 1.0}
