@@ -205,7 +205,12 @@ def test_btmlm_second_pass_sees_source_and_pseudo_tokens():
 
 @pytest.mark.parametrize("objective", sorted(masks.MASKS))
 def test_every_registered_mask_keeps_rows_non_empty(objective):
-    allowed = np.asarray(masks.materialize(masks.get(objective), PAIRS))
+    batch = PAIRS
+    if objective.startswith("veco"):  # VECO rows: x and y as two segments of one pair
+        second = (PAIRS["side"] == T).astype(int)
+        pair = PAIRS["pair_ids"]
+        batch = dict(PAIRS, segment_ids=np.where(pair > 0, 2 * pair - 1 + second, 0))
+    allowed = np.asarray(masks.materialize(masks.get(objective), batch))
     assert allowed.any(axis=-1).all()
 
 

@@ -240,8 +240,8 @@ def benchmark(cfg, steps: int, warmup: int, peak_tflops: float = 0.0) -> dict:
 
 def main(argv: list[str]) -> None:
     del argv
-    result = benchmark(_CONFIG.value, _STEPS.value, _WARMUP.value, _PEAK.value)
-    if _JSON.value:
+    result = benchmark(FLAGS.config, FLAGS.steps, FLAGS.warmup, FLAGS.peak_tflops)
+    if FLAGS.json:
         print(json.dumps(result))
         return
     mfu = f"{result['mfu']:.1%}" if result["mfu"] is not None else "n/a (unknown peak)"
@@ -260,12 +260,18 @@ def main(argv: list[str]) -> None:
     )
 
 
-_CONFIG = config_flags.DEFINE_config_file("config", None, "Config file (configs/NAME.py[:ARG]).")
-_STEPS = flags.DEFINE_integer("steps", 10, "Timed steps.")
-_WARMUP = flags.DEFINE_integer("warmup", 2, "Untimed steps first (compilation included).")
-_PEAK = flags.DEFINE_float("peak_tflops", 0.0, "Peak TFLOP/s per device (overrides the table).")
-_JSON = flags.DEFINE_bool("json", False, "Print one JSON object.")
-flags.mark_flags_as_required(["config"])
+def define_flags() -> None:
+    """The CLI's flags, defined only when run as a program."""
+    config_flags.DEFINE_config_file("config", None, "Config file (configs/NAME.py[:ARG]).")
+    flags.DEFINE_integer("steps", 10, "Timed steps.")
+    flags.DEFINE_integer("warmup", 2, "Untimed steps first (compilation included).")
+    flags.DEFINE_float("peak_tflops", 0.0, "Peak TFLOP/s per device (overrides the table).")
+    flags.DEFINE_bool("json", False, "Print one JSON object.")
+    flags.mark_flags_as_required(["config"])
+
+
+FLAGS = flags.FLAGS
 
 if __name__ == "__main__":
+    define_flags()
     app.run(main)

@@ -329,10 +329,10 @@ def main(argv: list[str]) -> None:
         level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", stream=sys.stdout
     )
     logging.getLogger("absl").setLevel(logging.WARNING)
-    if _DISTRIBUTED.value:
+    if FLAGS.distributed:
         jax.distributed.initialize()  # coordinator and process ids from the cluster environment
-    cfg = _FLAGS.config
-    workdir = _WORKDIR.value
+    cfg = FLAGS.config
+    workdir = FLAGS.workdir
     os.makedirs(workdir, exist_ok=True)
     handler = logging.FileHandler(os.path.join(workdir, "train.log"))
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
@@ -351,18 +351,24 @@ def main(argv: list[str]) -> None:
         sys.exit(1)
 
 
-_FLAGS = flags.FLAGS
-config_flags.DEFINE_config_file(
-    "config", None, "Config file (configs/NAME.py[:ARG]).", lock_config=True
-)
-_WORKDIR = flags.DEFINE_string("workdir", None, "Run directory (checkpoints, metrics, logs).")
-_DISTRIBUTED = flags.DEFINE_bool(
-    "distributed",
-    False,
-    "Call jax.distributed.initialize() first (multi-host: TPU pods, SLURM, or the "
-    "JAX_COORDINATOR_ADDRESS / JAX_NUM_PROCESSES / JAX_PROCESS_ID environment).",
-)
-flags.mark_flags_as_required(["config", "workdir"])
+def define_flags() -> None:
+    """The CLI's flags, defined only when run as a program (so importing this module, e.g.
+    next to `xlpretrain.bench`, defines none)."""
+    config_flags.DEFINE_config_file(
+        "config", None, "Config file (configs/NAME.py[:ARG]).", lock_config=True
+    )
+    flags.DEFINE_string("workdir", None, "Run directory (checkpoints, metrics, logs).")
+    flags.DEFINE_bool(
+        "distributed",
+        False,
+        "Call jax.distributed.initialize() first (multi-host: TPU pods, SLURM, or the "
+        "JAX_COORDINATOR_ADDRESS / JAX_NUM_PROCESSES / JAX_PROCESS_ID environment).",
+    )
+    flags.mark_flags_as_required(["config", "workdir"])
+
+
+FLAGS = flags.FLAGS
 
 if __name__ == "__main__":
+    define_flags()
     app.run(main)
