@@ -4,7 +4,7 @@ Stage 1 trains MMLM + TLM + CAMLM; stage 2 adds BTMLM. base/large are the paper'
 12/24 layers, hidden 768/1024, FFN 3072/4096, 12/16 heads, dropout 0.1, 150k/200k steps,
 batch 2048, lr 2e-4/1e-4 with 10k warm-up and linear decay, Adam ε 1e-6, β (0.98, 0.999) as
 printed, weight decay 0.01, length 512, α 0.1, 250k vocabulary. ERNIE-M starts from XLM-R: set
-`init.checkpoint` to a converted XLM-R checkpoint (conversion arrives with the interop issue).
+`init.checkpoint` to an XLM-R checkpoint converted by `python -m xlpretrain.convert from-hf`.
 
 Differences to note: `data.batch_size` is per objective here (each objective draws its own
 2048 rows); the paper does not print when stage 2 starts, so it starts at half of

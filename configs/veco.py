@@ -8,8 +8,8 @@ masking 15% monolingual / 25% bilingual, lr 3e-4/2e-4, 12k warm-up, Adam ε 1e-6
 bilingual, 240k steps, α 0.5, no language embeddings.
 
 Training first updates only the cross-attention (the rest initialised from XLM-R: set
-`init.checkpoint`, available with the interop issue), then everything: stage 1 trains
-`train.trainable`-style only the parameters matching "cross_attention". The paper does not
+`init.checkpoint` to a checkpoint converted by `python -m xlpretrain.convert from-hf`), then
+everything: stage 1 trains only the parameters matching "cross_attention". The paper does not
 print when the second phase starts; here it starts at 10% of `train.steps` (25% for `tiny`).
 `veco.variant=iclr` makes the s stream causal (CS-MLM).
 """

@@ -225,13 +225,6 @@ def test_schedule_validation_and_stage_lookup():
             validate(cfg)
 
 
-def test_init_checkpoint_is_a_clear_error_until_interop():
-    cfg = ernie_m_configs.get_config("base")
-    cfg.init.checkpoint = "/models/xlmr-base"
-    with pytest.raises(ConfigError, match="init.checkpoint"):
-        validate(cfg)
-
-
 @pytest.mark.parametrize(
     "size, layers, hidden, ffn, heads, steps, lr",
     [("base", 12, 768, 3072, 12, 150_000, 2e-4), ("large", 24, 1024, 4096, 16, 200_000, 1e-4)],

@@ -12,7 +12,7 @@ from absl import flags
 
 from xlpretrain import train
 from xlpretrain.checkpoint import CheckpointError
-from xlpretrain.config import default_config
+from xlpretrain.config import ConfigError, default_config
 from xlpretrain.metrics import read_metrics
 
 STEPS = 8
@@ -319,3 +319,46 @@ def test_xlm_e_trains_generator_and_discriminator(udhr, udhr_tokenizer_path, tmp
     expected = first["loss/gen_mlm"] + first["loss/gen_tlm"] + 50 * (
         first["loss/mrtd"] + first["loss/trtd"])
     np.testing.assert_allclose(first["loss"], expected, rtol=1e-5)  # L_G + λ·L_D per task
+
+
+def test_warm_start_from_a_converted_checkpoint(udhr, udhr_tokenizer_path, tmp_path, caplog):
+    import flax.linen as nn
+
+    from xlpretrain import warm_start
+    from xlpretrain.convert import folder
+    from xlpretrain.model import ModelConfig, init_params
+    from xlpretrain.tokenizer import Tokenizer
+    from xlpretrain.warm_start import WarmStartError
+
+    cfg = tiny_config(udhr, udhr_tokenizer_path, train__steps=1)
+    config = ModelConfig.from_run_config(cfg.model, 0)
+    pretrained = jax.device_get(nn.unbox(init_params(config, jax.random.key(7))))
+    tokenizer = Tokenizer.load(udhr_tokenizer_path)
+    folder.write(folder.Pretrained(config, pretrained, tokenizer), tmp_path / "xlmr")
+    cfg.init.checkpoint = str(tmp_path / "xlmr")
+    cfg.tokenizer.path = ""  # the checkpoint's tokenizer comes with it
+    cfg.model.language_embeddings = True  # a parameter XLM-R does not have
+    with caplog.at_level("INFO", logger="xlpretrain"):
+        trainer = train.build(cfg, str(tmp_path / "run"), jax.devices()[:1])
+    trainer.checkpointer.close()
+    params = jax.device_get(trainer.training.state.params)
+    np.testing.assert_array_equal(
+        params["encoder"]["layers"]["mlp"]["wi"]["kernel"],
+        pretrained["encoder"]["layers"]["mlp"]["wi"]["kernel"],
+    )
+    assert "language_embeddings" in params["embeddings"]
+    assert "freshly initialised: embeddings/language_embeddings/embedding" in caplog.text
+    assert (tmp_path / "run" / "tokenizer.model").read_bytes() == (
+        tmp_path / "xlmr" / "tokenizer.model").read_bytes()
+
+    cfg.model.language_embeddings = False
+    cfg.model.vocab_size = 2002  # the checkpoint's tokenizer has 1002 ids
+    with pytest.raises(ConfigError, match="model.vocab_size"):
+        train.build(cfg, str(tmp_path / "other"), jax.devices()[:1])
+    bigger = ModelConfig.from_run_config(cfg.model, 0)
+    fresh = jax.device_get(nn.unbox(init_params(bigger, jax.random.key(0))))
+    with pytest.raises(WarmStartError, match="vocabulary of 1002 ids"):
+        warm_start.merge(fresh, bigger, folder.read(tmp_path / "xlmr"), "xlmr")
+    cfg.init.checkpoint = str(tmp_path / "nowhere")
+    with pytest.raises(ConfigError, match="init.checkpoint"):
+        train.build(cfg, str(tmp_path / "third"), jax.devices()[:1])

@@ -153,7 +153,9 @@ def default_config() -> ml_collections.ConfigDict:
     cfg.xlm_e.temperature = 1.0  # of the generator's softmax when sampling replacements
 
     cfg.init = ml_collections.ConfigDict()
-    cfg.init.checkpoint = ""  # a converted XLM-R checkpoint to start from
+    # A model to start from: a converted checkpoint folder (python -m xlpretrain.convert from-hf
+    # …) or a training workdir. Shared parameters load; new ones are initialised and logged.
+    cfg.init.checkpoint = ""
 
     cfg.objectives = ml_collections.ConfigDict({"mmlm": 1.0})
     # Staged runs: a tuple of {start_step, objectives: {name: weight}}; when set, `objectives`
@@ -339,12 +341,6 @@ def validate(cfg: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
         "model.language_embeddings",
         "btmlm.target_signal='language_embedding' needs language embeddings: set this True, "
         "or use btmlm.target_signal='tag_token'",
-    )
-    _check(
-        not cfg.init.checkpoint,
-        "init.checkpoint",
-        "starting from a converted Hugging Face checkpoint arrives with the interop issue "
-        "(xlpretrain.convert); leave it empty for now",
     )
     _check(
         cfg.model.hidden_size % cfg.model.num_heads == 0,

@@ -24,8 +24,10 @@ from jax.experimental import multihost_utils
 from ml_collections import config_flags
 
 from xlpretrain import objectives as objectives_lib
+from xlpretrain import warm_start
 from xlpretrain.checkpoint import Checkpointer, CheckpointError, abstract_with_shardings
 from xlpretrain.config import ConfigError, stage_index, stages, validate
+from xlpretrain.convert import folder as convert_folder
 from xlpretrain.data import demo_corpus
 from xlpretrain.data.pipeline import (
     MONO,
@@ -125,9 +127,16 @@ def _check_languages(workdir: str, languages: list[str]) -> None:
             json.dump(languages, f)
 
 
-def load_tokenizer(cfg: ml_collections.ConfigDict, workdir: str, corpus: Corpus) -> Tokenizer:
-    """The configured model, the workdir's own, or a new one trained on a balanced sample."""
+def load_tokenizer(
+    cfg: ml_collections.ConfigDict, workdir: str, corpus: Corpus, pretrained: Tokenizer | None
+) -> Tokenizer:
+    """The configured model, the workdir's own, the `init.checkpoint`'s (its ids are the
+    model's), or a new one trained on a balanced sample."""
     own = os.path.join(workdir, "tokenizer.model")
+    if pretrained is not None and not cfg.tokenizer.path and not os.path.exists(own):
+        if jax.process_index() == 0:
+            pretrained.save(own)
+        multihost_utils.sync_global_devices("tokenizer copied")
     if cfg.tokenizer.path:
         if not os.path.exists(cfg.tokenizer.path):
             raise FileNotFoundError(f"config key 'tokenizer.path': no file {cfg.tokenizer.path}")
@@ -194,7 +203,17 @@ def build(
     streams = {name: obj.stream(cfg) for name, obj in active.items()}
     corpus = load_corpus(cfg, set().union(*(stream.sources() for stream in streams.values())))
     _check_languages(workdir, corpus.languages)
-    tokenizer = load_tokenizer(cfg, workdir, corpus)
+    checkpointer = Checkpointer(
+        os.path.join(workdir, "checkpoints"),
+        keep=cfg.train.keep_checkpoints,
+        async_save=cfg.train.async_checkpointing,
+    )
+    pretrained = None
+    if cfg.init.checkpoint and checkpointer.latest_step() is None:  # resuming ignores it
+        if not os.path.isdir(cfg.init.checkpoint):
+            raise ConfigError(f"config key 'init.checkpoint': no folder {cfg.init.checkpoint}")
+        pretrained = convert_folder.read(cfg.init.checkpoint)
+    tokenizer = load_tokenizer(cfg, workdir, corpus, pretrained and pretrained.tokenizer)
     if jax.process_index() == 0:
         with open(os.path.join(workdir, "config.json"), "w") as f:
             f.write(cfg.to_json_best_effort(indent=2))
@@ -202,6 +221,11 @@ def build(
     model, init_params = objectives_lib.build_model(cfg, active, len(corpus.languages))
     mesh = make_mesh(cfg.mesh.data, cfg.mesh.fsdp, cfg.mesh.tensor, devices)
     training = setup_training(cfg, model, init_params, mesh, active)
+    if pretrained is not None:
+        fresh = jax.device_get(training.state.params)
+        params, _, _ = warm_start.merge(fresh, model.config, pretrained, cfg.init.checkpoint)
+        params = jax.device_put(params, training.state_shardings.params)
+        training = dataclasses.replace(training, state=training.state.replace(params=params))
 
     builder = StepBatchBuilder(
         corpus,
@@ -222,11 +246,6 @@ def build(
         for line in format_sampling_table(counts, probabilities, title):
             log.info("%s", line)
 
-    checkpointer = Checkpointer(
-        os.path.join(workdir, "checkpoints"),
-        keep=cfg.train.keep_checkpoints,
-        async_save=cfg.train.async_checkpointing,
-    )
     return Trainer(cfg, workdir, training, builder, checkpointer)
 
 
