@@ -201,6 +201,16 @@ def test_nan_loss_halts_without_corrupting_the_state(
     trainer.checkpointer.close()
     assert not (tmp_path / "checkpoints" / "2").exists()
 
+    # train.halt_on_nan=False: every update is skipped, counted, and the state stays as it was
+    cfg = tiny_config(udhr, udhr_tokenizer_path, train__log_every=2, train__steps=4,
+                      train__halt_on_nan=False)
+    trainer = train.build(cfg, str(tmp_path / "going_on"), jax.devices()[:1])
+    initial = jax.device_get(trainer.training.state.params)
+    state = train.run(trainer)
+    trainer.checkpointer.close()
+    assert [r["skipped_steps"] for r in read_metrics(tmp_path / "going_on")] == [2, 4]
+    jax.tree.map(np.testing.assert_array_equal, initial, jax.device_get(state.params))
+
 
 def test_unknown_objective_weight_key_and_language_mismatch(udhr, udhr_tokenizer_path, tmp_path):
     cfg = tiny_config(udhr, udhr_tokenizer_path, train__steps=1, objectives__tlm=0.0)

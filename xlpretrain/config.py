@@ -51,7 +51,7 @@ def default_config() -> ml_collections.ConfigDict:
     cfg.train.seed = 0
     cfg.train.grad_accum = 1
     cfg.train.profile_steps = ""  # "START:END" writes a jax.profiler trace to WORKDIR/profile
-    cfg.train.halt_on_nan = True
+    cfg.train.halt_on_nan = True  # a non-finite step stops the run (its update is always skipped)
     # Regular expression on parameter paths ("encoder/layers/cross_attention/query/kernel"):
     # only matching parameters are updated; "" trains all. A schedule stage may override it.
     cfg.train.trainable = ""

@@ -292,7 +292,7 @@ def run(trainer: Trainer) -> TrainState:
 
     writer = MetricsWriter(workdir)
     profile = _profile_window(cfg.train.profile_steps)
-    nonfinite = jnp.zeros((), jnp.int32)
+    nonfinite = jnp.zeros((), jnp.int32)  # skipped (non-finite) steps, counted on device
     tokens_since_log, last_log_time, first_log_time = 0, time.perf_counter(), None
     last_saved = start_step
     try:
@@ -312,13 +312,19 @@ def run(trainer: Trainer) -> TrainState:
                 jax.profiler.stop_trace()
             if step % cfg.train.log_every == 0 or step == end_step:
                 scalars = {k: float(v) for k, v in jax.device_get(metrics).items()}
-                if int(nonfinite):
-                    raise FloatingPointError(
-                        f"non-finite loss or gradient in {int(nonfinite)} step(s) up to step "
-                        f"{step} (loss={scalars['loss']}); those updates were skipped and no "
-                        f"checkpoint holds them; last checkpoint: step {last_saved} in "
-                        f"{trainer.checkpointer.directory}"
+                skipped = int(nonfinite)
+                if skipped:
+                    message = (
+                        f"non-finite loss or gradient in {skipped} step(s) up to step {step} "
+                        f"(loss={scalars['loss']}); those updates were skipped"
                     )
+                    if cfg.train.halt_on_nan:
+                        raise FloatingPointError(
+                            f"{message} and no checkpoint holds them; last checkpoint: step "
+                            f"{last_saved} in {trainer.checkpointer.directory}"
+                        )
+                    log.warning("%s; continuing (train.halt_on_nan=False)", message)
+                scalars["skipped_steps"] = skipped
                 now = time.perf_counter()
                 scalars["tokens_per_s"] = tokens_since_log / max(now - last_log_time, 1e-9)
                 scalars.pop("finite")
