@@ -213,7 +213,7 @@ def build(
         if not os.path.isdir(cfg.init.checkpoint):
             raise ConfigError(f"config key 'init.checkpoint': no folder {cfg.init.checkpoint}")
         pretrained = convert_folder.read(cfg.init.checkpoint)
-    tokenizer = load_tokenizer(cfg, workdir, corpus, pretrained and pretrained.tokenizer)
+    tokenizer = load_tokenizer(cfg, workdir, corpus, pretrained.tokenizer if pretrained else None)
     if jax.process_index() == 0:
         with open(os.path.join(workdir, "config.json"), "w") as f:
             f.write(cfg.to_json_best_effort(indent=2))
@@ -250,10 +250,10 @@ def build(
 
 
 def _sampling_tables(builder: StepBatchBuilder, corpus: Corpus):
-    if corpus.mono is not None and hasattr(builder, "mono_probabilities"):
+    if builder.mono_probabilities:
         counts = {lang: corpus.mono.num_lines(lang) for lang in corpus.mono.languages}
         yield "monolingual sampling (languages)", counts, builder.mono_probabilities
-    if corpus.parallel is not None and hasattr(builder, "parallel_probabilities"):
+    if builder.parallel_probabilities:
         counts = {f"{a}-{b}": corpus.parallel.num_lines((a, b)) for a, b in corpus.parallel.pairs}
         probabilities = {f"{a}-{b}": p for (a, b), p in builder.parallel_probabilities.items()}
         yield "parallel sampling (language pairs)", counts, probabilities

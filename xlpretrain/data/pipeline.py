@@ -125,6 +125,8 @@ class StepBatchBuilder(grain.transforms.Map):
         kinds = set().union(*(spec.sources() for spec in self.streams.values()))
         self._mono_keys, self._mono_p = [], np.zeros(0)
         self._pair_keys, self._pair_p = [], np.zeros(0)
+        self.mono_probabilities: dict[str, float] = {}  # by language; empty if unused
+        self.parallel_probabilities: dict[tuple[str, str], float] = {}
         if MONO in kinds:
             if corpus.mono is None:
                 raise ValueError("an objective needs monolingual data but data.mono_dir is unset")
