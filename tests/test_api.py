@@ -1,14 +1,20 @@
 """`xlpretrain.load`: batching, padding, layer selection, pooling and language ids."""
 
 import dataclasses
+import importlib.util
+import pathlib
 
+import flax.linen as nn
+import grain
 import jax
 import numpy as np
 import pytest
 
 import xlpretrain
-from xlpretrain import masks
+from xlpretrain import masks, objectives
 from xlpretrain.api import Model, hf_positions
+from xlpretrain.checkpoint import Checkpointer
+from xlpretrain.config import stages
 from xlpretrain.convert import folder
 from xlpretrain.model.config import ModelConfig
 from xlpretrain.model.encoder import MaskedLM
@@ -38,6 +44,39 @@ def random_params(config, seed=0):
     return jax.tree.map(
         lambda x: rng.normal(0.0, 0.3, x.shape).astype(np.float32), folder.abstract_params(config)
     )
+
+
+def xlm_e_workdir(path, tokenizer=None, **model):
+    """The files an XLM-E run (``configs/xlm_e.py:tiny`` at CONFIG's size, ``model`` overrides)
+    leaves: config.json, and random params of the model the trainer builds, saved by the
+    trainer's checkpointer at step 1 — without compiling a step. Returns (module, params)."""
+    spec = importlib.util.spec_from_file_location(
+        "xlm_e", pathlib.Path(__file__).resolve().parents[1] / "configs" / "xlm_e.py"
+    )
+    xlm_e = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(xlm_e)
+    cfg = xlm_e.get_config("tiny")
+    cfg.model.update(
+        vocab_size=CONFIG.vocab_size, hidden_size=CONFIG.hidden_size, mlp_dim=CONFIG.mlp_dim
+    )
+    cfg.model.update(model)
+    active = {name: objectives.get(name) for stage in stages(cfg) for name in stage.weights}
+    module, init = objectives.build_model(cfg, active, num_languages=0)
+    rng = np.random.default_rng(1)
+    params = jax.tree.map(
+        lambda x: rng.normal(0.0, 0.3, x.shape).astype(np.float32),
+        nn.unbox(jax.eval_shape(init, jax.random.key(0))),
+    )
+    path.mkdir(parents=True)
+    (path / "config.json").write_text(cfg.to_json_best_effort(indent=2))
+    if tokenizer is not None:
+        tokenizer.save(path / "tokenizer.model")
+    checkpointer = Checkpointer(path / "checkpoints", keep=1, async_save=False)
+    try:
+        checkpointer.save(1, {"params": params}, iter(grain.MapDataset.range(1).to_iter_dataset()))
+    finally:
+        checkpointer.close()
+    return module, params
 
 
 @pytest.fixture(scope="module")
@@ -163,3 +202,34 @@ def test_load_errors(tmp_path, model):
         xlpretrain.load(tmp_path / "missing")
     with pytest.raises(ValueError, match="exceeds the model's 512 positions"):
         model.mlm_logits(np.zeros((1, 513), np.int32))
+
+
+def test_xlm_e_workdir_serves_its_discriminator(tokenizer, batch, tmp_path):
+    """Hidden states are the discriminator's (gated relative positions need the mask metadata's
+    positions), ``encode`` works, and there is no MLM head to give logits."""
+    module, params = xlm_e_workdir(tmp_path / "run", tokenizer, relative_position="gated")
+    model = xlpretrain.load(tmp_path / "run", batch_size=4)
+    assert model.kind == folder.DISCRIMINATOR and model.config.relative_position == "gated"
+    assert set(model.params) == {"embeddings", "encoder"}
+    ids, mask = batch
+    positions = hf_positions(ids, CONFIG.pad_token_id)
+    meta = {"segment_ids": mask, "positions": positions}
+
+    def discriminator(m):
+        x = m.embeddings(ids, positions, None, True)
+        return m.encoder(x, meta, mask_fn=masks.mmlm, deterministic=True)
+
+    want = np.asarray(module.apply({"params": jax.device_put(params)}, method=discriminator))
+    states = model.hidden_states(ids, mask)
+    assert states.shape == (module.config.num_layers + 1, *ids.shape, CONFIG.hidden_size)
+    real = mask.astype(bool)
+    np.testing.assert_allclose(states[-1][real], want[real], rtol=1e-5, atol=1e-5)
+    embeddings = model.encode(SHORT)
+    for i, length in enumerate(mask.sum(1)):
+        np.testing.assert_allclose(
+            embeddings[i], states[-1, i, :length].mean(0), rtol=1e-5, atol=1e-5
+        )
+    with pytest.raises(ValueError, match="an XLM-E discriminator has no MLM head"):
+        model.mlm_logits(ids, mask)
+    with pytest.raises(ValueError, match="checkpoint folder holds a masked LM"):
+        folder.write(folder.read(tmp_path / "run"), tmp_path / "folder")

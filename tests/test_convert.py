@@ -16,6 +16,7 @@ transformers = pytest.importorskip("transformers")
 safetensors_numpy = pytest.importorskip("safetensors.numpy")
 
 import xlpretrain  # noqa: E402
+from tests.test_api import xlm_e_workdir  # noqa: E402
 from xlpretrain.convert import folder, from_hf, to_hf  # noqa: E402
 from xlpretrain.convert.__main__ import main  # noqa: E402
 from xlpretrain.model.config import ModelConfig  # noqa: E402
@@ -160,10 +161,18 @@ def random_params(config, seed=0):
     )
 
 
-def test_unrolled_layers_stack_into_the_scanned_layout():
-    """Workdirs trained with scan_layers=False export too: their layers_i are stacked."""
+@pytest.mark.parametrize("relative_position", ["none", "gated"])
+def test_unrolled_layers_stack_into_the_scanned_layout(relative_position):
+    """Workdirs trained with scan_layers=False export too: their layers_i are stacked, and the
+    encoder's shared relative-position table stays beside them."""
     config = ModelConfig(
-        vocab_size=20, hidden_size=8, num_layers=3, num_heads=2, mlp_dim=12, scan_layers=False
+        vocab_size=20,
+        hidden_size=8,
+        num_layers=3,
+        num_heads=2,
+        mlp_dim=12,
+        scan_layers=False,
+        relative_position=relative_position,
     )
     unrolled = random_params(config)
     stacked = folder.stack_layers(unrolled, config)
@@ -172,6 +181,11 @@ def test_unrolled_layers_stack_into_the_scanned_layout():
     for i in range(config.num_layers):
         layer_i = jax.tree.map(lambda x, i=i: x[i], stacked["encoder"]["layers"])
         jax.tree.map(np.testing.assert_array_equal, layer_i, unrolled["encoder"][f"layers_{i}"])
+    if relative_position != "none":
+        np.testing.assert_array_equal(
+            stacked["encoder"]["relative_position_table"],
+            unrolled["encoder"]["relative_position_table"],
+        )
 
 
 def tiny_run_config(udhr_subset, tokenizer_path, **model):
@@ -236,6 +250,47 @@ def test_to_hf_exports_a_training_workdir(workdir, tmp_path):
     assert_close_at_tokens(
         ours.mlm_logits(ids, mask), hf_outputs(exported.eval(), ids, mask)[0], mask
     )
+
+
+def test_to_hf_exports_the_xlm_e_discriminator_as_a_bare_encoder(tmp_path):
+    _, trained = xlm_e_workdir(tmp_path / "run", relative_position="none")
+    to_hf(tmp_path / "run", tmp_path / "hf")
+    hf_config = json.loads((tmp_path / "hf" / "config.json").read_text())
+    assert hf_config["architectures"] == ["XLMRobertaModel"]
+    exported, info = transformers.AutoModel.from_pretrained(
+        tmp_path / "hf", output_loading_info=True
+    )
+    assert isinstance(exported, transformers.XLMRobertaModel)
+    assert not info["missing_keys"] and not info["unexpected_keys"]
+    assert not info["mismatched_keys"]
+    ours = xlpretrain.load(tmp_path / "run")
+    ids, mask = batch_with_padding(ours.config.vocab_size)
+    with torch.no_grad():
+        out = exported.eval()(
+            torch.tensor(ids), attention_mask=torch.tensor(mask), output_hidden_states=True
+        )
+    assert_close_at_tokens(
+        ours.hidden_states(ids, mask), np.stack([h.numpy() for h in out.hidden_states]), mask
+    )
+    # The discriminator, not the generator: from-hf gives back its embeddings and encoder.
+    back = from_hf(tmp_path / "hf", tmp_path / "back", allow_missing_head=True)
+    for name in ("embeddings", "encoder"):
+        jax.tree.map(np.testing.assert_array_equal, back.params[name], trained[name])
+
+
+def test_to_hf_refuses_xlm_e_relative_positions(tmp_path):
+    xlm_e_workdir(tmp_path / "run", relative_position="gated")
+    with pytest.raises(
+        ValueError,
+        match="XLMRobertaModel cannot express .*relative_position='gated' .*no relative position",
+    ):
+        to_hf(tmp_path / "run", tmp_path / "hf")
+    assert not (tmp_path / "hf").exists()
+    run_config = json.loads((tmp_path / "run" / "config.json").read_text())
+    run_config["objectives"] = {"mrtd": 1.0, "renamed": 1.0}
+    (tmp_path / "run" / "config.json").write_text(json.dumps(run_config))
+    with pytest.raises(ValueError, match=r"config.json: unknown objective 'renamed'"):
+        to_hf(tmp_path / "run", tmp_path / "hf")
 
 
 @pytest.mark.parametrize(

@@ -8,6 +8,9 @@ positions are HF's ``create_position_ids_from_input_ids`` (count of non-pad toke
 token sees the real tokens of its row and padding sees padding only. Outputs at real tokens
 equal ``transformers``' ``XLMRobertaForMaskedLM``; outputs at padding are unspecified.
 
+An XLM-E workdir serves its discriminator (the encoder it exports): hidden states and
+``encode`` work, ``mlm_logits`` does not (it has no MLM head; its generator's is not served).
+
 Logits come from ``MaskedLM`` itself. Per-layer hidden states run the model's own modules one
 layer at a time (a ``lax.scan`` over the stacked layer params, each step a one-layer
 ``Encoder``), because the encoder's ``nn.scan`` returns the last layer only.
@@ -26,7 +29,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from xlpretrain import masks
-from xlpretrain.convert.folder import Pretrained, read
+from xlpretrain.convert.folder import DISCRIMINATOR, Pretrained, read
 from xlpretrain.model.config import ModelConfig
 from xlpretrain.model.encoder import Encoder, MaskedLM
 from xlpretrain.tokenizer import Tokenizer
@@ -51,7 +54,8 @@ def hf_positions(input_ids: jax.Array, pad_token_id: int) -> jax.Array:
 
 class Model:
     """A loaded model: ``config``, ``params`` (on the default device), ``tokenizer`` (or None),
-    ``languages`` (codes indexing ``lang_ids``; empty without language embeddings)."""
+    ``languages`` (codes indexing ``lang_ids``; empty without language embeddings), ``kind``
+    (``"masked_lm"``, or ``"xlm_e_discriminator"``: no ``mlm_logits``)."""
 
     def __init__(self, pretrained: Pretrained, *, batch_size: int = 32, dtype: str = "float32"):
         self.config: ModelConfig = dataclasses.replace(
@@ -60,6 +64,7 @@ class Model:
         self.params = jax.device_put(pretrained.params)
         self.tokenizer: Tokenizer | None = pretrained.tokenizer
         self.languages: tuple[str, ...] = pretrained.languages
+        self.kind: str = pretrained.kind
         self.batch_size = batch_size
         # Positions run from pad+1 to max_positions-1.
         self.max_length = self.config.max_positions - self.config.pad_token_id - 1
@@ -77,6 +82,11 @@ class Model:
         ``attention_mask`` defaults to ``input_ids != pad``; ``lang_ids`` (``[B]`` or
         ``[B, L]``) is needed only by models with language embeddings.
         """
+        if self.kind == DISCRIMINATOR:
+            raise ValueError(
+                "an XLM-E discriminator has no MLM head: use hidden_states or encode (the "
+                "generator's head is not served)"
+            )
         ids, mask, langs = self._inputs(input_ids, attention_mask, lang_ids)
         logits = self._run(functools.partial(_logits, self.config), ids, mask, langs)
         return logits[:, : ids.shape[1]]

@@ -1,15 +1,17 @@
-"""Hugging Face XLM-R import/export: ``python -m xlpretrain.convert {from-hf,to-hf} SRC DST``.
+"""Hugging Face XLM-R import/export: ``python -m xlpretrain.convert {from-hf,to-hf,to-hf-seq2seq}``.
 
 ``from_hf`` turns an HF ``XLMRobertaForMaskedLM`` folder into an xlpretrain checkpoint folder
 (``folder.py`` describes it); ``to_hf`` turns a checkpoint folder or a training workdir into
-an HF folder that ``transformers.AutoModelForMaskedLM.from_pretrained`` loads as is.
+an HF folder that ``transformers`` loads as is (``XLMRobertaForMaskedLM``; for an XLM-E run its
+discriminator as ``XLMRobertaModel``); ``to_hf_seq2seq`` turns a VECO model into an
+``EncoderDecoderModel`` whose decoder cross-attention is VECO's plug-in (``seq2seq.py``).
 """
 
 from __future__ import annotations
 
 import os
 
-from xlpretrain.convert import folder, hf
+from xlpretrain.convert import folder, hf, seq2seq
 from xlpretrain.convert.folder import Pretrained
 
 
@@ -31,4 +33,15 @@ def to_hf(src: str | os.PathLike, dst: str | os.PathLike) -> Pretrained:
     return model
 
 
-__all__ = ["Pretrained", "from_hf", "to_hf"]
+def to_hf_seq2seq(
+    src: str | os.PathLike, dst: str | os.PathLike, *, decoder_layers: int | None = None
+) -> Pretrained:
+    """VECO checkpoint folder or training workdir ``src`` → new HF ``EncoderDecoderModel``
+    folder ``dst``, the decoder built from the last ``decoder_layers`` layers (default: all)."""
+    folder.new_folder(dst)  # fail before reading a large checkpoint
+    model = folder.read(src)
+    seq2seq.write_seq2seq(model, dst, decoder_layers)
+    return model
+
+
+__all__ = ["Pretrained", "from_hf", "to_hf", "to_hf_seq2seq"]

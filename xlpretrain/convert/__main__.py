@@ -1,4 +1,5 @@
-"""``python -m xlpretrain.convert {from-hf,to-hf} SRC DST``: see ``docs/convert.md``."""
+"""``python -m xlpretrain.convert {from-hf,to-hf,to-hf-seq2seq} SRC DST``: see
+``docs/convert.md``."""
 
 from __future__ import annotations
 
@@ -6,7 +7,8 @@ import argparse
 import logging
 import sys
 
-from xlpretrain.convert import from_hf, to_hf
+from xlpretrain.convert import from_hf, to_hf, to_hf_seq2seq
+from xlpretrain.convert.seq2seq import decoder_layers_of
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -34,24 +36,47 @@ def main(argv: list[str] | None = None) -> None:
         help="xlpretrain checkpoint folder or training workdir -> HF folder",
         description="SRC: an xlpretrain checkpoint folder, or a training workdir (its latest "
         "checkpoint). DST: a new HF XLMRobertaForMaskedLM folder (config.json, "
-        "model.safetensors, sentencepiece.bpe.model when there is a tokenizer).",
+        "model.safetensors, sentencepiece.bpe.model when there is a tokenizer); for an XLM-E "
+        "workdir, its discriminator as an XLMRobertaModel folder.",
     )
     push.add_argument("src", metavar="SRC")
     push.add_argument("dst", metavar="DST")
+    seq = commands.add_parser(
+        "to-hf-seq2seq",
+        help="VECO checkpoint folder or training workdir -> HF EncoderDecoderModel folder",
+        description="SRC: an xlpretrain checkpoint folder or training workdir of a model with "
+        "VECO's cross-attention. DST: a new HF EncoderDecoderModel folder: XLM-R encoder (the "
+        "plain stream), XLM-R causal decoder from the last N layers whose cross-attention is "
+        "the pre-trained plug-in.",
+    )
+    seq.add_argument("src", metavar="SRC")
+    seq.add_argument("dst", metavar="DST")
+    seq.add_argument(
+        "--decoder-layers",
+        type=int,
+        metavar="N",
+        help="build the decoder from the last N layers (default: all)",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
     logging.getLogger("absl").setLevel(logging.WARNING)
     try:
         if args.command == "from-hf":
             model = from_hf(args.src, args.dst, allow_missing_head=args.allow_missing_head)
-        else:
+        elif args.command == "to-hf":
             model = to_hf(args.src, args.dst)
+        else:
+            model = to_hf_seq2seq(args.src, args.dst, decoder_layers=args.decoder_layers)
     except (ValueError, FileNotFoundError, FileExistsError) as error:
         print(f"error: {error}", file=sys.stderr)
         sys.exit(1)
     c = model.config
+    layers = f"{c.num_layers} layers"
+    if args.command == "to-hf-seq2seq":
+        decoder = len(decoder_layers_of(c, args.decoder_layers))
+        layers = f"encoder {c.num_layers} layers, decoder {decoder} layers"
     print(
-        f"wrote {args.dst}: {c.num_layers} layers, hidden {c.hidden_size}, {c.num_heads} heads, "
+        f"wrote {args.dst}: {layers}, hidden {c.hidden_size}, {c.num_heads} heads, "
         f"vocab {c.vocab_size}, tokenizer: {'yes' if model.tokenizer else 'no'}"
     )
 

@@ -9,7 +9,10 @@ A *checkpoint folder* holds one model for inference or export, independent of an
 
 A *training workdir* (``python -m xlpretrain.train``) is read from its latest checkpoint: only
 ``state.params`` is restored (not the optimizer state), with the model config rebuilt from
-``config.json`` and ``languages.json`` exactly as the trainer built it.
+``config.json`` and ``languages.json`` exactly as the trainer built it. A workdir of XLM-E
+(replaced-token detection) is read as its discriminator: the embeddings and encoder that
+``ElectraPretrainer`` keeps where ``MaskedLM`` keeps them; the generator and the replaced-token
+head stay behind.
 """
 
 from __future__ import annotations
@@ -34,6 +37,10 @@ from xlpretrain.tokenizer import Tokenizer
 MODEL_JSON = "model.json"
 PARAMS_DIR = "params"
 TOKENIZER_FILE = "tokenizer.model"
+# What a Pretrained holds (its ``kind``): a masked LM (embeddings, encoder, lm_head), or XLM-E's
+# discriminator (embeddings and encoder only: it has no MLM head).
+MASKED_LM = "masked_lm"
+DISCRIMINATOR = "xlm_e_discriminator"
 
 Params = dict[str, Any]
 
@@ -45,20 +52,26 @@ class Pretrained:
     ``config.scan_layers`` is always True and ``params`` are float32 NumPy arrays with the
     layers stacked, whatever the run trained with. ``languages`` indexes ``lang_ids`` (the
     workdir's ``languages.json``); it is empty for models without language embeddings.
+    ``kind`` is ``MASKED_LM``, or ``DISCRIMINATOR`` for an XLM-E run's discriminator, whose
+    ``params`` lack ``lm_head``.
     """
 
     config: ModelConfig
     params: Params
     tokenizer: Tokenizer | None = None
     languages: tuple[str, ...] = ()
+    kind: str = MASKED_LM
 
 
-def abstract_params(config: ModelConfig) -> Params:
-    """Shapes and dtypes of the params ``config`` defines, without allocating them."""
+def abstract_params(config: ModelConfig, kind: str = MASKED_LM) -> Params:
+    """Shapes and dtypes of the params a model of ``config`` and ``kind`` holds, without
+    allocating them."""
     # How a model computes does not change its params; a GPU-only kernel must not stop a CPU.
     config = dataclasses.replace(config, remat="none", attention_impl="xla")
-    boxed = jax.eval_shape(lambda rng: init_params(config, rng), jax.random.key(0))
-    return nn.unbox(boxed)
+    params = nn.unbox(jax.eval_shape(lambda rng: init_params(config, rng), jax.random.key(0)))
+    if kind == DISCRIMINATOR:  # the masked LM's tree without its head
+        del params["lm_head"]
+    return params
 
 
 def new_folder(path: str | os.PathLike) -> Path:
@@ -71,6 +84,11 @@ def new_folder(path: str | os.PathLike) -> Path:
 
 def write(model: Pretrained, path: str | os.PathLike) -> None:
     """Writes ``model`` as a checkpoint folder; ``path`` must not exist yet."""
+    if model.kind != MASKED_LM:
+        raise ValueError(
+            "a checkpoint folder holds a masked LM; use an XLM-E discriminator from its workdir "
+            "(xlpretrain.load) or export it (to-hf)"
+        )
     path = new_folder(path)
     path.mkdir(parents=True)
     (path / MODEL_JSON).write_text(json.dumps(dataclasses.asdict(model.config), indent=2) + "\n")
@@ -113,12 +131,13 @@ def _read_workdir(path: Path) -> Pretrained:
     if run_config.model.get("language_embeddings") and not languages:
         raise FileNotFoundError(f"{languages_file} (the index of lang_ids) is missing")
     config = ModelConfig.from_run_config(run_config.model, num_languages=len(languages))
+    kind = _model_kind(run_config, path / "config.json")
     step = max(ocp.path.step.checkpoint_steps(path / "checkpoints"), default=None)
     if step is None:
         raise FileNotFoundError(f"{path / 'checkpoints'} holds no finished checkpoint")
     state = _restore(
         path / "checkpoints" / str(step) / "state",
-        {"params": abstract_params(config)},
+        {"params": abstract_params(config, kind)},
         partial=True,
     )
     params = state["params"] if config.scan_layers else stack_layers(state["params"], config)
@@ -127,14 +146,33 @@ def _read_workdir(path: Path) -> Pretrained:
         params,
         _tokenizer_or_none(path / TOKENIZER_FILE),
         languages if config.num_languages else (),
+        kind,
     )
 
 
+def _model_kind(run_config: ml_collections.ConfigDict, source: Path) -> str:
+    """What a run trained, decided as the trainer decides it: replaced-token detection
+    objectives (mrtd, trtd) train XLM-E's generator/discriminator pair."""
+    # The trainer's registry pulls in the data pipeline: imported only when reading a workdir.
+    from xlpretrain import objectives
+    from xlpretrain.config import stages
+
+    names = {name for stage in stages(run_config) for name in stage.weights}
+    try:
+        electra = any(objectives.get(name).model == "electra" for name in names)
+    except KeyError as error:
+        raise ValueError(f"{source}: {error.args[0]}") from error
+    return DISCRIMINATOR if electra else MASKED_LM
+
+
 def stack_layers(params: Params, config: ModelConfig) -> Params:
-    """Unrolled ``encoder/layers_i`` params (``scan_layers=False``) → the stacked layout."""
+    """Unrolled ``encoder/layers_i`` params (``scan_layers=False``) → the stacked layout;
+    the encoder's shared params (a relative-position table) stay beside the stack."""
     encoder = params["encoder"]
     layers = [encoder[f"layers_{i}"] for i in range(config.num_layers)]
-    return {**params, "encoder": {"layers": jax.tree.map(lambda *x: np.stack(x), *layers)}}
+    shared = {k: v for k, v in encoder.items() if not k.startswith("layers_")}
+    stacked = jax.tree.map(lambda *x: np.stack(x), *layers)
+    return {**params, "encoder": {**shared, "layers": stacked}}
 
 
 def _restore(path: Path, target: Params, partial: bool = False) -> Params:

@@ -6,6 +6,9 @@ The encoder was built to match HF XLM-R one tensor to one parameter (see
 projections keep heads as their own axis. Every name is checked both ways: a tensor the table
 does not know, or a parameter it does not fill, is an error rather than a silent drop.
 
+Exports also write bare encoders (``XLMRobertaModel``: an XLM-E discriminator) and, through
+``seq2seq.py``, VECO's ``EncoderDecoderModel``, from the same rules.
+
 Reading needs only ``safetensors`` (+ NumPy) for ``model.safetensors``; ``torch`` is imported
 only for ``pytorch_model.bin``. Writing needs only ``safetensors``.
 """
@@ -16,15 +19,22 @@ import dataclasses
 import json
 import logging
 import os
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
+from typing import NamedTuple
 
 import flax.linen as nn
 import jax
 import numpy as np
 from flax import traverse_util
 
-from xlpretrain.convert.folder import Params, Pretrained, abstract_params, new_folder
+from xlpretrain.convert.folder import (
+    DISCRIMINATOR,
+    Params,
+    Pretrained,
+    abstract_params,
+    new_folder,
+)
 from xlpretrain.model.config import ModelConfig
 from xlpretrain.model.heads import LMHead
 from xlpretrain.tokenizer import Tokenizer
@@ -59,6 +69,15 @@ FIXED_HF_SETTINGS = {
 }
 # ModelConfig fields that say how to compute, not what: they never block an export.
 RUNTIME_FIELDS = ("dtype", "remat", "scan_layers", "attention_impl")
+# Why an export refuses a model option; the error names both.
+OPTION_REASONS = {
+    "num_languages": "num_languages > 0 means XLM-style language embeddings",
+    "cross_attention": "VECO's plug-in cross-attention: export it with to-hf-seq2seq",
+    "relative_position": "HF XLM-R has no relative position bias",
+    "absolute_positions": "HF XLM-R always adds absolute position embeddings",
+}
+MASKED_LM_ARCHITECTURE = "XLMRobertaForMaskedLM"
+ENCODER_ARCHITECTURE = "XLMRobertaModel"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -79,49 +98,61 @@ HEADS_OUT = Layout(  # attention output: [H, heads·kv] ⇄ [heads, kv, H]
     lambda w, shape: w.T.reshape(shape), lambda p: p.reshape(-1, p.shape[-1]).T
 )
 
-_LAYER = "roberta.encoder.layer.{i}."
+Rule = tuple[str, str, Layout]  # (HF name, our parameter path, layout)
+
+_LAYER = "encoder.layer.{i}."
 _STACK = "encoder/layers/"
 
 
-def _layer_rules() -> Iterable[tuple[str, str, Layout]]:
+def _attention_rules(hf: str, ours: str, norm: str) -> Iterable[Rule]:
+    """One attention sub-layer: HF ``{hf}.self.*`` / ``{hf}.output.*`` ⇄ our ``ours``, ``norm``."""
     for name in ("query", "key", "value"):
-        yield f"attention.self.{name}.weight", f"attention/{name}/kernel", HEADS_IN
-        yield f"attention.self.{name}.bias", f"attention/{name}/bias", HEADS_BIAS
-    yield "attention.output.dense.weight", "attention/out/kernel", HEADS_OUT
-    yield "attention.output.dense.bias", "attention/out/bias", COPY
-    for hf, ours in (
-        ("attention.output.LayerNorm", "attention_norm"),
-        ("output.LayerNorm", "mlp_norm"),
-    ):
-        yield f"{hf}.weight", f"{ours}/scale", COPY
-        yield f"{hf}.bias", f"{ours}/bias", COPY
+        yield f"{hf}.self.{name}.weight", f"{ours}/{name}/kernel", HEADS_IN
+        yield f"{hf}.self.{name}.bias", f"{ours}/{name}/bias", HEADS_BIAS
+    yield f"{hf}.output.dense.weight", f"{ours}/out/kernel", HEADS_OUT
+    yield f"{hf}.output.dense.bias", f"{ours}/out/bias", COPY
+    yield f"{hf}.output.LayerNorm.weight", f"{norm}/scale", COPY
+    yield f"{hf}.output.LayerNorm.bias", f"{norm}/bias", COPY
+
+
+def _layer_rules() -> Iterable[Rule]:
+    yield from _attention_rules("attention", "attention", "attention_norm")
+    yield "output.LayerNorm.weight", "mlp_norm/scale", COPY
+    yield "output.LayerNorm.bias", "mlp_norm/bias", COPY
     for hf, ours in (("intermediate.dense", "mlp/wi"), ("output.dense", "mlp/wo")):
         yield f"{hf}.weight", f"{ours}/kernel", LINEAR
         yield f"{hf}.bias", f"{ours}/bias", COPY
 
 
-# (HF name, our parameter path, layout); names with "{i}" exist once per layer and are stacked
-# on the leading ``layers`` axis of our parameter.
-RULES: tuple[tuple[str, str, Layout], ...] = (
-    ("roberta.embeddings.word_embeddings.weight", "embeddings/word_embeddings/embedding", COPY),
+# Names with "{i}" exist once per layer and are stacked on the leading ``layers`` axis of our
+# parameter. ENCODER_RULES name ``XLMRobertaModel``'s
+# tensors, RULES ``XLMRobertaForMaskedLM``'s (the encoder under ``roberta.``, plus the head).
+ENCODER_RULES: tuple[Rule, ...] = (
+    ("embeddings.word_embeddings.weight", "embeddings/word_embeddings/embedding", COPY),
+    ("embeddings.position_embeddings.weight", "embeddings/position_embeddings/embedding", COPY),
     (
-        "roberta.embeddings.position_embeddings.weight",
-        "embeddings/position_embeddings/embedding",
-        COPY,
-    ),
-    (
-        "roberta.embeddings.token_type_embeddings.weight",
+        "embeddings.token_type_embeddings.weight",
         "embeddings/token_type_embeddings/embedding",
         COPY,
     ),
-    ("roberta.embeddings.LayerNorm.weight", "embeddings/layer_norm/scale", COPY),
-    ("roberta.embeddings.LayerNorm.bias", "embeddings/layer_norm/bias", COPY),
+    ("embeddings.LayerNorm.weight", "embeddings/layer_norm/scale", COPY),
+    ("embeddings.LayerNorm.bias", "embeddings/layer_norm/bias", COPY),
     *((_LAYER + hf, _STACK + ours, layout) for hf, ours, layout in _layer_rules()),
+)
+RULES: tuple[Rule, ...] = (
+    *(("roberta." + hf, ours, layout) for hf, ours, layout in ENCODER_RULES),
     ("lm_head.dense.weight", "lm_head/dense/kernel", LINEAR),
     ("lm_head.dense.bias", "lm_head/dense/bias", COPY),
     ("lm_head.layer_norm.weight", "lm_head/layer_norm/scale", COPY),
     ("lm_head.layer_norm.bias", "lm_head/layer_norm/bias", COPY),
     ("lm_head.bias", "lm_head/bias", COPY),
+)
+# VECO's plug-in as a decoder layer's HF cross-attention (``XLMRobertaForCausalLM`` names).
+CROSS_ATTENTION_RULES: tuple[Rule, ...] = tuple(
+    ("roberta." + _LAYER + hf, _STACK + ours, layout)
+    for hf, ours, layout in _attention_rules(
+        "crossattention", "cross_attention", "cross_attention_norm"
+    )
 )
 # Tied copies some checkpoints also store (pytorch_model.bin does): they must equal the original.
 TIED = {
@@ -155,11 +186,18 @@ def config_from_hf(hf_config: Mapping, source: str | os.PathLike = "config.json"
     return ModelConfig(**{ours: hf_config[key] for ours, key in CONFIG_KEYS.items()})
 
 
-def config_to_hf(config: ModelConfig) -> dict:
-    """``config.json`` of the ``XLMRobertaForMaskedLM`` equivalent to ``config``."""
-    check_exportable(config)
+def config_to_hf(
+    config: ModelConfig,
+    architecture: str = MASKED_LM_ARCHITECTURE,
+    *,
+    expressible: Iterable[str] = (),
+) -> dict:
+    """``config.json`` of the HF XLM-R ``architecture`` equivalent to ``config``.
+
+    ``expressible`` names model options the caller maps itself (VECO's cross-attention)."""
+    check_exportable(config, architecture, expressible=expressible)
     return {
-        "architectures": ["XLMRobertaForMaskedLM"],
+        "architectures": [architecture],
         "model_type": "xlm-roberta",
         **{key: getattr(config, ours) for ours, key in CONFIG_KEYS.items()},
         **FIXED_HF_SETTINGS,
@@ -169,21 +207,26 @@ def config_to_hf(config: ModelConfig) -> dict:
     }
 
 
-def check_exportable(config: ModelConfig) -> None:
-    """Raises if ``config`` uses a model option ``XLMRobertaForMaskedLM`` has no place for."""
+def check_exportable(
+    config: ModelConfig,
+    architecture: str = MASKED_LM_ARCHITECTURE,
+    *,
+    expressible: Iterable[str] = (),
+) -> None:
+    """Raises if ``config`` uses a model option HF ``architecture`` has no place for."""
     default = ModelConfig()
-    options = [
-        f"{field.name}={getattr(config, field.name)!r}"
+    blocking = [
+        field.name
         for field in dataclasses.fields(config)
-        if field.name not in CONFIG_KEYS
-        and field.name not in RUNTIME_FIELDS
+        if field.name not in (*CONFIG_KEYS, *RUNTIME_FIELDS, *expressible)
         and getattr(config, field.name) != getattr(default, field.name)
     ]
-    if options:
+    if blocking:
+        options = ", ".join(f"{name}={getattr(config, name)!r}" for name in blocking)
+        reasons = "; ".join(OPTION_REASONS[name] for name in blocking if name in OPTION_REASONS)
         raise ValueError(
-            f"Hugging Face XLMRobertaForMaskedLM cannot express the model option(s) "
-            f"{', '.join(options)} (num_languages > 0 means XLM-style language embeddings); "
-            "only a plain XLM-R encoder can be exported"
+            f"Hugging Face {architecture} cannot express the model option(s) {options}"
+            f"{f' ({reasons})' if reasons else ''}; only a plain XLM-R encoder can be exported"
         )
 
 
@@ -227,21 +270,53 @@ def params_from_hf(
     return params
 
 
+class Part(NamedTuple):
+    """One model of an export: ``rules``' HF names under ``prefix``, HF layer ``j`` taken from
+    our layer ``layers[j]``."""
+
+    prefix: str
+    rules: Sequence[Rule]
+    layers: Sequence[int]
+
+
 def params_to_hf(params: Params, config: ModelConfig) -> dict[str, np.ndarray]:
-    """The HF state dict (as ``save_pretrained`` writes it: no tied copies) of our params."""
+    """The HF state dict (as ``save_pretrained`` writes it: no tied copies) of our masked LM."""
+    return export_tensors(params, [Part("", RULES, range(config.num_layers))])
+
+
+def export_tensors(params: Params, parts: Sequence[Part]) -> dict[str, np.ndarray]:
+    """HF tensors of ``params`` for ``parts``; every parameter must be used by one of them."""
     flat = traverse_util.flatten_dict(params, sep="/")
-    unmapped = sorted(set(flat) - {ours for _, ours, _ in RULES})
+    unmapped = sorted(set(flat) - {ours for part in parts for _, ours, _ in part.rules})
     if unmapped:
         raise ValueError(f"parameters with no Hugging Face equivalent: {_listing(unmapped)}")
     tensors = {}
-    for hf_name, ours, layout in RULES:
-        value = np.asarray(flat[ours], np.float32)
-        if "{i}" in hf_name:
-            for i in range(config.num_layers):
-                tensors[hf_name.format(i=i)] = np.ascontiguousarray(layout.to_hf(value[i]))
-        else:
-            tensors[hf_name] = np.ascontiguousarray(layout.to_hf(value))
+    for prefix, rules, layers in parts:
+        for hf_name, ours, layout in rules:
+            value = np.asarray(flat[ours], np.float32)
+            if "{i}" in hf_name:
+                for j, i in enumerate(layers):
+                    tensors[prefix + hf_name.format(i=j)] = np.ascontiguousarray(
+                        layout.to_hf(value[i])
+                    )
+            else:
+                tensors[prefix + hf_name] = np.ascontiguousarray(layout.to_hf(value))
     return tensors
+
+
+def fresh_pooler(config: ModelConfig, prefix: str = "") -> dict[str, np.ndarray]:
+    """``XLMRobertaModel``'s pooler (dense + tanh on ``<s>``), which XLM-R pre-training never
+    trains and xlpretrain has no parameters for: initialised as HF initialises a missing one
+    (normal(``initializer_range``), zero bias), with a fixed seed so exports repeat exactly."""
+    log.info("%spooler.*: no xlpretrain counterpart, written freshly initialised", prefix)
+    rng = np.random.default_rng(0)
+    size = config.hidden_size
+    return {
+        f"{prefix}pooler.dense.weight": rng.normal(
+            0.0, config.initializer_range, (size, size)
+        ).astype(np.float32),
+        f"{prefix}pooler.dense.bias": np.zeros(size, np.float32),
+    }
 
 
 def _with_prefix(tensors: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -267,7 +342,7 @@ def _untie(tensors: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     return tensors
 
 
-def _expand(rules: Iterable[tuple[str, str, Layout]], num_layers: int) -> set[str]:
+def _expand(rules: Iterable[Rule], num_layers: int) -> set[str]:
     names = set()
     for hf_name, _, _ in rules:
         if "{i}" in hf_name:
@@ -392,14 +467,32 @@ def _check_architectures(architectures: list[str], source: Path, allow_missing_h
 
 
 def write_hf(model: Pretrained, path: str | os.PathLike) -> None:
-    """Writes an HF ``XLMRobertaForMaskedLM`` folder; ``path`` must not exist yet."""
+    """Writes an HF ``XLMRobertaForMaskedLM`` folder, or for an XLM-E discriminator (no MLM
+    head) an ``XLMRobertaModel`` one; ``path`` must not exist yet."""
+    config = model.config
+    if model.kind == DISCRIMINATOR:
+        hf_config = config_to_hf(config, ENCODER_ARCHITECTURE)
+        encoder = Part("", ENCODER_RULES, range(config.num_layers))
+        tensors = {**export_tensors(model.params, [encoder]), **fresh_pooler(config)}
+    else:
+        hf_config = config_to_hf(config)
+        tensors = params_to_hf(model.params, config)
+    write_folder(path, hf_config, tensors, model.tokenizer)
+
+
+def write_folder(
+    path: str | os.PathLike,
+    hf_config: Mapping,
+    tensors: Mapping[str, np.ndarray],
+    tokenizer: Tokenizer | None,
+) -> None:
+    """An HF folder: ``config.json``, ``model.safetensors`` and the SentencePiece model (as
+    ``sentencepiece.bpe.model``) if there is one; ``path`` must not exist yet."""
     from safetensors.numpy import save_file
 
     path = new_folder(path)
-    hf_config = config_to_hf(model.config)
-    tensors = params_to_hf(model.params, model.config)
     path.mkdir(parents=True)
     (path / "config.json").write_text(json.dumps(hf_config, indent=2, sort_keys=True) + "\n")
-    save_file(tensors, path / "model.safetensors", metadata={"format": "pt"})
-    if model.tokenizer is not None:
-        model.tokenizer.save(path / HF_TOKENIZER_FILE)
+    save_file(dict(tensors), path / "model.safetensors", metadata={"format": "pt"})
+    if tokenizer is not None:
+        tokenizer.save(path / HF_TOKENIZER_FILE)
