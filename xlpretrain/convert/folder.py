@@ -159,10 +159,10 @@ def _model_kind(run_config: ml_collections.ConfigDict, source: Path) -> str:
 
     names = {name for stage in stages(run_config) for name in stage.weights}
     try:
-        electra = any(objectives.get(name).model == "electra" for name in names)
+        families = [objectives.get(name).model for name in sorted(names)]  # every name checked
     except KeyError as error:
         raise ValueError(f"{source}: {error.args[0]}") from error
-    return DISCRIMINATOR if electra else MASKED_LM
+    return DISCRIMINATOR if "electra" in families else MASKED_LM
 
 
 def stack_layers(params: Params, config: ModelConfig) -> Params:
