@@ -23,5 +23,5 @@ def get_config(arg: str = ""):
     cfg.optim.learning_rate = 3e-3
     cfg.optim.warmup_steps = 20
     cfg.tokenizer.sentences_per_language = 1000
-    cfg.objectives = {"mmlm": 1.0, "tlm": 1.0}
+    cfg.objectives.tlm = 1.0
     return cfg

@@ -59,7 +59,7 @@ def get_config(arg: str = "base") -> ml_collections.ConfigDict:
         cfg.data.max_length = 512
         cfg.optim.learning_rate, cfg.optim.warmup_steps = lr, 10_000
     stage_1 = {"mmlm": 1.0, "tlm": 1.0, "camlm": 1.0}
-    cfg.objectives = ml_collections.ConfigDict()
+    cfg.objectives.mmlm = 0.0  # the schedule gives the weights
     cfg.schedule = (
         {"start_step": 0, "objectives": stage_1},
         {"start_step": 0.5, "objectives": {**stage_1, "btmlm": 1.0}},  # half of train.steps

@@ -64,7 +64,7 @@ def get_config(arg: str = "large") -> ml_collections.ConfigDict:
     cfg.data.per_objective = ml_collections.ConfigDict(
         {"veco_mono": {"max_length": mono_length, "batch_size": mono_batch}}
     )
-    cfg.objectives = ml_collections.ConfigDict()
+    cfg.objectives.mmlm = 0.0  # the schedule gives the weights
     cfg.schedule = (
         {"start_step": 0, "objectives": OBJECTIVES, "trainable": "cross_attention"},
         {"start_step": second_phase, "objectives": OBJECTIVES, "trainable": ""},

@@ -21,7 +21,8 @@ def get_config(arg: str = "base") -> ml_collections.ConfigDict:
     if size not in ("tiny", "base"):
         raise ValueError(f"configs/xlm_e.py: unknown size {size!r}; choose tiny or base")
     cfg = default_config()
-    cfg.objectives = ml_collections.ConfigDict({"mrtd": 1.0, "trtd": 1.0})
+    cfg.objectives.mmlm = 0.0
+    cfg.objectives.mrtd = cfg.objectives.trtd = 1.0
     cfg.model.relative_position = "gated"
     cfg.data.mono_alpha = cfg.data.parallel_alpha = 0.7
     cfg.optim.b1, cfg.optim.b2, cfg.optim.eps = 0.9, 0.98, 1e-6

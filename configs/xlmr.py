@@ -30,7 +30,7 @@ def get_config(arg: str = "base"):
     cfg.data.parallel_alpha = 0.3
     cfg.optim.b1, cfg.optim.b2, cfg.optim.eps = 0.9, 0.98, 1e-6
     cfg.optim.weight_decay = 0.01
-    cfg.objectives = {"mmlm": 1.0}
+    cfg.objectives.mmlm = 1.0
     if size == "tiny":
         cfg.train.steps = 300
         cfg.data.max_length = 128

@@ -201,7 +201,7 @@ def test_schedule_validation_and_stage_lookup():
     bad = [
         (
             with_schedule(({"start_step": 0, "objectives": {"mmlm": 1.0}},), {"tlm": 1.0}),
-            "either objectives or schedule",
+            "either objective weights or a schedule",
         ),
         (with_schedule(({"start_step": 5, "objectives": {"mmlm": 1.0}},)), "starts at 0"),
         (

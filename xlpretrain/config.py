@@ -157,7 +157,9 @@ def default_config() -> ml_collections.ConfigDict:
     # …) or a training workdir. Shared parameters load; new ones are initialised and logged.
     cfg.init.checkpoint = ""
 
-    cfg.objectives = ml_collections.ConfigDict({"mmlm": 1.0})
+    # Every objective has a weight (0 = off), so `--config.objectives.tlm=1` turns one on.
+    cfg.objectives = ml_collections.ConfigDict({name: 0.0 for name in KNOWN_OBJECTIVES})
+    cfg.objectives.mmlm = 1.0
     # Staged runs: a tuple of {start_step, objectives: {name: weight}}; when set, `objectives`
     # must be empty. Stage i runs from logged step start_step (the first stage starts at 0); a
     # float start_step in (0, 1) is a fraction of train.steps, so it follows --config.train.steps.
@@ -329,7 +331,11 @@ def validate(cfg: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
             predicate, description = _RANGES[path]
             _check(predicate(value), path, f"{description}, got {value!r}")
     if cfg.schedule:
-        _check(not cfg.objectives, "objectives", "set either objectives or schedule, not both")
+        _check(
+            not any(w > 0 for w in cfg.objectives.values()),
+            "objectives",
+            "set either objective weights or a schedule, not both",
+        )
     else:
         _check(len(cfg.objectives) > 0, "objectives", "at least one objective is required")
         _check(any(w > 0 for w in cfg.objectives.values()), "objectives", "all weights are zero")
