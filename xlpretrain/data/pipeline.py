@@ -171,58 +171,52 @@ class StepBatchBuilder(grain.transforms.Map):
             tags,
         )
 
+    def _monolingual(self, build_row, rng: np.random.Generator, length: int, **options) -> Batch:
+        """A row of one language drawn by the α-sampling probabilities."""
+        lang = self._mono_keys[rng.choice(len(self._mono_keys), p=self._mono_p)]
+        return build_row(
+            self.corpus.mono,
+            self.tokenizer,
+            lang,
+            self.corpus.lang_id(lang),
+            rng,
+            length=length,
+            pack=self.pack,
+            **options,
+        )
+
+    def _parallel(self, build_row, rng: np.random.Generator, length: int, **options) -> Batch:
+        """A row of one language pair drawn by the α-sampling probabilities."""
+        pair = self._pair_keys[rng.choice(len(self._pair_keys), p=self._pair_p)]
+        lang_ids = (self.corpus.lang_id(pair[0]), self.corpus.lang_id(pair[1]))
+        return build_row(
+            self.corpus.parallel,
+            self.tokenizer,
+            pair,
+            lang_ids,
+            rng,
+            length=length,
+            pack=self.pack,
+            **options,
+        )
+
     def _row(self, name: str, spec: StreamSpec, step: int, row: int) -> Batch:
         stream_id = zlib.crc32(name.encode())  # adding an objective leaves others' streams alone
         rng = np.random.default_rng([self.seed, stream_id, step, row])
         length = self.max_lengths[name]
         rate = spec.mask_rate
-        if spec.kind == SEGMENT_PAIRS:
-            if rng.random() < spec.mono_fraction:
-                lang = self._mono_keys[rng.choice(len(self._mono_keys), p=self._mono_p)]
-                rate = spec.mono_mask_rate
-                unmasked = monolingual_segment_pairs_row(
-                    self.corpus.mono,
-                    self.tokenizer,
-                    lang,
-                    self.corpus.lang_id(lang),
-                    rng,
-                    length=length,
-                    pack=self.pack,
-                )
-            else:
-                pair = self._pair_keys[rng.choice(len(self._pair_keys), p=self._pair_p)]
-                unmasked = parallel_segment_pairs_row(
-                    self.corpus.parallel,
-                    self.tokenizer,
-                    pair,
-                    (self.corpus.lang_id(pair[0]), self.corpus.lang_id(pair[1])),
-                    rng,
-                    length=length,
-                    pack=self.pack,
-                )
+        if spec.kind == SEGMENT_PAIRS and rng.random() < spec.mono_fraction:
+            rate = spec.mono_mask_rate
+            unmasked = self._monolingual(monolingual_segment_pairs_row, rng, length)
+        elif spec.kind == SEGMENT_PAIRS:
+            unmasked = self._parallel(parallel_segment_pairs_row, rng, length)
         elif spec.kind == MONO:
-            lang = self._mono_keys[rng.choice(len(self._mono_keys), p=self._mono_p)]
-            unmasked = monolingual_row(
-                self.corpus.mono,
-                self.tokenizer,
-                lang,
-                self.corpus.lang_id(lang),
-                rng,
-                length=length,
-                pack=self.pack,
-                placeholders=self._placeholders.get(name),
+            unmasked = self._monolingual(
+                monolingual_row, rng, length, placeholders=self._placeholders.get(name)
             )
         else:
-            pair = self._pair_keys[rng.choice(len(self._pair_keys), p=self._pair_p)]
-            unmasked = translation_pair_row(
-                self.corpus.parallel,
-                self.tokenizer,
-                pair,
-                (self.corpus.lang_id(pair[0]), self.corpus.lang_id(pair[1])),
-                rng,
-                length=length,
-                pack=self.pack,
-                reset_positions=self.reset_positions,
+            unmasked = self._parallel(
+                translation_pair_row, rng, length, reset_positions=self.reset_positions
             )
         masked = mask_row(
             unmasked,
