@@ -15,6 +15,8 @@ from typing import Any
 
 import ml_collections
 
+from xlpretrain.model.config import ATTENTION_IMPLS
+
 # Objectives the training loop knows (xlpretrain.objectives.REGISTRY; kept here so config
 # validation does not import the model).
 KNOWN_OBJECTIVES = ("mmlm", "tlm", "camlm", "btmlm", "veco", "veco_mono", "mrtd", "trtd")
@@ -116,7 +118,7 @@ def default_config() -> ml_collections.ConfigDict:
     cfg.model.dtype = "float32"  # compute dtype; parameters are always float32
     cfg.model.remat = "none"  # none | full | dots
     cfg.model.scan_layers = True
-    cfg.model.attention = "xla"  # xla | cudnn
+    cfg.model.attention = "xla"  # xla | cudnn | pallas (fused mask-function kernel) | auto
 
     cfg.optim = ml_collections.ConfigDict()
     cfg.optim.learning_rate = 5e-4
@@ -248,7 +250,10 @@ _RANGES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "model.attention_dropout_rate": (lambda v: 0.0 <= v < 1.0, "must be in [0, 1)"),
     "model.dtype": (_one_of("float32", "bfloat16"), "must be 'float32' or 'bfloat16'"),
     "model.remat": (_one_of("none", "full", "dots"), "must be 'none', 'full' or 'dots'"),
-    "model.attention": (_one_of("xla", "cudnn"), "must be 'xla' or 'cudnn'"),
+    "model.attention": (
+        _one_of(*ATTENTION_IMPLS),
+        f"must be one of {', '.join(ATTENTION_IMPLS)}",
+    ),
     "model.relative_position": (
         _one_of("none", "bucketed", "gated"),
         "must be 'none', 'bucketed' or 'gated'",

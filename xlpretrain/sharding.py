@@ -7,8 +7,9 @@ shards parameters *and* data over the same devices, as in MaxText.
 
 from __future__ import annotations
 
+import functools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import flax.linen as nn
 import jax
@@ -48,6 +49,18 @@ def make_mesh(data: int, fsdp: int, tensor: int, devices: Sequence[jax.Device] |
     devices = list(jax.devices() if devices is None else devices)
     shape = mesh_shape(data, fsdp, tensor, len(devices))
     return Mesh(np.asarray(devices).reshape(shape), MESH_AXES)
+
+
+def under_mesh(mesh: Mesh, fn: Callable) -> Callable:
+    """``fn`` traced with ``mesh`` as the abstract mesh, so the per-device kernels inside it
+    (fused attention) can ``jax.shard_map`` over the mesh's axes by name."""
+
+    @functools.wraps(fn)
+    def traced(*args, **kwargs):
+        with jax.sharding.use_abstract_mesh(mesh.abstract_mesh):
+            return fn(*args, **kwargs)
+
+    return traced
 
 
 def batch_sharding(mesh: Mesh) -> NamedSharding:

@@ -22,7 +22,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from xlpretrain.config import ConfigError, Stage, stages
 from xlpretrain.objectives import LossFn, Objective
 from xlpretrain.optim import learning_rate_schedule, make_optimizer, trainable_mask
-from xlpretrain.sharding import batch_sharding, logical_shardings
+from xlpretrain.sharding import batch_sharding, logical_shardings, under_mesh
 
 Batches = dict[str, dict[str, jax.Array]]
 
@@ -192,7 +192,7 @@ def setup_training(
         )
         step_fns.append(
             jax.jit(  # compiled when its stage is first reached
-                step,
+                under_mesh(mesh, step),
                 in_shardings=(state_shardings, batch_sharding(mesh)),
                 out_shardings=(state_shardings, replicated),
                 donate_argnums=0,

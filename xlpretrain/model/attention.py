@@ -1,8 +1,18 @@
 """Multi-head attention whose mask is a function of token metadata (see ``xlpretrain.masks``).
 
 The mask function is a static Python callable: it is closed over under ``jit`` and never
-traced as a value, so each distinct mask compiles its own program and a fused kernel can later
-evaluate it tile by tile instead of reading an ``[L, L]`` tensor.
+traced as a value, so each distinct mask compiles its own program. Implementations
+(``model.attention``):
+
+- ``xla``: the reference. Materialises the ``[B, 1, L, L]`` mask and bias; any backend.
+- ``cudnn``: cuDNN's fused attention on a materialised mask (GPU, bf16/fp16, no dropout).
+- ``pallas``: ``kernels.flash``, which evaluates the mask function and the relative-position
+  score tile by tile and skips excluded tiles (Triton on GPU; interpret mode on CPU, for tests).
+- ``auto``: ``pallas`` on GPUs, ``xla`` elsewhere.
+
+Under a mesh (``jax.sharding.use_abstract_mesh``, set by the train step) the fused kernel runs
+under ``jax.shard_map`` over the batch axes (and heads over ``tensor``): a kernel is a
+per-device program, so each device attends over its own rows with no communication.
 """
 
 import math
@@ -10,10 +20,24 @@ import math
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+from jax.sharding import PartitionSpec
 
 from xlpretrain import masks
 from xlpretrain.model import relative_position
 from xlpretrain.model.config import ModelConfig
+from xlpretrain.model.kernels import flash
+from xlpretrain.model.relative_position import RelativeBias
+from xlpretrain.sharding import BATCH_AXES
+
+HEADS_AXIS = "tensor"
+
+
+def resolve_impl(impl: str, backend: str | None = None) -> str:
+    """``auto`` → the fused kernel on GPUs, XLA elsewhere (on a CPU the kernel runs only in
+    interpret mode, a checker rather than a fast path; TPUs have no Triton)."""
+    if impl != "auto":
+        return impl
+    return "pallas" if (backend or jax.default_backend()) == "gpu" else "xla"
 
 
 def dot_product_attention(
@@ -24,7 +48,7 @@ def dot_product_attention(
     mask_fn: masks.MaskFn,
     q_meta: masks.Meta,
     k_meta: masks.Meta,
-    bias: jax.Array | None = None,
+    bias: RelativeBias | None = None,
     dropout_rng: jax.Array | None = None,
     dropout_rate: float = 0.0,
     deterministic: bool = True,
@@ -32,12 +56,26 @@ def dot_product_attention(
 ) -> jax.Array:
     """Softmax attention over ``[B, L, H, D]`` inputs; returns ``[B, Lq, H, D]``.
 
-    ``bias`` (``[B or 1, H, Lq, Lk]``, e.g. from a ``masks.ScoreMod``) is added to the logits.
-    Logits and softmax are float32 whatever the input dtype. ``impl='cudnn'`` needs a GPU and
-    no attention dropout; it is not exercised by the CPU test suite.
+    ``bias`` (a relative-position score modification) is added to the logits. Logits and
+    softmax are float32 whatever the input dtype.
     """
-    mask = masks.materialize(mask_fn, q_meta, k_meta)
+    impl = resolve_impl(impl)
     dropout = not deterministic and dropout_rate > 0.0
+    if dropout and dropout_rng is None:
+        raise ValueError("attention dropout is active but no dropout_rng was given")
+    if impl == "pallas":
+        if jax.default_backend() == "tpu":
+            raise ValueError(
+                "attention_impl='pallas' is the Triton kernel (GPU, or interpret mode on CPU); "
+                "on TPU use attention_impl='xla'"
+            )
+        return _fused(
+            q, k, v, mask_fn, q_meta, k_meta, bias, dropout_rate if dropout else 0.0, dropout_rng
+        )
+    mask = masks.materialize(mask_fn, q_meta, k_meta)
+    dense_bias = None
+    if bias is not None:
+        dense_bias = bias.materialize(q_meta["positions"], k_meta["positions"])
     if impl == "cudnn":
         if jax.default_backend() != "gpu":
             raise ValueError("attention_impl='cudnn' needs a GPU; use attention_impl='xla'")
@@ -46,16 +84,62 @@ def dot_product_attention(
         if dropout:
             raise ValueError(
                 "attention_impl='cudnn' has no attention dropout; "
-                "set attention_dropout_rate=0 or use attention_impl='xla'"
+                "set attention_dropout_rate=0 or use attention_impl='pallas'"
             )
-        return jax.nn.dot_product_attention(q, k, v, bias, mask, implementation="cudnn")
+        return jax.nn.dot_product_attention(q, k, v, dense_bias, mask, implementation="cudnn")
     if impl != "xla":
-        raise ValueError(f"unknown attention impl {impl!r}; expected 'xla' or 'cudnn'")
+        raise ValueError(
+            f"unknown attention impl {impl!r}; expected 'xla', 'cudnn', 'pallas' or 'auto'"
+        )
     if not dropout:
-        return jax.nn.dot_product_attention(q, k, v, bias, mask, implementation="xla")
-    if dropout_rng is None:
-        raise ValueError("attention dropout is active but no dropout_rng was given")
-    return _attention_with_dropout(q, k, v, mask, bias, dropout_rng, dropout_rate)
+        return jax.nn.dot_product_attention(q, k, v, dense_bias, mask, implementation="xla")
+    return _attention_with_dropout(q, k, v, mask, dense_bias, dropout_rng, dropout_rate)
+
+
+def _fused(q, k, v, mask_fn, q_meta, k_meta, bias, dropout_rate, dropout_rng) -> jax.Array:
+    """``flash.attention``, under ``shard_map`` over the batch (and heads) when a mesh is set
+    and divides them; otherwise as is (GSPMD then handles any sharding)."""
+    fields = [f for f in flash.META_FIELDS if f in q_meta]
+    q_meta = {f: q_meta[f] for f in fields}
+    k_meta = {f: k_meta[f] for f in fields}
+
+    def run(q, k, v, q_meta, k_meta, bias, dropout_rng, row_offset=0):
+        return flash.attention(
+            q, k, v, mask_fn=mask_fn, q_meta=q_meta, k_meta=k_meta, bias=bias,
+            dropout_rate=dropout_rate, dropout_rng=dropout_rng, row_offset=row_offset,
+        )  # fmt: skip
+
+    mesh = jax.sharding.get_abstract_mesh()
+    if mesh.empty or not set(BATCH_AXES) <= set(mesh.axis_names):
+        return run(q, k, v, q_meta, k_meta, bias, dropout_rng)
+    shards = math.prod(mesh.shape[a] for a in BATCH_AXES)
+    if shards == 1 or q.shape[0] % shards:
+        return run(q, k, v, q_meta, k_meta, bias, dropout_rng)
+    heads = None
+    if HEADS_AXIS in mesh.axis_names and q.shape[2] % mesh.shape[HEADS_AXIS] == 0:
+        heads = HEADS_AXIS
+    rows = PartitionSpec(BATCH_AXES)
+    qkv = PartitionSpec(BATCH_AXES, None, heads, None)
+    bias_spec = None
+    if bias is not None:
+        bias_spec = RelativeBias(
+            PartitionSpec(None, heads),
+            None if bias.scale is None else PartitionSpec(BATCH_AXES, heads, None),
+            bias.num_buckets,
+            bias.max_distance,
+        )
+
+    def per_device(q, k, v, q_meta, k_meta, bias, dropout_rng):
+        offset = jax.lax.axis_index(BATCH_AXES) * q.shape[0]
+        return run(q, k, v, q_meta, k_meta, bias, dropout_rng, offset)
+
+    return jax.shard_map(
+        per_device,
+        mesh=mesh,
+        in_specs=(qkv, qkv, qkv, rows, rows, bias_spec, PartitionSpec()),
+        out_specs=qkv,
+        check_vma=False,
+    )(q, k, v, q_meta, k_meta, bias, dropout_rng)
 
 
 def _attention_with_dropout(
@@ -133,7 +217,7 @@ class MultiHeadAttention(nn.Module):
         dropout_rng = None if deterministic or rate == 0.0 else self.make_rng("dropout")
         bias = None
         if self.relative and cfg.relative_position != "none":
-            bias = self._relative_bias(q, q_meta, k_meta, relative_table)
+            bias = self._relative_bias(q, relative_table)
         out = dot_product_attention(
             q,
             k,
@@ -156,25 +240,19 @@ class MultiHeadAttention(nn.Module):
             name="out",
         )(out)
 
-    def _relative_bias(self, q, q_meta, k_meta, table: jax.Array | None) -> jax.Array:
+    def _relative_bias(self, q, table: jax.Array | None) -> RelativeBias:
         """d (bucketed), or XLM-E's gated r: per layer `u`, `v` `[heads, kv]` and scalar `w`."""
         cfg = self.config
         if table is None:  # not shared: this layer's own table
             table = relative_table_param(self, cfg)
-        d = relative_position.bucketed_bias(
-            q_meta["positions"],
-            k_meta["positions"],
-            table,
-            num_buckets=cfg.num_buckets,
-            max_distance=cfg.max_distance,
-        )
-        if cfg.relative_position == "bucketed":
-            return d
-        init = nn.initializers.normal(cfg.initializer_range)
-        gate = nn.with_logical_partitioning(init, ("heads", "kv"))
-        u = self.param("gate_u", gate, (cfg.num_heads, cfg.head_dim), jnp.float32)
-        v = self.param("gate_v", gate, (cfg.num_heads, cfg.head_dim), jnp.float32)
-        w = self.param(
-            "gate_w", nn.with_logical_partitioning(nn.initializers.zeros, ()), (), jnp.float32
-        )
-        return relative_position.gated_bias(q, d, u, v, w)
+        scale = None
+        if cfg.relative_position == "gated":
+            init = nn.initializers.normal(cfg.initializer_range)
+            gate = nn.with_logical_partitioning(init, ("heads", "kv"))
+            u = self.param("gate_u", gate, (cfg.num_heads, cfg.head_dim), jnp.float32)
+            v = self.param("gate_v", gate, (cfg.num_heads, cfg.head_dim), jnp.float32)
+            w = self.param(
+                "gate_w", nn.with_logical_partitioning(nn.initializers.zeros, ()), (), jnp.float32
+            )
+            scale = relative_position.gate_scale(q, u, v, w)
+        return RelativeBias(table, scale, cfg.num_buckets, cfg.max_distance)

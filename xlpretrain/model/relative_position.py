@@ -6,11 +6,13 @@ tile by tile. The XLA reference path materialises it as `[B, H, Lq, Lk]`.
 
 XLM-E (Chi et al., 2022) gates the bucketed bias d with the query:
     r_{i−j} = d_{i−j} + g_u·d_{i−j} + (1 − g_u)·w·g_r·d_{i−j},  g_u = σ(q_i·u), g_r = σ(q_i·v)
-with per-head vectors u, v and a learnable scalar w.
+with per-head vectors u, v and a learnable scalar w; equivalently d·(1 + g_u + (1 − g_u)·w·g_r),
+a per-query factor on d, which is the form `RelativeBias` carries.
 """
 
 import math
 
+import flax.struct
 import jax
 import jax.numpy as jnp
 
@@ -44,6 +46,16 @@ def bucketed_bias(
     return jnp.moveaxis(table[buckets], -1, 1).astype(jnp.float32)
 
 
+def gate_scale(q: jax.Array, u: jax.Array, v: jax.Array, w: jax.Array) -> jax.Array:
+    """XLM-E's gate as a per-query factor on d: r = d·(1 + g_u + (1 − g_u)·w·g_r), so
+    `[B, H, Lq]` (from queries `q` `[B, Lq, H, D]`, gate vectors `u`, `v` `[H, D]`, scalar
+    `w`) is all a fused kernel needs besides the bucket table."""
+    q = q.astype(jnp.float32)
+    g_u = jax.nn.sigmoid(jnp.einsum("bqhd,hd->bhq", q, u))
+    g_r = jax.nn.sigmoid(jnp.einsum("bqhd,hd->bhq", q, v))
+    return 1.0 + g_u + (1.0 - g_u) * w * g_r
+
+
 def gated_bias(
     q: jax.Array,
     d: jax.Array,
@@ -51,9 +63,31 @@ def gated_bias(
     v: jax.Array,
     w: jax.Array,
 ) -> jax.Array:
-    """XLM-E's gate applied to the bucketed bias `d` `[B, H, Lq, Lk]` with queries `q`
-    `[B, Lq, H, D]`, gate vectors `u`, `v` `[H, D]` and scalar `w`."""
-    q = q.astype(jnp.float32)
-    g_u = jax.nn.sigmoid(jnp.einsum("bqhd,hd->bhq", q, u))[..., None]
-    g_r = jax.nn.sigmoid(jnp.einsum("bqhd,hd->bhq", q, v))[..., None]
-    return d + g_u * d + (1.0 - g_u) * w * g_r * d
+    """XLM-E's gate applied to the bucketed bias `d` `[B, H, Lq, Lk]`."""
+    return d * gate_scale(q, u, v, w)[..., None]
+
+
+@flax.struct.dataclass
+class RelativeBias:
+    """The relative-position score modification as a function of positions plus tables:
+    `bias[b, h, i, j] = table[bucket(pos_j − pos_i), h] · scale[b, h, i]`.
+
+    `scale` is XLM-E's `gate_scale` (`None`: the plain bucketed bias). The XLA path
+    materialises it (`materialize`); fused kernels evaluate it tile by tile.
+    """
+
+    table: jax.Array  # [num_buckets, heads]
+    scale: jax.Array | None  # [B, heads, Lq]
+    num_buckets: int = flax.struct.field(pytree_node=False)
+    max_distance: int = flax.struct.field(pytree_node=False)
+
+    def materialize(self, q_positions: jax.Array, k_positions: jax.Array) -> jax.Array:
+        """float32 `[B, H, Lq, Lk]`."""
+        d = bucketed_bias(
+            q_positions,
+            k_positions,
+            self.table,
+            num_buckets=self.num_buckets,
+            max_distance=self.max_distance,
+        )
+        return d if self.scale is None else d * self.scale[..., None]
