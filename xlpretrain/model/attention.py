@@ -103,12 +103,14 @@ def _fused(q, k, v, mask_fn, q_meta, k_meta, bias, dropout_rate, dropout_rng) ->
     q_meta = {f: q_meta[f] for f in fields}
     k_meta = {f: k_meta[f] for f in fields}
 
-    def run(q, k, v, q_meta, k_meta, bias, dropout_rng, row_offset=0):
+    def run(q, k, v, q_meta, k_meta, bias, dropout_rng, offsets=(0, 0)):
         return flash.attention(
             q, k, v, mask_fn=mask_fn, q_meta=q_meta, k_meta=k_meta, bias=bias,
-            dropout_rate=dropout_rate, dropout_rng=dropout_rng, row_offset=row_offset,
+            dropout_rate=dropout_rate, dropout_rng=dropout_rng, row_offset=offsets[0],
+            head_offset=offsets[1], total_heads=total_heads,
         )  # fmt: skip
 
+    total_heads = q.shape[2]
     mesh = jax.sharding.get_abstract_mesh()
     if mesh.empty or not set(BATCH_AXES) <= set(mesh.axis_names):
         return run(q, k, v, q_meta, k_meta, bias, dropout_rng)
@@ -116,22 +118,24 @@ def _fused(q, k, v, mask_fn, q_meta, k_meta, bias, dropout_rate, dropout_rng) ->
     if shards == 1 or q.shape[0] % shards:
         return run(q, k, v, q_meta, k_meta, bias, dropout_rng)
     heads = None
-    if HEADS_AXIS in mesh.axis_names and q.shape[2] % mesh.shape[HEADS_AXIS] == 0:
+    if HEADS_AXIS in mesh.axis_names and total_heads % mesh.shape[HEADS_AXIS] == 0:
         heads = HEADS_AXIS
     rows = PartitionSpec(BATCH_AXES)
     qkv = PartitionSpec(BATCH_AXES, None, heads, None)
     bias_spec = None
     if bias is not None:
         bias_spec = RelativeBias(
-            PartitionSpec(None, heads),
+            PartitionSpec(None, heads),  # replicated over rows: its gradient is psum-med
             None if bias.scale is None else PartitionSpec(BATCH_AXES, heads, None),
             bias.num_buckets,
             bias.max_distance,
         )
 
     def per_device(q, k, v, q_meta, k_meta, bias, dropout_rng):
-        offset = jax.lax.axis_index(BATCH_AXES) * q.shape[0]
-        return run(q, k, v, q_meta, k_meta, bias, dropout_rng, offset)
+        offsets = (jax.lax.axis_index(BATCH_AXES) * q.shape[0], 0)
+        if heads is not None:
+            offsets = (offsets[0], jax.lax.axis_index(heads) * q.shape[2])
+        return run(q, k, v, q_meta, k_meta, bias, dropout_rng, offsets)
 
     return jax.shard_map(
         per_device,

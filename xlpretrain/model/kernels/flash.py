@@ -132,10 +132,11 @@ def _tile(st: _Static, q, k, q_meta, k_meta, q_start, k_start, table_ref, scale,
 
 
 def _dropout_seed(seed_ref) -> tuple[jax.Array, jax.Array]:
-    """(seed, global row × heads + head) of this program. Read at the kernel's top level:
-    interpret mode cannot lower ``program_id`` inside the tile loop's branches."""
+    """(seed, global row × heads + global head) of this program, from ``seed_ref`` = (seed,
+    row offset, head offset, heads in all). Read at the kernel's top level: interpret mode
+    cannot lower ``program_id`` inside the tile loop's branches."""
     row = seed_ref[1] + pl.program_id(0)
-    return seed_ref[0], row * pl.num_programs(1) + pl.program_id(1)
+    return seed_ref[0], row * seed_ref[3] + seed_ref[2] + pl.program_id(1)
 
 
 def _probs(tile: _Tile, lse: jax.Array) -> jax.Array:
@@ -342,7 +343,7 @@ def _specs(st: _Static, head_dim: int, over_q: bool, backward: bool):
     specs = [matrix(q_tile), matrix(k_tile), matrix(k_tile)]
     if backward:
         specs += [matrix(q_tile), row_vector(q_tile), row_vector(q_tile)]
-    specs.append(pl.BlockSpec((2,), lambda b, h, i: (0,)))  # seed, global row offset
+    specs.append(pl.BlockSpec((4,), lambda b, h, i: (0,)))  # seed and offsets (_dropout_seed)
     n_other = (k_pad // bk) if over_q else (q_pad // bq)
     specs.append(pl.BlockSpec((None, None, n_other), lambda b, h, i: (b, i, 0)))
     if st.has_bias:
@@ -463,6 +464,8 @@ def attention(
     dropout_rate: float = 0.0,
     dropout_rng: jax.Array | None = None,
     row_offset: jax.Array | int = 0,
+    head_offset: jax.Array | int = 0,
+    total_heads: int | None = None,
     block_q: int | None = None,
     block_k: int | None = None,
     interpret: bool | None = None,
@@ -470,9 +473,10 @@ def attention(
     """Softmax attention over ``[B, L, H, D]`` inputs under ``mask_fn``; returns ``[B, Lq, H, D]``.
 
     ``q_meta``/``k_meta`` hold the ``[B, L]`` integer metadata of ``META_FIELDS`` the mask
-    reads. ``row_offset`` is the global index of this batch's first row (under ``shard_map``),
-    so dropout does not depend on the sharding. ``interpret`` defaults to True on a CPU
-    (Pallas interpret mode: the same kernels, executed by XLA).
+    reads. ``row_offset``/``head_offset`` place this shard's rows and heads among
+    ``total_heads`` (under ``shard_map``), so dropout does not depend on the sharding.
+    ``interpret`` defaults to True on a CPU (Pallas interpret mode: the same kernels, run by
+    XLA).
     """
     if dropout_rate > 0.0 and dropout_rng is None:
         raise ValueError("attention dropout is active but no dropout_rng was given")
@@ -515,7 +519,8 @@ def attention(
         if st.dropout_rate > 0.0
         else jnp.zeros((), jnp.int32)
     )
-    seed = jnp.stack([seed_bits, jnp.asarray(row_offset, jnp.int32)])
+    offsets = (row_offset, head_offset, total_heads or q.shape[2])
+    seed = jnp.stack([seed_bits, *(jnp.asarray(x, jnp.int32) for x in offsets)])
     table = scale = None
     if bias is not None:
         table = bias.table.T.astype(jnp.float32)  # [heads, buckets]: a row per head

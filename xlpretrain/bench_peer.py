@@ -1,0 +1,163 @@
+"""PyTorch peer for the step benchmark: `python -m xlpretrain.bench --peer`.
+
+Our tokens/s means little on its own; next to the step a user would otherwise run, Hugging Face
+`XLMRobertaForMaskedLM` with PyTorch's fused (SDPA) attention and AdamW, it says whether the JAX
+stack pays off. The peer runs the config's model shape on the benchmark's rows (full rows
+`<s> … </s>`, the MMLM masking rate), eager and under `torch.compile`, with our numerics policy
+(bf16 compute under autocast, fp32 parameters). Unlike ours, HF applies the LM head to every
+token, not only to the predicted ones: that is part of what the comparison measures.
+
+torch and transformers are imported only when the peer runs, so the package works without them.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+import ml_collections
+
+from xlpretrain.config import max_predictions
+
+PEER = "transformers XLMRobertaForMaskedLM (sdpa attention)"
+MODES = ("eager", "compile")
+INSTALL_HINT = "--peer needs torch and transformers: pip install -e '.[hf]'"
+BOS, PAD, EOS, FIRST_REGULAR = 0, 1, 2, 4  # our tokenizer's ids, which XLM-R shares
+
+
+def peer_benchmark(
+    cfg: ml_collections.ConfigDict,
+    steps: int,
+    warmup: int,
+    modes: Sequence[str] = MODES,
+) -> dict:
+    """Times HF's training step on `cfg`'s shapes once per mode; a mode that fails (a missing
+    compiler for `torch.compile`, out of memory) reports its error so the others still run."""
+    try:
+        import torch
+        import transformers
+    except ImportError as error:
+        raise RuntimeError(INSTALL_HINT) from error
+    unknown = sorted(set(modes) - set(MODES))
+    if unknown:
+        raise ValueError(f"unknown peer modes {unknown}; known: {list(MODES)}")
+
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    batch = _synthetic_batch(cfg, device)
+    results = {}
+    for mode in modes:
+        try:
+            results[mode] = _time_mode(cfg, mode, batch, device, steps, max(warmup, 1))
+        except Exception as error:  # any failure is this mode's result, not the run's
+            results[mode] = {"error": f"{type(error).__name__}: {error}"}
+    return {
+        "peer": PEER,
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+        "batch_size": cfg.data.batch_size,
+        "max_length": cfg.data.max_length,
+        "dtype": cfg.model.dtype,
+        "modes": results,
+    }
+
+
+def _synthetic_batch(cfg: ml_collections.ConfigDict, device) -> dict:
+    """The JAX benchmark's rows in HF's form: labels hold the original id at the predicted
+    positions and -100 (ignored by the loss) elsewhere, so both losses cover the same tokens."""
+    import torch
+
+    rows, length = cfg.data.batch_size, cfg.data.max_length
+    generator = torch.Generator().manual_seed(cfg.train.seed)
+    input_ids = torch.randint(
+        FIRST_REGULAR, cfg.model.vocab_size - 1, (rows, length), generator=generator
+    )
+    input_ids[:, 0], input_ids[:, -1] = BOS, EOS
+    slots = max_predictions(length, cfg.data.mono_mask_rate)
+    order = torch.rand((rows, length - 2), generator=generator).argsort(dim=1)
+    chosen = 1 + order[:, :slots]  # regular positions only, never <s> or </s>
+    labels = torch.full_like(input_ids, -100)
+    labels.scatter_(1, chosen, input_ids.gather(1, chosen))
+    batch = {"input_ids": input_ids, "attention_mask": torch.ones_like(input_ids), "labels": labels}
+    return {name: value.to(device) for name, value in batch.items()}
+
+
+def _time_mode(
+    cfg: ml_collections.ConfigDict, mode: str, batch: dict, device, steps: int, warmup: int
+) -> dict:
+    """One mode from a fresh seeded model and optimizer, so modes do not warm each other up."""
+    import torch
+    from transformers import XLMRobertaConfig, XLMRobertaForMaskedLM
+
+    m = cfg.model
+    torch.manual_seed(cfg.train.seed)
+    model = XLMRobertaForMaskedLM(
+        XLMRobertaConfig(
+            vocab_size=m.vocab_size,
+            hidden_size=m.hidden_size,
+            num_hidden_layers=m.num_layers,
+            num_attention_heads=m.num_heads,
+            intermediate_size=m.mlp_dim,
+            max_position_embeddings=m.max_positions,
+            hidden_dropout_prob=m.dropout_rate,
+            attention_probs_dropout_prob=m.attention_dropout_rate,
+            pad_token_id=PAD,
+            bos_token_id=BOS,
+            eos_token_id=EOS,
+            type_vocab_size=1,
+            layer_norm_eps=1e-5,
+            attn_implementation="sdpa",
+        )
+    ).to(device)  # float32 parameters: the master weights
+    model.train()
+    optimizer = torch.optim.AdamW(
+        model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-6, weight_decay=0.01
+    )
+    forward = torch.compile(model) if mode == "compile" else model
+    bf16 = m.dtype == "bfloat16"
+
+    def step():
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
+            loss = forward(**batch).loss
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        return loss.detach()
+
+    def synchronize():
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    for _ in range(warmup):  # compilation, autotuning, allocator and optimizer state
+        step()
+    synchronize()
+    start = time.perf_counter()
+    for _ in range(steps):
+        loss = step()
+    synchronize()
+    step_s = (time.perf_counter() - start) / steps
+    peak = torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else None
+    return {
+        "step_time_s": step_s,
+        "tokens_per_s": batch["input_ids"].numel() / step_s,
+        "peak_memory_gib": peak,
+        "final_loss": float(loss),
+    }
+
+
+def format_peer(ours_tokens_per_s: float, peer: dict) -> str:
+    """One line per mode with our speed-up over the peer: the number the comparison is for."""
+    lines = []
+    for mode, result in peer["modes"].items():
+        if "error" in result:  # first line only: compiler errors run to pages
+            lines.append(f"peer ({mode}): failed: {result['error'].splitlines()[0]}")
+            continue
+        memory = result["peak_memory_gib"]
+        lines.append(
+            f"peer ({mode}): {result['tokens_per_s']:,.0f} tokens/s, "
+            f"peak memory {f'{memory:.2f} GiB' if memory is not None else 'n/a'}, "
+            f"ours / peer ({mode}): {ours_tokens_per_s / result['tokens_per_s']:.2f}x"
+        )
+    return "\n".join(lines)
