@@ -1,5 +1,8 @@
 """Step throughput: `python -m xlpretrain.bench --config configs/X.py [--steps N] [--json]`.
 
+`--peer` also times Hugging Face's PyTorch XLM-R step on the same shapes (`bench_peer`);
+`--attention` runs the per-mask attention micro-benchmark instead (`bench_attention`).
+
 Times the jitted step of the config's model, objectives, batch and mesh on synthetic full rows
 (no padding, the configured masking rate), so the number is the step's, not the input
 pipeline's. Model FLOPs per step are counted analytically (formula printed with the result):
@@ -27,6 +30,8 @@ from absl import app, flags
 from ml_collections import config_flags
 
 from xlpretrain import objectives as objectives_lib
+from xlpretrain.bench_attention import attention_benchmark, format_attention
+from xlpretrain.bench_peer import format_peer, peer_benchmark
 from xlpretrain.config import max_predictions, stages, validate
 from xlpretrain.data.batch import (
     PREDICTION_FIELDS,
@@ -240,7 +245,27 @@ def benchmark(cfg, steps: int, warmup: int, peak_tflops: float = 0.0) -> dict:
 
 def main(argv: list[str]) -> None:
     del argv
+    if FLAGS.attention:
+        model = FLAGS.config.model
+        report = attention_benchmark(
+            FLAGS.attention_impls or default_attention_impls(),
+            [int(length) for length in FLAGS.attention_lengths],
+            FLAGS.attention_batch,
+            model.num_heads,
+            model.hidden_size // model.num_heads,
+            model.dtype,
+            FLAGS.attention_repeats,
+        )
+        print(json.dumps(report) if FLAGS.json else format_attention(report))
+        return
     result = benchmark(FLAGS.config, FLAGS.steps, FLAGS.warmup, FLAGS.peak_tflops)
+    if FLAGS.peer:
+        result["peer"] = peer_benchmark(FLAGS.config, FLAGS.steps, FLAGS.warmup, FLAGS.peer_modes)
+        result["peer_ratio"] = {
+            mode: result["tokens_per_s"] / run["tokens_per_s"]
+            for mode, run in result["peer"]["modes"].items()
+            if "tokens_per_s" in run
+        }
     if FLAGS.json:
         print(json.dumps(result))
         return
@@ -258,6 +283,13 @@ def main(argv: list[str]) -> None:
         f"achieved: {result['achieved_tflops_per_s']:.2f} TFLOP/s, MFU {mfu}\n"
         f"peak memory: {f'{memory:.2f} GiB' if memory else 'n/a'}"
     )
+    if FLAGS.peer:
+        print(format_peer(result["tokens_per_s"], result["peer"]))
+
+
+def default_attention_impls() -> list[str]:
+    """Every implementation this backend runs for real (a CPU runs the kernel only interpreted)."""
+    return ["xla", "cudnn", "pallas"] if jax.default_backend() == "gpu" else ["xla"]
 
 
 def define_flags() -> None:
@@ -267,6 +299,19 @@ def define_flags() -> None:
     flags.DEFINE_integer("warmup", 2, "Untimed steps first (compilation included).")
     flags.DEFINE_float("peak_tflops", 0.0, "Peak TFLOP/s per device (overrides the table).")
     flags.DEFINE_bool("json", False, "Print one JSON object.")
+    flags.DEFINE_bool(
+        "peer", False, "Also time Hugging Face XLMRobertaForMaskedLM (PyTorch) on the same shapes."
+    )
+    flags.DEFINE_list("peer_modes", ["eager", "compile"], "PyTorch modes for --peer.")
+    flags.DEFINE_bool(
+        "attention", False, "Attention micro-benchmark per objective mask instead of the step."
+    )
+    flags.DEFINE_list(
+        "attention_impls", [], "Implementations (default: all this backend runs natively)."
+    )
+    flags.DEFINE_list("attention_lengths", ["512", "2048"], "Row lengths for --attention.")
+    flags.DEFINE_integer("attention_batch", 8, "Rows for --attention.")
+    flags.DEFINE_integer("attention_repeats", 10, "Timed calls per --attention row.")
     flags.mark_flags_as_required(["config"])
 
 

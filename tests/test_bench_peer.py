@@ -1,0 +1,77 @@
+"""The PyTorch peer times a real HF training step on the benchmark's shapes."""
+
+import math
+
+import pytest
+
+from xlpretrain.bench_peer import PEER, format_peer, peer_benchmark
+from xlpretrain.config import default_config
+
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+
+def tiny_config():
+    cfg = default_config()
+    cfg.model.vocab_size = 1000
+    cfg.model.hidden_size = 32
+    cfg.model.num_layers = 2
+    cfg.model.num_heads = 2
+    cfg.model.mlp_dim = 64
+    cfg.model.max_positions = 514
+    cfg.model.dtype = "float32"
+    cfg.data.batch_size = 2
+    cfg.data.max_length = 32
+    return cfg
+
+
+def test_peer_reports_throughput_and_an_untrained_loss():
+    report = peer_benchmark(tiny_config(), steps=2, warmup=1, modes=("eager",))
+    assert set(report) == {
+        "peer",
+        "torch",
+        "transformers",
+        "device",
+        "batch_size",
+        "max_length",
+        "dtype",
+        "modes",
+    }
+    assert report["peer"] == PEER and isinstance(report["device"], str)
+    assert (report["batch_size"], report["max_length"], report["dtype"]) == (2, 32, "float32")
+    eager = report["modes"]["eager"]
+    assert set(eager) == {"step_time_s", "tokens_per_s", "peak_memory_gib", "final_loss"}, eager
+    assert math.isfinite(eager["tokens_per_s"]) and eager["tokens_per_s"] > 0
+    assert eager["tokens_per_s"] == pytest.approx(2 * 32 / eager["step_time_s"])
+    assert abs(eager["final_loss"] - math.log(1000)) < 1.5  # uniform over the vocabulary
+
+
+def test_a_failed_mode_is_reported_not_raised(monkeypatch):
+    torch = pytest.importorskip("torch")
+
+    def no_compiler(model):
+        raise RuntimeError("no C++ compiler")
+
+    monkeypatch.setattr(torch, "compile", no_compiler)
+    report = peer_benchmark(tiny_config(), steps=1, warmup=1, modes=("compile", "eager"))
+    assert report["modes"]["compile"] == {"error": "RuntimeError: no C++ compiler"}
+    assert report["modes"]["eager"]["tokens_per_s"] > 0
+
+
+def test_format_peer_gives_our_speed_up_per_mode():
+    peer = {
+        "modes": {
+            "eager": {
+                "step_time_s": 0.5,
+                "tokens_per_s": 1000.0,
+                "peak_memory_gib": None,
+                "final_loss": 6.9,
+            },
+            "compile": {"error": "RuntimeError: no C++ compiler\nmore detail"},
+        }
+    }
+    lines = format_peer(3120.0, peer).splitlines()
+    assert lines == [
+        "peer (eager): 1,000 tokens/s, peak memory n/a, ours / peer (eager): 3.12x",
+        "peer (compile): failed: RuntimeError: no C++ compiler",
+    ]
