@@ -279,3 +279,39 @@ def test_config_from_run_config():
     assert hash(cfg) == hash(dataclasses.replace(cfg))
     with pytest.raises(ValueError, match="remat"):
         ModelConfig(remat="some")
+
+
+@pytest.mark.parametrize("chunk", [0, 4, 7, 100])
+def test_chunked_cross_entropy_equals_the_full_softmax(chunk):
+    """Values and gradients (states, tied embeddings, bias) of the chunked loss equal optax's
+    cross-entropy on the whole [N, vocab] logits, for chunks that do and do not divide N."""
+    import optax
+
+    from xlpretrain.model.heads import chunked_cross_entropy, vocabulary_logits
+
+    rng = np.random.default_rng(4)
+    h = jnp.asarray(rng.normal(size=(13, 8)), jnp.float32)
+    table = jnp.asarray(rng.normal(size=(30, 8)), jnp.float32)
+    bias = jnp.asarray(rng.normal(size=(30,)), jnp.float32)
+    labels = jnp.asarray(rng.integers(0, 30, 13))
+    weights = jnp.asarray(rng.random(13), jnp.float32)
+
+    def chunked(h, table, bias):
+        nll, correct = chunked_cross_entropy(h, table, bias, labels, chunk)
+        return jnp.sum(nll * weights), correct
+
+    def full(h, table, bias):
+        logits = vocabulary_logits(h, table, bias)
+        nll = optax.softmax_cross_entropy_with_integer_labels(logits, labels)
+        return jnp.sum(nll * weights), jnp.argmax(logits, -1) == labels
+
+    (got, got_correct), got_grads = jax.value_and_grad(chunked, (0, 1, 2), has_aux=True)(
+        h, table, bias
+    )
+    (want, want_correct), want_grads = jax.value_and_grad(full, (0, 1, 2), has_aux=True)(
+        h, table, bias
+    )
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+    np.testing.assert_array_equal(got_correct, want_correct)
+    for g, w in zip(got_grads, want_grads, strict=True):
+        np.testing.assert_allclose(g, w, atol=1e-5)

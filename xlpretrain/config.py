@@ -119,6 +119,9 @@ def default_config() -> ml_collections.ConfigDict:
     cfg.model.remat = "none"  # none | full | dots
     cfg.model.scan_layers = True
     cfg.model.attention = "xla"  # xla | cudnn | pallas (fused mask-function kernel) | auto
+    # MLM loss: the [predictions, vocab] logits are built this many predictions at a time
+    # (recomputed in the backward pass); 0 = all at once.
+    cfg.model.loss_chunk = 1024
 
     cfg.optim = ml_collections.ConfigDict()
     cfg.optim.learning_rate = 5e-4
@@ -250,6 +253,7 @@ _RANGES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "model.attention_dropout_rate": (lambda v: 0.0 <= v < 1.0, "must be in [0, 1)"),
     "model.dtype": (_one_of("float32", "bfloat16"), "must be 'float32' or 'bfloat16'"),
     "model.remat": (_one_of("none", "full", "dots"), "must be 'none', 'full' or 'dots'"),
+    "model.loss_chunk": (_non_negative, "must be >= 0 (0: the whole loss at once)"),
     "model.attention": (
         _one_of(*ATTENTION_IMPLS),
         f"must be one of {', '.join(ATTENTION_IMPLS)}",

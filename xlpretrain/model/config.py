@@ -41,6 +41,7 @@ class ModelConfig:
     remat: str = "none"
     scan_layers: bool = True
     attention_impl: str = "xla"
+    loss_chunk: int = 1024  # predictions per vocabulary-projection chunk of the MLM loss
     initializer_range: float = 0.02
 
     def __post_init__(self) -> None:
@@ -95,4 +96,5 @@ class ModelConfig:
             remat=model.remat,
             scan_layers=model.scan_layers,
             attention_impl=model.attention,
+            loss_chunk=model.loss_chunk,
         )

@@ -42,7 +42,7 @@ import jax.numpy as jnp
 from xlpretrain import masks
 from xlpretrain.model.attention import relative_table_param
 from xlpretrain.model.config import ModelConfig
-from xlpretrain.model.heads import LMHead
+from xlpretrain.model.heads import LMHead, chunked_cross_entropy
 from xlpretrain.model.layers import Embeddings, EncoderLayer
 
 # 'dots' keeps the weight matmuls' outputs and recomputes the rest (attention scores, GELU,
@@ -153,6 +153,20 @@ class MaskedLM(nn.Module):
         """float32 logits ``[..., vocab]`` for already-gathered hidden states, so callers
         never build a ``[all tokens, vocab]`` tensor."""
         return self.lm_head(hidden_selected, self.embeddings.word_embeddings.embedding)
+
+    def mlm_nll(self, hidden_selected: jax.Array, labels: jax.Array) -> tuple[jax.Array, jax.Array]:
+        """(negative log-likelihood, correct) of integer ``labels`` ``[...]`` at gathered
+        hidden states ``[..., H]``, the vocabulary projection in chunks of
+        ``config.loss_chunk`` predictions (``heads.chunked_cross_entropy``)."""
+        h = self.lm_head.transform(hidden_selected)
+        nll, correct = chunked_cross_entropy(
+            h.reshape(-1, h.shape[-1]),
+            self.embeddings.word_embeddings.embedding,
+            self.lm_head.bias,
+            labels.reshape(-1),
+            self.config.loss_chunk,
+        )
+        return nll.reshape(labels.shape), correct.reshape(labels.shape)
 
 
 def _forward_and_head(

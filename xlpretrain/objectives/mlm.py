@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
-import optax
 
 from xlpretrain import masks
 from xlpretrain.data.batch import Batch
@@ -41,13 +40,11 @@ def prediction_loss(
 ) -> tuple[jax.Array, dict[str, jax.Array]]:
     """Mean cross-entropy over the weighted prediction slots `[B, P]` of `hidden` `[B, L, H]`."""
     selected = jnp.take_along_axis(hidden, positions[..., None], axis=1)
-    logits = model.apply({"params": params}, selected, method=MaskedLM.mlm_logits)
-    nll = optax.softmax_cross_entropy_with_integer_labels(logits, labels)
+    nll, correct = model.apply({"params": params}, selected, labels, method=MaskedLM.mlm_nll)
     count = weights.sum()
     denominator = jnp.maximum(count, 1.0)
     loss = (nll * weights).sum() / denominator
-    correct = (jnp.argmax(logits, axis=-1) == labels).astype(jnp.float32)
-    accuracy = (correct * weights).sum() / denominator
+    accuracy = (correct.astype(jnp.float32) * weights).sum() / denominator
     return loss, {"loss": loss, "accuracy": accuracy, "count": count}
 
 
