@@ -35,8 +35,10 @@ def run_bench(*args: str) -> dict:
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
-def test_bench_cli_reports_throughput_the_flop_formula_and_the_peer():
-    report = run_bench("--steps", "2", "--warmup", "1", "--peer", "--peer_modes", "eager")
+def test_bench_cli_reports_throughput_the_flop_formula_the_pipeline_and_the_peer():
+    report = run_bench(
+        "--steps", "2", "--warmup", "1", "--peer", "--peer_modes", "eager", "--pipeline"
+    )  # fmt: skip
     assert report["tokens_per_s"] > 0 and report["step_time_s"] > 0
     assert report["flop_formula"] == bench.FLOP_FORMULA
     assert report["model_tflops_per_step"] > 0 and np.isfinite(report["final_loss"])
@@ -45,6 +47,10 @@ def test_bench_cli_reports_throughput_the_flop_formula_and_the_peer():
     assert peer["tokens_per_s"] > 0
     ratio = report["tokens_per_s"] / peer["tokens_per_s"]
     assert report["peer_ratio"]["eager"] == pytest.approx(ratio)
+    assert report["pipeline_tokens_per_s"] > 0 and 0.5 < report["pipeline_fill"] <= 1.0
+    assert report["pipeline_vs_step"] == pytest.approx(
+        report["pipeline_tokens_per_s"] / report["tokens_per_s"]
+    )
 
 
 def test_attention_micro_benchmark_times_every_mask_and_impl():

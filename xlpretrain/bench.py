@@ -1,7 +1,9 @@
 """Step throughput: `python -m xlpretrain.bench --config configs/X.py [--steps N] [--json]`.
 
 `--peer` also times Hugging Face's PyTorch XLM-R step on the same shapes (`bench_peer`);
-`--attention` runs the per-mask attention micro-benchmark instead (`bench_attention`).
+`--pipeline` times the input pipeline alone on the config's corpus, so the step's tokens/s can be
+checked against what the data can feed; `--attention` runs the per-mask attention
+micro-benchmark instead (`bench_attention`).
 
 Times the jitted step of the config's model, objectives, batch and mesh on synthetic full rows
 (no padding, the configured masking rate), so the number is the step's, not the input
@@ -22,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import tempfile
 import time
 
 import jax
@@ -30,6 +33,7 @@ from absl import app, flags
 from ml_collections import config_flags
 
 from xlpretrain import objectives as objectives_lib
+from xlpretrain import train
 from xlpretrain.bench_attention import attention_benchmark, format_attention
 from xlpretrain.bench_peer import format_peer, peer_benchmark
 from xlpretrain.config import max_predictions, stages, validate
@@ -40,7 +44,7 @@ from xlpretrain.data.batch import (
     TOKEN_FIELDS,
     Batch,
 )
-from xlpretrain.data.pipeline import SEGMENT_PAIRS, StreamSpec, max_placeholders
+from xlpretrain.data.pipeline import SEGMENT_PAIRS, StreamSpec, make_dataset, max_placeholders
 from xlpretrain.model.config import ModelConfig
 from xlpretrain.model.electra import generator_config
 from xlpretrain.sharding import global_batch, make_mesh
@@ -160,6 +164,36 @@ def model_flops(
     return float(dense + attention + head)
 
 
+def pipeline_benchmark(cfg, steps: int, workdir: str) -> dict:
+    """The input pipeline alone, as the training loop runs it (corpus → tokenize → sample →
+    mask → pack → grain with `data.num_workers` and `data.prefetch`): row slots per second,
+    comparable with the step's tokens/s, and the share of slots holding real tokens."""
+    validate(cfg)
+    corpus = train.load_corpus(cfg, train.input_sources(cfg))
+    tokenizer = train.load_tokenizer(cfg, workdir, corpus, None)
+    dataset = make_dataset(
+        train.batch_builder(cfg, corpus, tokenizer),
+        steps + 1,
+        num_workers=cfg.data.num_workers,
+        prefetch=cfg.data.prefetch,
+    )
+    iterator = iter(dataset)
+    next(iterator)  # start-up: workers, file opening, first packing
+    slots = real = 0
+    start = time.perf_counter()
+    for _ in range(steps):
+        for rows in next(iterator).values():
+            slots += rows["segment_ids"].size
+            real += int(np.count_nonzero(rows["segment_ids"]))
+    seconds = time.perf_counter() - start
+    return {
+        "pipeline_tokens_per_s": slots * jax.process_count() / seconds,
+        "pipeline_fill": real / max(slots, 1),
+        "pipeline_step_s": seconds / steps,
+        "num_workers": cfg.data.num_workers,
+    }
+
+
 def peak_flops(device: jax.Device, override_tflops: float) -> float | None:
     if override_tflops > 0:
         return override_tflops * 1e12
@@ -259,6 +293,10 @@ def main(argv: list[str]) -> None:
         print(json.dumps(report) if FLAGS.json else format_attention(report))
         return
     result = benchmark(FLAGS.config, FLAGS.steps, FLAGS.warmup, FLAGS.peak_tflops)
+    if FLAGS.pipeline:
+        with tempfile.TemporaryDirectory() as scratch:  # a tokenizer trained for the run
+            result.update(pipeline_benchmark(FLAGS.config, FLAGS.steps, FLAGS.workdir or scratch))
+        result["pipeline_vs_step"] = result["pipeline_tokens_per_s"] / result["tokens_per_s"]
     if FLAGS.peer:
         result["peer"] = peer_benchmark(FLAGS.config, FLAGS.steps, FLAGS.warmup, FLAGS.peer_modes)
         result["peer_ratio"] = {
@@ -283,6 +321,12 @@ def main(argv: list[str]) -> None:
         f"achieved: {result['achieved_tflops_per_s']:.2f} TFLOP/s, MFU {mfu}\n"
         f"peak memory: {f'{memory:.2f} GiB' if memory else 'n/a'}"
     )
+    if FLAGS.pipeline:
+        print(
+            f"input pipeline alone: {result['pipeline_tokens_per_s']:,.0f} row tokens/s "
+            f"({result['pipeline_vs_step']:.1f}x the step; {result['pipeline_fill']:.0%} of "
+            f"slots are real tokens; data.num_workers={result['num_workers']})"
+        )
     if FLAGS.peer:
         print(format_peer(result["tokens_per_s"], result["peer"]))
 
@@ -299,6 +343,12 @@ def define_flags() -> None:
     flags.DEFINE_integer("warmup", 2, "Untimed steps first (compilation included).")
     flags.DEFINE_float("peak_tflops", 0.0, "Peak TFLOP/s per device (overrides the table).")
     flags.DEFINE_bool("json", False, "Print one JSON object.")
+    flags.DEFINE_bool(
+        "pipeline", False, "Also time the input pipeline alone on the config's corpus."
+    )
+    flags.DEFINE_string(
+        "workdir", "", "--pipeline: where the tokenizer is read or trained (default: a temp dir)."
+    )
     flags.DEFINE_bool(
         "peer", False, "Also time Hugging Face XLMRobertaForMaskedLM (PyTorch) on the same shapes."
     )

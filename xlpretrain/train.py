@@ -198,10 +198,8 @@ def build(
     validate(cfg)
     workdir = os.path.abspath(workdir)
     os.makedirs(workdir, exist_ok=True)
-    run_stages = stages(cfg)
-    active = {n: objectives_lib.get(n) for stage in run_stages for n in stage.weights}
-    streams = {name: obj.stream(cfg) for name, obj in active.items()}
-    corpus = load_corpus(cfg, set().union(*(stream.sources() for stream in streams.values())))
+    active = {n: objectives_lib.get(n) for stage in stages(cfg) for n in stage.weights}
+    corpus = load_corpus(cfg, input_sources(cfg))
     _check_languages(workdir, corpus.languages)
     checkpointer = Checkpointer(
         os.path.join(workdir, "checkpoints"),
@@ -227,10 +225,34 @@ def build(
         params = jax.device_put(params, training.state_shardings.params)
         training = dataclasses.replace(training, state=training.state.replace(params=params))
 
-    builder = StepBatchBuilder(
+    builder = batch_builder(cfg, corpus, tokenizer)
+    for title, counts, probabilities in _sampling_tables(builder, corpus):
+        for line in format_sampling_table(counts, probabilities, title):
+            log.info("%s", line)
+
+    return Trainer(cfg, workdir, training, builder, checkpointer)
+
+
+def input_sources(cfg: ml_collections.ConfigDict) -> set[str]:
+    """The corpus kinds (monolingual, parallel) the run's streams read."""
+    return set().union(*(stream.sources() for stream in input_streams(cfg).values()))
+
+
+def input_streams(cfg: ml_collections.ConfigDict) -> dict:
+    """The example stream of every objective the run trains, in any stage."""
+    run_stages = stages(cfg)
+    active = {n: objectives_lib.get(n) for stage in run_stages for n in stage.weights}
+    return {name: obj.stream(cfg) for name, obj in active.items()}
+
+
+def batch_builder(
+    cfg: ml_collections.ConfigDict, corpus: Corpus, tokenizer: Tokenizer
+) -> StepBatchBuilder:
+    """This process's step-batch builder: the whole input pipeline but the grain plumbing."""
+    return StepBatchBuilder(
         corpus,
         tokenizer,
-        streams,
+        input_streams(cfg),
         seed=cfg.train.seed,
         batch_size=cfg.data.batch_size,
         max_length=cfg.data.max_length,
@@ -240,13 +262,8 @@ def build(
         reset_positions=cfg.data.tlm_reset_positions,
         process_index=jax.process_index(),
         process_count=jax.process_count(),
-        stages=run_stages,
+        stages=stages(cfg),
     )
-    for title, counts, probabilities in _sampling_tables(builder, corpus):
-        for line in format_sampling_table(counts, probabilities, title):
-            log.info("%s", line)
-
-    return Trainer(cfg, workdir, training, builder, checkpointer)
 
 
 def _sampling_tables(builder: StepBatchBuilder, corpus: Corpus):

@@ -22,7 +22,7 @@ it the layers are ``encoder/layers_0 … layers_{N-1}``)::
       cross_attention/...              as attention/...    only with cross_attention (VECO)
       cross_attention_norm/{scale,bias} [H]                (embed,)  only with cross_attention
     lm_head/
-      dense/kernel [H, H] (embed, mlp);  dense/bias [H] (mlp,)
+      dense/kernel [H, H] (embed, None);  dense/bias [H] (None,)
       layer_norm/{scale,bias}          [H]                 (embed,)
       bias                             [vocab]             (vocab,)
 

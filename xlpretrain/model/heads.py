@@ -14,7 +14,9 @@ class LMHead(nn.Module):
     The decoder matrix is the word-embedding table, passed in rather than owned, so it stays
     tied. The vocabulary matmul runs in the compute dtype with float32 accumulation and the
     logits are float32, as the softmax cross-entropy wants. The square ``dense`` kernel is
-    named ``[embed, mlp]`` because an array may not repeat a logical axis name.
+    ``[embed, None]``: sharding its output over ``tensor`` next to the vocabulary-sharded
+    decoder made XLA (0.10, CPU, both partitioners) compute wrong gradients for it and the
+    LayerNorm (``tests/test_model.py``); replicated, it costs hidden² parameters per device.
     ``transform`` and ``bias`` are separate so a loss can run the vocabulary projection in
     chunks (``chunked_cross_entropy``) instead of holding every prediction's logits.
     """
@@ -23,7 +25,7 @@ class LMHead(nn.Module):
 
     def setup(self) -> None:
         cfg = self.config
-        self.dense = dense(cfg, cfg.hidden_size, ("embed", "mlp"), "dense")
+        self.dense = dense(cfg, cfg.hidden_size, ("embed", None), "dense")
         self.layer_norm = layer_norm(cfg, "layer_norm")
         self.bias = self.param(
             "bias",
