@@ -333,7 +333,8 @@ def main(argv: list[str]) -> None:
 
 def default_attention_impls() -> list[str]:
     """Every implementation this backend runs for real (a CPU runs the kernel only interpreted)."""
-    return ["xla", "cudnn", "pallas"] if jax.default_backend() == "gpu" else ["xla"]
+    native = {"gpu": ["xla", "cudnn", "pallas"], "tpu": ["xla", "splash"]}
+    return native.get(jax.default_backend(), ["xla"])
 
 
 def define_flags() -> None:

@@ -73,9 +73,7 @@ def time_attention(
     mask_fn = _mask_fn(mask_name)
 
     def loss(q, k, v):
-        out = dot_product_attention(
-            q, k, v, mask_fn=mask_fn, q_meta=meta, k_meta=meta, impl=impl
-        )
+        out = dot_product_attention(q, k, v, mask_fn=mask_fn, q_meta=meta, k_meta=meta, impl=impl)
         return jnp.sum(out.astype(jnp.float32))
 
     try:

@@ -118,7 +118,7 @@ def default_config() -> ml_collections.ConfigDict:
     cfg.model.dtype = "float32"  # compute dtype; parameters are always float32
     cfg.model.remat = "none"  # none | full | dots
     cfg.model.scan_layers = True
-    cfg.model.attention = "xla"  # xla | cudnn | pallas (fused mask-function kernel) | auto
+    cfg.model.attention = "xla"  # xla | cudnn | pallas (fused mask-function kernel) | splash | auto
     # MLM loss: the [predictions, vocab] logits are built this many predictions at a time
     # (recomputed in the backward pass); 0 = all at once.
     cfg.model.loss_chunk = 1024

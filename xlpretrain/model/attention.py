@@ -8,13 +8,17 @@ traced as a value, so each distinct mask compiles its own program. Implementatio
 - ``cudnn``: cuDNN's fused attention on a materialised mask (GPU, bf16/fp16, no dropout).
 - ``pallas``: ``kernels.flash``, which evaluates the mask function and the relative-position
   score tile by tile and skips excluded tiles (Triton on GPU; interpret mode on CPU, for tests).
-- ``auto``: ``pallas`` on GPUs, ``xla`` elsewhere.
+- ``splash``: JAX's TPU splash kernel (``kernels.splash``) for the segment masks it expresses
+  exactly; other calls fall back to ``xla`` (logged once, with the reason).
+- ``auto``: ``pallas`` on GPUs, ``splash`` on TPUs, ``xla`` on CPUs.
 
-Under a mesh (``jax.sharding.use_abstract_mesh``, set by the train step) the fused kernel runs
+Under a mesh (``jax.sharding.use_abstract_mesh``, set by the train step) the fused kernels run
 under ``jax.shard_map`` over the batch axes (and heads over ``tensor``): a kernel is a
 per-device program, so each device attends over its own rows with no communication.
 """
 
+import functools
+import logging
 import math
 
 import flax.linen as nn
@@ -25,19 +29,25 @@ from jax.sharding import PartitionSpec
 from xlpretrain import masks
 from xlpretrain.model import relative_position
 from xlpretrain.model.config import ModelConfig
-from xlpretrain.model.kernels import flash
+from xlpretrain.model.kernels import flash, splash
 from xlpretrain.model.relative_position import RelativeBias
 from xlpretrain.sharding import BATCH_AXES
 
 HEADS_AXIS = "tensor"
+log = logging.getLogger("xlpretrain")
 
 
 def resolve_impl(impl: str, backend: str | None = None) -> str:
-    """``auto`` → the fused kernel on GPUs, XLA elsewhere (on a CPU the kernel runs only in
-    interpret mode, a checker rather than a fast path; TPUs have no Triton)."""
+    """``auto`` → our kernel on GPUs, splash on TPUs, XLA on CPUs (where both kernels run only
+    in interpret mode: a checker, not a fast path)."""
     if impl != "auto":
         return impl
-    return "pallas" if (backend or jax.default_backend()) == "gpu" else "xla"
+    return {"gpu": "pallas", "tpu": "splash"}.get(backend or jax.default_backend(), "xla")
+
+
+@functools.cache
+def _log_fallback(mask_name: str, reason: str) -> None:
+    log.info("attention_impl='splash' runs %s on XLA: %s", mask_name, reason)
 
 
 def dot_product_attention(
@@ -63,15 +73,20 @@ def dot_product_attention(
     dropout = not deterministic and dropout_rate > 0.0
     if dropout and dropout_rng is None:
         raise ValueError("attention dropout is active but no dropout_rng was given")
+    if impl == "splash":
+        reason = splash.unsupported(mask_fn, q.shape[1], k.shape[1], bias is not None, dropout)
+        if reason is None:
+            return _per_device(_splash_kernel(mask_fn), q, k, v, q_meta, k_meta, None, None)
+        _log_fallback(getattr(mask_fn, "__name__", repr(mask_fn)), reason)
+        impl = "xla"
     if impl == "pallas":
         if jax.default_backend() == "tpu":
             raise ValueError(
                 "attention_impl='pallas' is the Triton kernel (GPU, or interpret mode on CPU); "
-                "on TPU use attention_impl='xla'"
+                "on TPU use attention_impl='splash' or 'auto'"
             )
-        return _fused(
-            q, k, v, mask_fn, q_meta, k_meta, bias, dropout_rate if dropout else 0.0, dropout_rng
-        )
+        kernel = _flash_kernel(mask_fn, dropout_rate if dropout else 0.0, q.shape[2])
+        return _per_device(kernel, q, k, v, q_meta, k_meta, bias, dropout_rng)
     mask = masks.materialize(mask_fn, q_meta, k_meta)
     dense_bias = None
     if bias is not None:
@@ -89,36 +104,48 @@ def dot_product_attention(
         return jax.nn.dot_product_attention(q, k, v, dense_bias, mask, implementation="cudnn")
     if impl != "xla":
         raise ValueError(
-            f"unknown attention impl {impl!r}; expected 'xla', 'cudnn', 'pallas' or 'auto'"
+            f"unknown attention impl {impl!r}; expected 'xla', 'cudnn', 'pallas', 'splash' "
+            "or 'auto'"
         )
     if not dropout:
         return jax.nn.dot_product_attention(q, k, v, dense_bias, mask, implementation="xla")
     return _attention_with_dropout(q, k, v, mask, dense_bias, dropout_rng, dropout_rate)
 
 
-def _fused(q, k, v, mask_fn, q_meta, k_meta, bias, dropout_rate, dropout_rng) -> jax.Array:
-    """``flash.attention``, under ``shard_map`` over the batch (and heads) when a mesh is set
-    and divides them; otherwise as is (GSPMD then handles any sharding)."""
-    fields = [f for f in flash.META_FIELDS if f in q_meta]
-    q_meta = {f: q_meta[f] for f in fields}
-    k_meta = {f: k_meta[f] for f in fields}
-
-    def run(q, k, v, q_meta, k_meta, bias, dropout_rng, offsets=(0, 0)):
+def _flash_kernel(mask_fn: masks.MaskFn, dropout_rate: float, total_heads: int):
+    def run(q, k, v, q_meta, k_meta, bias, dropout_rng, offsets):
         return flash.attention(
             q, k, v, mask_fn=mask_fn, q_meta=q_meta, k_meta=k_meta, bias=bias,
             dropout_rate=dropout_rate, dropout_rng=dropout_rng, row_offset=offsets[0],
             head_offset=offsets[1], total_heads=total_heads,
         )  # fmt: skip
 
-    total_heads = q.shape[2]
+    return run
+
+
+def _splash_kernel(mask_fn: masks.MaskFn):
+    def run(q, k, v, q_meta, k_meta, bias, dropout_rng, offsets):
+        del k_meta, bias, dropout_rng, offsets  # a segment mask; no bias, no dropout
+        return splash.attention(q, k, v, mask_fn=mask_fn, segment_ids=q_meta["segment_ids"])
+
+    return run
+
+
+def _per_device(kernel, q, k, v, q_meta, k_meta, bias, dropout_rng) -> jax.Array:
+    """``kernel(q, k, v, q_meta, k_meta, bias, dropout_rng, (row offset, head offset))``
+    under ``shard_map`` over the batch (and heads) when a mesh is set and divides them;
+    otherwise as is (GSPMD then handles any sharding)."""
+    fields = [f for f in flash.META_FIELDS if f in q_meta]
+    q_meta = {f: q_meta[f] for f in fields}
+    k_meta = {f: k_meta[f] for f in fields}
     mesh = jax.sharding.get_abstract_mesh()
     if mesh.empty or not set(BATCH_AXES) <= set(mesh.axis_names):
-        return run(q, k, v, q_meta, k_meta, bias, dropout_rng)
+        return kernel(q, k, v, q_meta, k_meta, bias, dropout_rng, (0, 0))
     shards = math.prod(mesh.shape[a] for a in BATCH_AXES)
     if shards == 1 or q.shape[0] % shards:
-        return run(q, k, v, q_meta, k_meta, bias, dropout_rng)
+        return kernel(q, k, v, q_meta, k_meta, bias, dropout_rng, (0, 0))
     heads = None
-    if HEADS_AXIS in mesh.axis_names and total_heads % mesh.shape[HEADS_AXIS] == 0:
+    if HEADS_AXIS in mesh.axis_names and q.shape[2] % mesh.shape[HEADS_AXIS] == 0:
         heads = HEADS_AXIS
     rows = PartitionSpec(BATCH_AXES)
     qkv = PartitionSpec(BATCH_AXES, None, heads, None)
@@ -132,10 +159,9 @@ def _fused(q, k, v, mask_fn, q_meta, k_meta, bias, dropout_rate, dropout_rng) ->
         )
 
     def per_device(q, k, v, q_meta, k_meta, bias, dropout_rng):
-        offsets = (jax.lax.axis_index(BATCH_AXES) * q.shape[0], 0)
-        if heads is not None:
-            offsets = (offsets[0], jax.lax.axis_index(heads) * q.shape[2])
-        return run(q, k, v, q_meta, k_meta, bias, dropout_rng, offsets)
+        row_offset = jax.lax.axis_index(BATCH_AXES) * q.shape[0]
+        head_offset = 0 if heads is None else jax.lax.axis_index(heads) * q.shape[2]
+        return kernel(q, k, v, q_meta, k_meta, bias, dropout_rng, (row_offset, head_offset))
 
     return jax.shard_map(
         per_device,

@@ -8,7 +8,7 @@ import ml_collections
 DTYPES = ("float32", "bfloat16")
 REMAT = ("none", "full", "dots")
 RELATIVE_POSITIONS = ("none", "bucketed", "gated")
-ATTENTION_IMPLS = ("xla", "cudnn", "pallas", "auto")
+ATTENTION_IMPLS = ("xla", "cudnn", "pallas", "splash", "auto")
 
 
 @dataclasses.dataclass(frozen=True)

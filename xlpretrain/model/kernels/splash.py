@@ -1,0 +1,94 @@
+"""TPU attention through JAX's splash kernel, for the masks it expresses exactly.
+
+Splash attention takes a *static* mask (one for every row) and-ed with per-row segment ids.
+Our masks are functions of per-token metadata, so only those that reduce to "same segment"
+map onto it: ``mmlm``, ``tlm`` and BTMLM's second pass are ``SegmentIds`` over a full mask
+(``tests/test_splash.py`` checks the mapping against the mask functions themselves). CAMLM,
+BTMLM's first pass and VECO's cross-attention depend on sides and masking; VECO's causal
+s-stream is causal by position, which differs from splash's causal-by-index on padding; and
+relative-position biases and attention dropout have no splash form. Those calls fall back to
+the XLA path, and ``unsupported`` says why.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import jax
+import jax.numpy as jnp
+
+from xlpretrain import masks
+
+SEGMENT_MASKS = (masks.mmlm, masks.tlm, masks.btmlm)  # same segment: SegmentIds, full mask
+BLOCK = 128  # splash tiles are multiples of the TPU's 128 lanes
+
+
+def unsupported(
+    mask_fn: masks.MaskFn, q_len: int, k_len: int, has_bias: bool, dropout: bool
+) -> str | None:
+    """Why splash cannot run this call exactly (None: it can)."""
+    if mask_fn not in SEGMENT_MASKS:
+        return "the mask is not a segment mask (splash masks are static per row)"
+    if has_bias:
+        return "splash has no additive score modification (relative positions)"
+    if dropout:
+        return "splash has no attention dropout"
+    if q_len != k_len or q_len % BLOCK:
+        return f"splash needs equal query/key lengths divisible by {BLOCK}"
+    return None
+
+
+@functools.lru_cache(maxsize=64)
+def _kernel(heads: int, length: int, interpret: bool):
+    from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_kernel as sk
+    from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_mask as sm
+
+    block = min(512, length)
+    while length % block:
+        block //= 2
+    sizes = sk.BlockSizes(
+        block_q=block, block_kv=block, block_kv_compute=block, block_q_dkv=block,
+        block_kv_dkv=block, block_kv_dkv_compute=block, block_q_dq=block, block_kv_dq=block,
+    )  # fmt: skip
+    kernel = sk.make_splash_mha(
+        sm.MultiHeadMask([sm.FullMask((length, length))] * heads),
+        block_sizes=sizes,
+        head_shards=1,
+        q_seq_shards=1,
+        interpret=interpret,
+    )
+    return kernel
+
+
+def attention(
+    q: jax.Array,
+    k: jax.Array,
+    v: jax.Array,
+    *,
+    mask_fn: masks.MaskFn,
+    segment_ids: jax.Array,
+    interpret: bool | None = None,
+) -> jax.Array:
+    """``[B, L, H, D]`` attention under a mask of ``SEGMENT_MASKS``; ``segment_ids`` ``[B, L]``.
+    ``interpret`` defaults to True off TPU (the kernel then runs in Pallas interpret mode)."""
+    batch, length, heads, head_dim = q.shape
+    if interpret is None:
+        interpret = jax.default_backend() != "tpu"
+    from jax.experimental.pallas.ops.tpu.splash_attention.splash_attention_kernel import (
+        SegmentIds,
+    )
+
+    if mask_fn not in SEGMENT_MASKS:
+        raise ValueError(f"splash runs segment masks only, not {mask_fn!r}")
+    kernel = _kernel(heads, length, interpret)
+    scale = 1.0 / math.sqrt(head_dim)
+
+    def one_row(q, k, v, ids):  # splash's layout: [heads, length, head_dim]
+        out = kernel(
+            jnp.swapaxes(q * scale, 0, 1), jnp.swapaxes(k, 0, 1), jnp.swapaxes(v, 0, 1),
+            segment_ids=SegmentIds(ids, ids),
+        )  # fmt: skip
+        return jnp.swapaxes(out, 0, 1)
+
+    return jax.vmap(one_row)(q, k, v, segment_ids.astype(jnp.int32))
