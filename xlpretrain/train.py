@@ -23,8 +23,8 @@ from absl import app, flags
 from jax.experimental import multihost_utils
 from ml_collections import config_flags
 
+from xlpretrain import distributed, warm_start
 from xlpretrain import objectives as objectives_lib
-from xlpretrain import warm_start
 from xlpretrain.checkpoint import Checkpointer, CheckpointError, abstract_with_shardings
 from xlpretrain.config import ConfigError, stage_index, stages, validate
 from xlpretrain.convert import folder as convert_folder
@@ -372,13 +372,16 @@ def main(argv: list[str]) -> None:
     )
     logging.getLogger("absl").setLevel(logging.WARNING)
     if FLAGS.distributed:
-        jax.distributed.initialize()  # coordinator and process ids from the cluster environment
+        distributed.initialize()
     cfg = FLAGS.config
     workdir = FLAGS.workdir
     os.makedirs(workdir, exist_ok=True)
-    handler = logging.FileHandler(os.path.join(workdir, "train.log"))
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
-    log.addHandler(handler)
+    if jax.process_index() == 0:  # one log per run; other processes report only problems
+        handler = logging.FileHandler(os.path.join(workdir, "train.log"))
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+        log.addHandler(handler)
+    else:
+        log.setLevel(logging.WARNING)
     try:
         trainer = build(cfg, workdir)
         run(trainer)
@@ -403,8 +406,9 @@ def define_flags() -> None:
     flags.DEFINE_bool(
         "distributed",
         False,
-        "Call jax.distributed.initialize() first (multi-host: TPU pods, SLURM, or the "
-        "JAX_COORDINATOR_ADDRESS / JAX_NUM_PROCESSES / JAX_PROCESS_ID environment).",
+        "Join a multi-process run first (xlpretrain.distributed: the JAX_COORDINATOR_ADDRESS / "
+        "JAX_NUM_PROCESSES / JAX_PROCESS_ID environment, else TPU pod, SLURM or GKE "
+        "auto-detection).",
     )
     flags.mark_flags_as_required(["config", "workdir"])
 
