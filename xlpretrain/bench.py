@@ -134,6 +134,22 @@ def _with_placeholders(
     return batch
 
 
+def abstract_step_batch(cfg, objective_names, sharding) -> dict:
+    """The step's batches as shapes and dtypes with `sharding` (for ahead-of-time compiling):
+    the synthetic rows' fields at each objective's global rows and length."""
+    batches = {}
+    for name in objective_names:
+        stream = objectives_lib.get(name).stream(cfg)
+        rows = stream.batch_size or cfg.data.batch_size
+        length = stream.max_length or cfg.data.max_length
+        one_row = synthetic_batch(1, length, stream, cfg.model.vocab_size, np.random.default_rng(0))
+        batches[name] = {
+            field: jax.ShapeDtypeStruct((rows, *value.shape[1:]), value.dtype, sharding=sharding)
+            for field, value in one_row.items()
+        }
+    return batches
+
+
 def model_flops(
     cfg, objective, stream: StreamSpec, tokens: int, length: int, predictions: int
 ) -> float:

@@ -138,11 +138,14 @@ def setup_training(
     init_params: Callable[[jax.Array], Any],
     mesh: Mesh,
     objectives: Mapping[str, Objective],
+    materialize: bool = True,
 ) -> Training:
     """Initialises the state directly into its shardings (no host copy of the parameters)
     and jits one step per stage with explicit in/out shardings and a donated state.
 
     `init_params(rng)` returns the model's parameters boxed with logical axis names.
+    `materialize=False` leaves the state abstract (shapes, dtypes, shardings): enough to
+    lower and compile the steps ahead of time (`xlpretrain.aot`) without the memory.
     """
     rules = [tuple(rule) for rule in cfg.mesh.rules]
     run_stages = stages(cfg)
@@ -179,7 +182,14 @@ def setup_training(
                 f"config key 'train.trainable' (or a stage's 'trainable'): {stage.trainable!r} "
                 "matches no parameter path (e.g. 'encoder/layers/attention/query/kernel')"
             )
-    state = jax.jit(init_fn, out_shardings=state_shardings)(rng)
+    if materialize:
+        state = jax.jit(init_fn, out_shardings=state_shardings)(rng)
+    else:
+        state = jax.tree.map(
+            lambda value, where: jax.ShapeDtypeStruct(value.shape, value.dtype, sharding=where),
+            abstract,
+            state_shardings,
+        )
     step_fns = []
     for stage, stage_optimizer in zip(run_stages, optimizers, strict=True):
         step = make_train_step(

@@ -1,0 +1,126 @@
+"""Ahead-of-time sizing: `python -m xlpretrain.aot --config configs/X.py --devices N
+[--mesh DATA,FSDP,TENSOR] [--json]`.
+
+Compiles the config's train step (its last stage) for an N-device mesh without that hardware —
+N fake CPU devices, the state and batch abstract (`setup_training(materialize=False)`), nothing
+allocated — and reports per-device memory: parameters and optimizer state (from their
+shardings), and XLA's own account of the compiled program (arguments, outputs, temporaries:
+activations and workspace). The program is XLA:CPU's, so fusion and layouts differ from a GPU's
+or TPU's: the numbers size a mesh, they do not replace a run on the device.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+
+GIB = 2**30
+# Memory per device (GiB as the vendors state it, in GB → GiB).
+DEVICE_MEMORY_GIB = {
+    "H100 80GB": 80e9 / GIB,
+    "H200 141GB": 141e9 / GIB,
+    "A100 40GB": 40e9 / GIB,
+    "TPU v4 (32 GiB)": 32.0,
+    "TPU v5e (16 GiB)": 16.0,
+    "TPU v5p (95 GiB)": 95.0,
+    "TPU v6e (32 GiB)": 32.0,
+}
+
+
+def _shard_bytes(tree) -> int:
+    """Bytes one device holds of an abstract tree with shardings (the largest shard)."""
+    import jax
+
+    total = 0
+    for leaf in jax.tree.leaves(tree):
+        shape = leaf.sharding.shard_shape(leaf.shape) if leaf.sharding is not None else leaf.shape
+        total += math.prod(shape) * leaf.dtype.itemsize
+    return total
+
+
+def size_step(cfg, devices: int) -> dict:
+    """Per-device memory of the config's train step compiled for `devices` devices."""
+    import jax
+
+    from xlpretrain import bench
+    from xlpretrain import objectives as objectives_lib
+    from xlpretrain.config import stages, validate
+    from xlpretrain.sharding import make_mesh
+    from xlpretrain.step import setup_training
+
+    validate(cfg)
+    if jax.device_count() < devices:
+        raise ValueError(f"--devices {devices}: only {jax.device_count()} devices are visible")
+    run_stages = stages(cfg)
+    everything = {n: objectives_lib.get(n) for stage in run_stages for n in stage.weights}
+    model, init_params = objectives_lib.build_model(cfg, everything, num_languages=8)
+    mesh = make_mesh(cfg.mesh.data, cfg.mesh.fsdp, cfg.mesh.tensor, jax.devices()[:devices])
+    training = setup_training(cfg, model, init_params, mesh, everything, materialize=False)
+    batch = bench.abstract_step_batch(cfg, run_stages[-1].weights, training.batch_sharding)
+    compiled = training.step_fns[-1].lower(training.state, batch).compile()
+    analysis = compiled.memory_analysis()
+    arguments = analysis.argument_size_in_bytes
+    outputs = analysis.output_size_in_bytes
+    aliased = analysis.alias_size_in_bytes
+    temp = analysis.temp_size_in_bytes
+    peak = arguments + outputs - aliased + temp
+    return {
+        "devices": devices,
+        "mesh": dict(mesh.shape),
+        "objectives": sorted(run_stages[-1].weights),
+        "parameters_gib": _shard_bytes(training.state.params) / GIB,
+        "optimizer_gib": _shard_bytes(training.state.opt_state) / GIB,
+        "batch_gib": _shard_bytes(batch) / GIB,
+        "arguments_gib": arguments / GIB,
+        "temporaries_gib": temp / GIB,
+        "outputs_not_donated_gib": (outputs - aliased) / GIB,
+        "peak_gib": peak / GIB,
+        "fits": {name: peak / GIB <= memory for name, memory in DEVICE_MEMORY_GIB.items()},
+        "note": "XLA:CPU program on fake devices; a GPU/TPU compile differs in fusion and layout",
+    }
+
+
+def format_report(report: dict) -> str:
+    mesh = " × ".join(f"{axis}={size}" for axis, size in report["mesh"].items())
+    lines = [
+        f"{report['devices']} devices, mesh {mesh}, objectives {', '.join(report['objectives'])}",
+        f"per device: parameters {report['parameters_gib']:.2f} GiB, optimizer state "
+        f"{report['optimizer_gib']:.2f} GiB, batch {report['batch_gib']:.3f} GiB",
+        f"compiled step: arguments {report['arguments_gib']:.2f} GiB + temporaries "
+        f"(activations, workspace) {report['temporaries_gib']:.2f} GiB + new outputs "
+        f"{report['outputs_not_donated_gib']:.2f} GiB = peak {report['peak_gib']:.2f} GiB",
+        "fits: " + ", ".join(f"{n} {'yes' if ok else 'NO'}" for n, ok in report["fits"].items()),
+        f"({report['note']})",
+    ]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m xlpretrain.aot", description=__doc__)
+    parser.add_argument("--config", required=True, help="configs/NAME.py[:ARG]")
+    parser.add_argument("--devices", type=int, required=True, help="devices of the target mesh")
+    parser.add_argument("--mesh", help="DATA,FSDP,TENSOR (one may be -1); default: the config's")
+    parser.add_argument("--json", action="store_true")
+    args, overrides = parser.parse_known_args(argv)
+    # Before JAX starts its CPU backend: that many fake devices, and no accelerator.
+    os.environ["XLA_FLAGS"] = (
+        os.environ.get("XLA_FLAGS", "") + f" --xla_force_host_platform_device_count={args.devices}"
+    )
+    os.environ["JAX_PLATFORMS"] = "cpu"
+    from absl import flags
+    from ml_collections import config_flags
+
+    config_flags.DEFINE_config_file("config", None, "Config file.")
+    flags.FLAGS([sys.argv[0], f"--config={args.config}", *overrides])
+    cfg = flags.FLAGS.config
+    if args.mesh:
+        cfg.mesh.data, cfg.mesh.fsdp, cfg.mesh.tensor = (int(x) for x in args.mesh.split(","))
+    report = size_step(cfg, args.devices)
+    print(json.dumps(report) if args.json else format_report(report))
+
+
+if __name__ == "__main__":
+    main()
