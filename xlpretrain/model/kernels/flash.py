@@ -318,6 +318,7 @@ def _dkv_kernel(st: _Static, *refs):
 
 
 def _compiler_params(st: _Static):
+    """Triton launch settings on a GPU (untuned: no GPU has run this kernel yet)."""
     if st.interpret:
         return None
     from jax.experimental.pallas import triton as plgpu
