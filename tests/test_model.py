@@ -315,3 +315,43 @@ def test_chunked_cross_entropy_equals_the_full_softmax(chunk):
     np.testing.assert_array_equal(got_correct, want_correct)
     for g, w in zip(got_grads, want_grads, strict=True):
         np.testing.assert_allclose(g, w, atol=1e-5)
+
+
+@pytest.mark.parametrize("vocab", [32, 31])
+def test_cross_entropy_per_device_equals_one_device(vocab):
+    """Under a data × fsdp × tensor = 2 × 2 × 2 mesh the loss runs per device, the vocabulary
+    split over ``tensor`` (32) or replicated where it does not divide (31): values, accuracy
+    and gradients (states, tied embeddings, bias) equal the one-device chunked loss."""
+    from xlpretrain.model.heads import chunked_cross_entropy, cross_entropy_per_device
+    from xlpretrain.sharding import batch_sharding, make_mesh, under_mesh
+
+    rng = np.random.default_rng(5)
+    h = jnp.asarray(rng.normal(size=(24, 8)), jnp.float32)
+    table = jnp.asarray(rng.normal(size=(vocab, 8)), jnp.float32)
+    bias = jnp.asarray(rng.normal(size=(vocab,)), jnp.float32)
+    labels = rng.integers(0, vocab, 24)
+    labels[::2] = np.argmax(np.asarray(h @ table.T + bias), -1)[::2]  # some predicted right
+    labels = jnp.asarray(labels)
+    weights = jnp.asarray(rng.random(24), jnp.float32)
+
+    def loss(fn):
+        def weighted(h, table, bias):
+            nll, correct = fn(h, table, bias, labels, 5)
+            return jnp.sum(nll * weights), correct
+
+        return jax.value_and_grad(weighted, (0, 1, 2), has_aux=True)
+
+    want = jax.jit(loss(chunked_cross_entropy))(h, table, bias)
+    mesh = make_mesh(2, 2, 2)
+    vocab_rows = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("tensor"))
+    shardings = (batch_sharding(mesh), vocab_rows if vocab % 2 == 0 else None, None)
+    got = jax.jit(under_mesh(mesh, loss(cross_entropy_per_device)), in_shardings=shardings)(
+        h, table, bias
+    )
+    (got_loss, got_correct), got_grads = got
+    (want_loss, want_correct), want_grads = want
+    np.testing.assert_allclose(got_loss, want_loss, rtol=1e-6)
+    np.testing.assert_array_equal(got_correct, want_correct)
+    assert want_correct.any() and not want_correct.all()
+    for g, w in zip(got_grads, want_grads, strict=True):
+        np.testing.assert_allclose(g, w, atol=1e-6)

@@ -42,7 +42,7 @@ import jax.numpy as jnp
 from xlpretrain import masks
 from xlpretrain.model.attention import relative_table_param
 from xlpretrain.model.config import ModelConfig
-from xlpretrain.model.heads import LMHead, chunked_cross_entropy
+from xlpretrain.model.heads import LMHead, cross_entropy_per_device
 from xlpretrain.model.layers import Embeddings, EncoderLayer
 
 # 'dots' keeps the weight matmuls' outputs and recomputes the rest (attention scores, GELU,
@@ -157,9 +157,10 @@ class MaskedLM(nn.Module):
     def mlm_nll(self, hidden_selected: jax.Array, labels: jax.Array) -> tuple[jax.Array, jax.Array]:
         """(negative log-likelihood, correct) of integer ``labels`` ``[...]`` at gathered
         hidden states ``[..., H]``, the vocabulary projection in chunks of
-        ``config.loss_chunk`` predictions (``heads.chunked_cross_entropy``)."""
+        ``config.loss_chunk`` predictions, per device under a mesh
+        (``heads.cross_entropy_per_device``)."""
         h = self.lm_head.transform(hidden_selected)
-        nll, correct = chunked_cross_entropy(
+        nll, correct = cross_entropy_per_device(
             h.reshape(-1, h.shape[-1]),
             self.embeddings.word_embeddings.embedding,
             self.lm_head.bias,

@@ -1,11 +1,19 @@
-"""Output heads on top of the encoder's hidden states, and the chunked MLM cross-entropy."""
+"""Output heads on top of the encoder's hidden states, and the chunked MLM cross-entropy
+(per device under ``shard_map`` when a mesh is set)."""
+
+import functools
+import math
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+from jax.sharding import PartitionSpec
 
 from xlpretrain.model.config import ModelConfig
 from xlpretrain.model.layers import dense, gelu, layer_norm
+from xlpretrain.sharding import BATCH_AXES
+
+VOCAB_AXIS = "tensor"  # where DEFAULT_LOGICAL_AXIS_RULES put the "vocab" logical axis
 
 
 class LMHead(nn.Module):
@@ -56,6 +64,7 @@ def chunked_cross_entropy(
     bias: jax.Array,
     labels: jax.Array,
     chunk: int,
+    vocab_axis: str | None = None,
 ) -> tuple[jax.Array, jax.Array]:
     """Per-prediction (negative log-likelihood, correct) for transformed states ``h``
     ``[N, H]`` and integer ``labels`` ``[N]``, ``chunk`` predictions at a time.
@@ -64,19 +73,60 @@ def chunked_cross_entropy(
     neither the forward nor the backward pass ever holds all ``N × vocab`` of them (2.5 GB in
     float32 for XLM-R base's 2,458 predictions per 32 × 512 batch; one 1,024-row chunk is 1 GB).
     ``chunk <= 0`` or ``chunk >= N``: a single chunk.
+
+    ``vocab_axis`` (inside ``shard_map``): this device holds the vocabulary rows
+    ``[i·V, (i+1)·V)`` of ``word_embeddings`` and ``bias``, ``i`` its index on that mesh axis;
+    the softmax normaliser and the label's logit are reduced over the axis (Megatron's
+    vocabulary-parallel cross-entropy), so no device holds a full row of logits. A prediction
+    is correct when its label's logit is the largest (ties count as correct).
     """
     count = h.shape[0]
     chunk = count if chunk <= 0 or chunk >= count else chunk
     padded = -(-count // chunk) * chunk
     h = jnp.pad(h, ((0, padded - count), (0, 0))).reshape(padded // chunk, chunk, -1)
     labels = jnp.pad(labels, (0, padded - count)).reshape(padded // chunk, chunk)
+    shard_vocab = word_embeddings.shape[0]
+    offset = 0 if vocab_axis is None else jax.lax.axis_index(vocab_axis) * shard_vocab
+
+    def across_vocab(reduce, x):
+        return x if vocab_axis is None else reduce(x, vocab_axis)
 
     @jax.checkpoint
     def one_chunk(h_chunk, label_chunk):
         logits = vocabulary_logits(h_chunk, word_embeddings, bias)
-        label_logit = jnp.take_along_axis(logits, label_chunk[:, None], axis=-1)[:, 0]
-        nll = jax.nn.logsumexp(logits, axis=-1) - label_logit
-        return nll, jnp.argmax(logits, axis=-1) == label_chunk
+        local = label_chunk - offset
+        here = (local >= 0) & (local < shard_vocab)
+        picked = jnp.take_along_axis(logits, jnp.clip(local, 0, shard_vocab - 1)[:, None], -1)
+        label_logit = across_vocab(jax.lax.psum, jnp.where(here, picked[:, 0], 0.0))
+        top = across_vocab(jax.lax.pmax, jax.lax.stop_gradient(logits.max(axis=-1)))
+        total = across_vocab(jax.lax.psum, jnp.exp(logits - top[:, None]).sum(axis=-1))
+        return jnp.log(total) + top - label_logit, label_logit >= top
 
     nll, correct = jax.lax.map(lambda xs: one_chunk(*xs), (h, labels))
     return nll.reshape(-1)[:count], correct.reshape(-1)[:count]
+
+
+def cross_entropy_per_device(
+    h: jax.Array, word_embeddings: jax.Array, bias: jax.Array, labels: jax.Array, chunk: int
+) -> tuple[jax.Array, jax.Array]:
+    """``chunked_cross_entropy`` under ``jax.shard_map`` when a mesh is set (the train step's
+    ``sharding.under_mesh``): predictions split over the batch axes, the vocabulary over
+    ``tensor`` when it divides, so each device projects its own predictions onto its own
+    vocabulary rows and only ``[N]``-sized statistics cross devices. Without a mesh, or when
+    the predictions do not divide over the batch axes, it runs as is (GSPMD shards it)."""
+    mesh = jax.sharding.get_abstract_mesh()
+    if mesh.empty or not set(BATCH_AXES) <= set(mesh.axis_names):
+        return chunked_cross_entropy(h, word_embeddings, bias, labels, chunk)
+    if h.shape[0] % math.prod(mesh.shape[a] for a in BATCH_AXES):
+        return chunked_cross_entropy(h, word_embeddings, bias, labels, chunk)
+    vocab_axis = None
+    size = mesh.shape.get(VOCAB_AXIS, 1)
+    if size > 1 and word_embeddings.shape[0] % size == 0:
+        vocab_axis = VOCAB_AXIS
+    rows = PartitionSpec(BATCH_AXES)
+    return jax.shard_map(
+        functools.partial(chunked_cross_entropy, chunk=chunk, vocab_axis=vocab_axis),
+        mesh=mesh,
+        in_specs=(rows, PartitionSpec(vocab_axis), PartitionSpec(vocab_axis), rows),
+        out_specs=(rows, rows),
+    )(h, word_embeddings, bias, labels)
