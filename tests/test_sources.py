@@ -2,8 +2,10 @@
 and pickling into worker processes."""
 
 import multiprocessing
+import os
 import pickle
 import re
+import subprocess
 import sys
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
@@ -229,6 +231,53 @@ def test_format_stats(tmp_path):
 # ---------------------------------------------------------------- strict mode and errors
 
 
+# One bad line (line 2) of each kind between two good ones: file, line, kind, strict message.
+EMPTY, UTF8 = "empty or whitespace-only line", "invalid UTF-8"
+FIELDS = "not exactly two non-empty tab-separated fields"
+LONG = "line longer than max_line_bytes=64"
+ONE_BAD_LINE = {
+    "txt-empty": ("xx.txt", b"", "empty", EMPTY),
+    "txt-whitespace": ("xx.txt", b" \t\xe3\x80\x80", "empty", EMPTY),
+    "txt-crlf-empty": ("xx.txt", b"\r", "empty", EMPTY),
+    "txt-invalid-utf8": ("xx.txt", b"bad \xc3\x28 byte", "invalid_utf8", UTF8),
+    "txt-cut-utf8": ("xx.txt", b"cut \xe4\xb8", "invalid_utf8", UTF8),
+    "txt-too-long": ("xx.txt", b"x" * 65, "too_long", LONG),
+    "tsv-empty": ("en-de.tsv", b"", "empty", EMPTY),
+    "tsv-1-field": ("en-de.tsv", b"one field", "bad_fields", FIELDS),
+    "tsv-3-fields": ("en-de.tsv", b"a\tb\tc", "bad_fields", FIELDS),
+    "tsv-blank-field": ("en-de.tsv", b"a\t ", "bad_fields", FIELDS),
+    "tsv-invalid-utf8": ("en-de.tsv", b"\xff\tb", "invalid_utf8", UTF8),
+    "tsv-too-long": ("en-de.tsv", b"a\t" + b"x" * 63, "too_long", LONG),
+}
+
+
+@pytest.mark.parametrize(
+    "name,line,kind,message", list(ONE_BAD_LINE.values()), ids=list(ONE_BAD_LINE)
+)
+def test_each_bad_line_is_counted_or_in_strict_mode_an_error(tmp_path, name, line, kind, message):
+    good = b"good\tline" if name.endswith(".tsv") else b"good line"
+    path = write(tmp_path, name, good + b"\n" + line + b"\n" + good + b"\r\n")
+    load = ParallelSource.from_dir if name.endswith(".tsv") else MonolingualSource.from_dir
+    source = load(tmp_path, max_line_bytes=64)
+    (stats,) = source.stats.values()
+    assert (stats.path, stats.total, stats.used, getattr(stats, kind)) == (str(path), 3, 2, 1)
+    assert stats.skipped == 1 and stats.examples == {kind: [2]}
+    assert source.summary()[0].startswith(f"{path}: skipped 1 of 3 lines: 1 ")
+    with pytest.raises(DataError) as error:
+        load(tmp_path, max_line_bytes=64, strict=True)
+    assert str(error.value) == f"{path}:2: {message} (strict mode)"
+
+
+def test_crlf_and_final_line_without_newline_are_fine_in_strict_mode(tmp_path):
+    write(tmp_path / "mono", "xx.txt", b"one\r\ntwo\r\nthree")
+    mono = MonolingualSource.from_dir(tmp_path / "mono", strict=True)
+    assert [mono.line("xx", i) for i in range(3)] == ["one", "two", "three"]
+    write(tmp_path / "par", "en-de.tsv", b"a\tb\r\nc\td")
+    par = ParallelSource.from_dir(tmp_path / "par", strict=True)
+    assert [par.line(("en", "de"), i) for i in range(2)] == [("a", "b"), ("c", "d")]
+    assert par.summary() == ["1 files: 2 of 2 lines used; skipped nothing"]
+
+
 def test_strict_mode_names_file_and_line(tmp_path):
     path = write(tmp_path / "mono", "xx.txt", MESSY_TXT)
     with pytest.raises(DataError, match=re.escape(f"{path}:2: empty or whitespace-only line")):
@@ -251,32 +300,89 @@ def test_folder_errors_name_the_path(tmp_path):
     with pytest.raises(DataError, match=re.escape(f"{afile} is not a directory")):
         ParallelSource.from_dir(afile)
     empty = tmp_path / "empty"
-    write(empty, "notes.md", b"x\n")
-    (empty / "sub.txt").mkdir()
-    with pytest.raises(DataError, match=re.escape(f"no *.txt file in data folder {empty}")):
+    empty.mkdir()
+    with pytest.raises(DataError) as error:
         MonolingualSource.from_dir(empty)
-    with pytest.raises(DataError, match=re.escape(f"no *.tsv file in data folder {empty}")):
+    assert str(error.value) == (
+        f"no *.txt file in data folder {empty} (monolingual data is one <lang>.txt file per "
+        "language, e.g. eng.txt); it is empty"
+    )
+    write(empty, "notes.md", b"x\n")
+    write(empty, "en.txt.gz", b"x\n")
+    (empty / "sub.txt").mkdir()
+    with pytest.raises(DataError) as error:
         ParallelSource.from_dir(empty)
+    assert str(error.value) == (
+        f"no *.tsv file in data folder {empty} (parallel data is one <l1>-<l2>.tsv file per "
+        "language pair, e.g. eng-deu.tsv); it holds only: en.txt.gz, notes.md, sub.txt"
+    )
+    for i in range(5):
+        write(empty, f"{i}.csv", b"x\n")
+    with pytest.raises(
+        DataError, match=re.escape("it holds only: 0.csv, 1.csv, 2.csv, 3.csv, 4.csv, …")
+    ):
+        MonolingualSource.from_dir(empty)
 
 
-def test_language_without_usable_line_is_an_error(tmp_path):
+def test_file_without_usable_line_is_left_out_and_reported(tmp_path):
+    en = write(tmp_path, "en.txt", b"fine\n\n")
+    empty = write(tmp_path, "xx.txt", b"")
+    bad = write(tmp_path, "yy.txt", b"\n  \n\xff\n\r\n")
+    source = MonolingualSource.from_dir(tmp_path)
+    assert source.languages == ["en"]  # so sampling never sees a language with 0 lines
+    assert list(source.stats) == ["en", "xx", "yy"]
+    assert source.summary() == [
+        f"{en}: skipped 1 of 2 lines: 1 empty (line 2)",
+        f"{empty}: no usable lines, file left out (the file is empty)",
+        f"{bad}: no usable lines, file left out "
+        "(1 invalid UTF-8 (line 3), 3 empty (lines 1, 2, 4))",
+        "3 files: 1 of 6 lines used; skipped 1 invalid UTF-8, 4 empty; "
+        "2 files with no usable lines left out",
+    ]
+    with pytest.raises(KeyError, match="'xx' is not in this source"):
+        source.line("xx", 0)
+    assert repr(source) == f"MonolingualSource(1 files, 1 lines, {tmp_path})"
+    pair = write(tmp_path / "par", "en-xx.tsv", b"only one field\n")
+    write(tmp_path / "par", "en-de.tsv", b"a\tb\n")
+    par = ParallelSource.from_dir(tmp_path / "par")
+    assert par.pairs == [("en", "de")] and par.languages == ["de", "en"]
+    assert par.summary() == [
+        f"{pair}: no usable lines, file left out (1 bad fields (line 1))",
+        "2 files: 1 of 2 lines used; skipped 1 bad fields; 1 file with no usable lines left out",
+    ]
+
+
+def test_file_without_usable_line_is_an_error_in_strict_mode_or_when_named(tmp_path):
     write(tmp_path, "en.txt", b"fine\n")
-    bad = write(tmp_path, "xx.txt", b"\n  \n\xff\n\r\n")
+    empty = write(tmp_path, "xx.txt", b"")
+    message = f"language 'xx': no usable lines in {empty} (the file is empty; strict mode)"
+    with pytest.raises(DataError, match=re.escape(message)):
+        MonolingualSource.from_dir(tmp_path, strict=True)
+    bad = write(tmp_path, "yy.txt", b"\n\xff\n")
+    with pytest.raises(DataError, match=re.escape(f"{bad}:1: empty or whitespace-only line")):
+        MonolingualSource.from_dir(tmp_path, strict=True, languages=["en", "yy"])
+    with pytest.raises(DataError) as error:
+        MonolingualSource.from_dir(tmp_path, languages=["en", "yy"])
+    assert str(error.value) == (
+        f"language 'yy': no usable lines in {bad} (1 invalid UTF-8 (line 2), 1 empty (line 1); "
+        "it was asked for by name)"
+    )
+    assert MonolingualSource.from_dir(tmp_path, languages=["en"]).languages == ["en"]
+    pair = write(tmp_path / "par", "en-xx.tsv", b"")
+    message = f"language pair 'en-xx': no usable lines in {pair} (the file is empty; strict mode)"
+    with pytest.raises(DataError, match=re.escape(message)):
+        ParallelSource.from_dir(tmp_path / "par", strict=True)
+
+
+def test_folder_without_any_usable_line_is_an_error(tmp_path):
+    write(tmp_path, "en.txt", b"")
+    last = write(tmp_path, "xx.txt", b" \n")
     with pytest.raises(DataError) as error:
         MonolingualSource.from_dir(tmp_path)
     assert str(error.value) == (
-        f"language 'xx' has no usable line in {bad} "
-        "(1 invalid UTF-8 (line 3), 3 empty (lines 1, 2, 4))"
+        f"no usable lines in any of the 2 *.txt files in data folder {tmp_path} "
+        f"(e.g. {last}: 1 empty (line 1))"
     )
-    bad.write_bytes(b"")
-    message = f"language 'xx' has no usable line in {bad} (the file is empty)"
-    with pytest.raises(DataError, match=re.escape(message)):
-        MonolingualSource.from_dir(tmp_path)
-    assert MonolingualSource.from_dir(tmp_path, languages=["en"]).languages == ["en"]
-    bad = write(tmp_path / "par", "en-xx.tsv", b"only one field\n")
-    message = f"language pair 'en-xx' has no usable line in {bad} (1 bad fields (line 1))"
-    with pytest.raises(DataError, match=re.escape(message)):
-        ParallelSource.from_dir(tmp_path / "par")
 
 
 def test_selection_and_naming_errors(tmp_path):
@@ -329,9 +435,83 @@ def test_pickled_source_reads_in_a_spawned_process(tmp_path):
         assert [f.result() for f in got] == [lines[0], lines[1234], lines[4999], "zwei"]
 
 
-def test_file_changed_after_scan_is_an_error(tmp_path):
-    path = write(tmp_path, "en-de.tsv", b"a\tb\n")
-    source = pickle.loads(pickle.dumps(ParallelSource.from_dir(tmp_path)))
-    path.write_bytes(b"aa\tbb\n")
-    with pytest.raises(DataError, match=re.escape(f"{path} changed since it was scanned")):
-        source.line(("en", "de"), 0)
+# ---------------------------------------------------------------- files changed mid-run
+
+
+def fresh_copy(source):
+    """The source as a grain worker process gets it: pickled, so it reopens files by path."""
+    return pickle.loads(pickle.dumps(source))
+
+
+def test_removed_file_reads_on_where_open_and_is_an_error_where_reopened(tmp_path):
+    path = write(tmp_path, "en.txt", b"one\ntwo\n")
+    source = MonolingualSource.from_dir(tmp_path)
+    worker = fresh_copy(source)
+    assert source.line("en", 0) == "one"  # opened: the mapping keeps the data alive
+    path.unlink()
+    assert source.line("en", 1) == "two"
+    message = f"{path} was removed after it was indexed at start: restart the run to re-index"
+    with pytest.raises(DataError, match=re.escape(message)):
+        worker.line("en", 1)
+
+
+def test_replaced_file_reads_on_where_open_and_is_an_error_where_reopened(tmp_path):
+    path = write(tmp_path, "en-de.tsv", b"a\tb\nc\td\n")
+    source = ParallelSource.from_dir(tmp_path)
+    worker = fresh_copy(source)
+    assert source.line(("en", "de"), 0) == ("a", "b")
+    new = write(tmp_path, "new.tmp", b"c\td\na\tb\n")  # same size, other lines
+    new.replace(path)  # how tools update files atomically: a new inode at the old path
+    assert source.line(("en", "de"), 1) == ("c", "d")  # still the scanned file
+    message = f"{path} was replaced by another file after it was indexed at start"
+    with pytest.raises(DataError, match=re.escape(message)):
+        worker.line(("en", "de"), 0)
+
+
+@pytest.mark.parametrize("reopen", [False, True])
+def test_file_rewritten_in_place_is_an_error(tmp_path, reopen):
+    path = write(tmp_path, "en.txt", b"one\ntwo\n")
+    scanned_mtime_ns = path.stat().st_mtime_ns
+    source = MonolingualSource.from_dir(tmp_path)
+    assert source.line("en", 0) == "one"
+    reader = fresh_copy(source) if reopen else source
+    path.write_bytes(b"three\n")
+    message = f"{path} was modified after it was indexed at start (8 -> 6 bytes): its line index"
+    with pytest.raises(DataError, match=re.escape(message)):
+        reader.line("en", 0)
+    path.write_bytes(b"uno\ndos\n")  # the scanned size again, other lines
+    # Set the time explicitly: writes within one clock tick can share a modification time.
+    os.utime(path, ns=(scanned_mtime_ns, scanned_mtime_ns + 10**9))
+    message = f"{path} was modified after it was indexed at start (same size, new modification"
+    with pytest.raises(DataError, match=re.escape(message)):
+        reader.line("en", 1)
+
+
+TRUNCATE = """
+import sys
+from xlpretrain.data.sources import DataError, MonolingualSource
+
+source = MonolingualSource.from_dir(sys.argv[1])
+fresh = MonolingualSource.from_dir(sys.argv[1])
+assert source.line("en", 0).startswith("x")  # the file is mapped now
+with open(sys.argv[1] + "/en.txt", "r+b") as f:
+    f.truncate(10)
+for reader in (source, fresh):
+    try:
+        reader.line("en", 1)  # past the end of the truncated file: SIGBUS if read
+    except DataError as error:
+        print(error)
+"""
+
+
+def test_truncated_file_is_an_error_not_a_crash(tmp_path):
+    # A read of a truncated mmap kills the process with SIGBUS; a subprocess keeps a broken
+    # check from taking pytest down with it.
+    path = write(tmp_path, "en.txt", b"x" * 10_000 + b"\n" + b"y" * 10_000 + b"\n")
+    result = subprocess.run(
+        [sys.executable, "-c", TRUNCATE, str(tmp_path)], capture_output=True, text=True
+    )
+    assert result.returncode == 0, f"exit status {result.returncode}: {result.stderr[-2000:]}"
+    message = f"{path} was modified after it was indexed at start (20002 -> 10 bytes)"
+    stale = "its line index no longer matches; restart the run to re-index the data"
+    assert result.stdout.splitlines() == [f"{message}: {stale}"] * 2

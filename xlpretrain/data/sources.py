@@ -9,7 +9,16 @@ the files itself.
 Bad data never crashes a run and is never dropped silently: every line is classified, the
 counts (with the first few line numbers of each problem) are kept per file in `FileStats`
 for the training log (`format_stats`), and `strict=True` turns the first bad line into a
-`DataError` naming the file and line.
+`DataError` naming the file and line. A file with no usable line (empty, or only bad lines)
+is left out of the source, so it is never sampled, and reported as such; in strict mode, or
+when it was asked for by name, it is a `DataError`.
+
+Files must not change while a run reads them: the index would no longer match, and reading a
+truncated file through an mmap kills the process with SIGBUS. So every read first checks the
+file's size and modification time (one `fstat`: a few µs, under 1% of building a batch), and
+a process (re)opening a file checks that the path still leads to the file that was scanned;
+any change is a `DataError` naming the file. A file removed or renamed over after it was
+opened stays readable, and correct, in that process (the mapping keeps the scanned file alive).
 
 Line classification, in order of precedence (a line counts under one kind only):
   too_long      more than `max_line_bytes` bytes (without the line end); never decoded
@@ -29,7 +38,7 @@ import mmap
 import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import nullcontext
-from typing import Any, Generic, TypeVar
+from typing import Any, BinaryIO, Generic, TypeVar
 
 import numpy as np
 
@@ -108,54 +117,108 @@ class FileStats:
         return ", ".join(parts)
 
 
+def _unusable(stats: FileStats) -> str:
+    """Why a file with no usable line has none."""
+    return stats.problems() or "the file is empty"
+
+
 def format_stats(stats: Mapping[Any, FileStats]) -> list[str]:
-    """Log lines: one per file with skipped lines, then one total line."""
-    out = [
-        f"{s.path}: skipped {s.skipped} of {s.total} lines: {s.problems()}"
-        for s in stats.values()
-        if s.skipped
-    ]
+    """Log lines: one per file with skipped lines, then one total line.
+
+    A file with no usable line is left out of its source (see `MonolingualSource`).
+    """
+    out = []
+    for s in stats.values():
+        if not s.used:
+            out.append(f"{s.path}: no usable lines, file left out ({_unusable(s)})")
+        elif s.skipped:
+            out.append(f"{s.path}: skipped {s.skipped} of {s.total} lines: {s.problems()}")
     total = sum(s.total for s in stats.values())
     used = sum(s.used for s in stats.values())
     counts = [(sum(getattr(s, kind) for s in stats.values()), kind) for kind in _KINDS]
     skipped = ", ".join(f"{n} {_LABELS[kind]}" for n, kind in counts if n) or "nothing"
-    out.append(f"{len(stats)} files: {used} of {total} lines used; skipped {skipped}")
+    summary = f"{len(stats)} files: {used} of {total} lines used; skipped {skipped}"
+    left_out = sum(not s.used for s in stats.values())
+    if left_out:
+        summary += f"; {left_out} file{'s' * (left_out > 1)} with no usable lines left out"
+    out.append(summary)
     return out
 
 
 class _IndexedFile:
-    """Usable lines of one file as byte ranges; reads them through a lazily opened mmap."""
+    """Usable lines of one file as byte ranges; reads them through a lazily opened mmap.
 
-    def __init__(self, path: str, size: int, offsets: np.ndarray, lengths: np.ndarray):
+    `signature` is the file's (device, inode, size, mtime in ns) when it was scanned: the
+    index is only valid for that file, unchanged.
+    """
+
+    def __init__(
+        self,
+        path: str,
+        signature: tuple[int, int, int, int],
+        offsets: np.ndarray,
+        lengths: np.ndarray,
+    ):
         self.path = path
-        self.size = size
+        self.signature = signature
         self.offsets = offsets
         self.lengths = lengths
-        self._mmap: mmap.mmap | None = None
+        # (open file, its mmap), set at once so that threads see both or neither.
+        self._opened: tuple[BinaryIO, mmap.mmap] | None = None
 
     def __len__(self) -> int:
         return len(self.offsets)
 
     def __getstate__(self) -> dict[str, Any]:
-        # An mmap cannot (and must not) travel: each process opens its own.
-        return {**self.__dict__, "_mmap": None}
+        # An open file cannot (and must not) travel: each process opens its own.
+        return {**self.__dict__, "_opened": None}
 
-    def _open(self) -> mmap.mmap:
-        with open(self.path, "rb") as f:
-            size = os.fstat(f.fileno()).st_size
-            if size != self.size:
+    def _open(self) -> tuple[BinaryIO, mmap.mmap]:
+        """Opens the file by path, checking that it is still the file that was scanned."""
+        try:
+            f = open(self.path, "rb")
+        except FileNotFoundError:
+            raise DataError(
+                f"{self.path} was removed after it was indexed at start: restart the run to "
+                "re-index the data"
+            ) from None
+        try:
+            stat = os.fstat(f.fileno())
+            if (stat.st_dev, stat.st_ino) != self.signature[:2]:
                 raise DataError(
-                    f"{self.path} changed since it was scanned ({self.size} -> {size} bytes)"
+                    f"{self.path} was replaced by another file after it was indexed at start: "
+                    "restart the run to re-index the data"
                 )
-            return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+            self._check(stat)
+            return f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        except BaseException:
+            f.close()
+            raise
+
+    def _check(self, stat: os.stat_result) -> None:
+        """Raises if the file's content may differ from the scanned one (before any read: a
+        slice of an mmap past the end of a truncated file is a SIGBUS, not an exception)."""
+        _, _, size, mtime_ns = self.signature
+        if stat.st_mtime_ns != mtime_ns or stat.st_size != size:
+            change = (
+                f"{size} -> {stat.st_size} bytes"
+                if stat.st_size != size
+                else "same size, new modification time"
+            )
+            raise DataError(
+                f"{self.path} was modified after it was indexed at start ({change}): its line "
+                "index no longer matches; restart the run to re-index the data"
+            )
 
     def read(self, index: int) -> str:
         if not 0 <= index < len(self.offsets):
             raise IndexError(f"line {index} out of range for {self.path} ({len(self)} lines)")
-        if self._mmap is None:
-            self._mmap = self._open()
+        if self._opened is None:
+            self._opened = self._open()
+        f, data = self._opened
+        self._check(os.fstat(f.fileno()))
         start = int(self.offsets[index])
-        return self._mmap[start : start + int(self.lengths[index])].decode("utf-8")
+        return data[start : start + int(self.lengths[index])].decode("utf-8")
 
 
 def _chunks(data: mmap.mmap | bytes, chunk_bytes: int) -> Iterator[tuple[int, int, bool]]:
@@ -256,9 +319,10 @@ def _scan_file(
     counts = np.zeros(len(_KINDS) + 1, dtype=np.int64)
     examples: dict[str, list[int]] = {}
     offsets, lengths = [], []
-    size = os.path.getsize(path)
     lines_before = 0
     with open(path, "rb") as f:
+        stat = os.fstat(f.fileno())
+        size = stat.st_size
         mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if size else nullcontext(b"")
     with mapped as data:
         for start, end, is_one_long_line in _chunks(data, max(_CHUNK_BYTES, max_line_bytes + 2)):
@@ -292,7 +356,7 @@ def _scan_file(
             lines_before += len(codes)
     index = _IndexedFile(
         path,
-        size,
+        (stat.st_dev, stat.st_ino, size, stat.st_mtime_ns),
         np.concatenate(offsets or [np.zeros(0)]).astype(np.int64),
         np.concatenate(lengths or [np.zeros(0)]).astype(np.int32),
     )
@@ -310,6 +374,7 @@ def _load_dir(
     path: str | os.PathLike[str],
     *,
     suffix: str,
+    layout: str,
     parse_key: Callable[[str, str], K],
     describe: Callable[[K], str],
     wanted: Sequence[K] | None,
@@ -317,7 +382,11 @@ def _load_dir(
     strict: bool,
     max_line_bytes: int,
 ) -> tuple[str, dict[K, _IndexedFile], dict[K, FileStats]]:
-    """Finds, selects and scans the data files of a folder (shared by both sources)."""
+    """Finds, selects and scans the data files of a folder (shared by both sources).
+
+    Files with no usable line are left out of the indexes (their stats stay, for the log):
+    sampling gives each file a share by its line count, which must not be 0.
+    """
     if not isinstance(max_line_bytes, int) or not 0 < max_line_bytes <= 2**30:
         raise ValueError(f"max_line_bytes must be an int in [1, 2**30], not {max_line_bytes!r}")
     folder = os.path.abspath(path)
@@ -326,13 +395,20 @@ def _load_dir(
     if not os.path.isdir(folder):
         raise DataError(f"data folder {folder} is not a directory")
     files: dict[K, str] = {}
+    others = []
     for entry in sorted(os.scandir(folder), key=lambda e: e.name):
         name = entry.name
         if name.endswith(suffix) and len(name) > len(suffix) and not name.startswith("."):
             if entry.is_file():
                 files[parse_key(name[: -len(suffix)], entry.path)] = entry.path
+                continue
+        others.append(name)
     if not files:
-        raise DataError(f"no *{suffix} file in data folder {folder}")
+        found = ", ".join(others[:5]) + (", …" if len(others) > 5 else "")
+        raise DataError(
+            f"no *{suffix} file in data folder {folder} ({layout}); "
+            + (f"it holds only: {found}" if others else "it is empty")
+        )
     if wanted is not None:
         missing = [describe(key) for key in wanted if key not in files]
         if missing:
@@ -347,15 +423,27 @@ def _load_dir(
         index, stat = _scan_file(
             files[key], max_line_bytes=max_line_bytes, strict=strict, fields_ok=fields_ok
         )
-        if not stat.used:
-            why = stat.problems() or "the file is empty"
-            raise DataError(f"{describe(key)} has no usable line in {stat.path} ({why})")
-        indexes[key], stats[key] = index, stat
+        stats[key] = stat
+        if stat.used:
+            indexes[key] = index
+        elif strict or wanted is not None:
+            why = "strict mode" if strict else "it was asked for by name"
+            raise DataError(
+                f"{describe(key)}: no usable lines in {stat.path} ({_unusable(stat)}; {why})"
+            )
+    if not indexes:
+        raise DataError(
+            f"no usable lines in any of the {len(stats)} *{suffix} files in data folder {folder}"
+            f" (e.g. {stat.path}: {_unusable(stat)})"
+        )
     return folder, indexes, stats
 
 
 class _Source(Generic[K]):
-    """Shared by both sources: per-key line indexes and their scan statistics."""
+    """Shared by both sources: per-key line indexes and their scan statistics.
+
+    `stats` covers every scanned file, also those left out for having no usable line.
+    """
 
     def __init__(self, path: str, files: dict[K, _IndexedFile], stats: dict[K, FileStats]):
         self.path = path
@@ -388,7 +476,8 @@ def _no_string(names: Any, what: str) -> None:
 class MonolingualSource(_Source[str]):
     """A folder of `<lang>.txt` files (UTF-8, one paragraph or document per line).
 
-    The language is the file stem; other files (and dot files) are ignored.
+    The language is the file stem; other files (and dot files) are ignored, and so is (with a
+    log line from `format_stats`) a file with no usable line.
     """
 
     @classmethod
@@ -405,6 +494,7 @@ class MonolingualSource(_Source[str]):
         folder, files, stats = _load_dir(
             path,
             suffix=".txt",
+            layout="monolingual data is one <lang>.txt file per language, e.g. eng.txt",
             parse_key=lambda stem, _: stem,
             describe=lambda lang: f"language {lang!r}",
             wanted=None if languages is None else sorted(set(languages)),
@@ -464,7 +554,8 @@ def _pairs_ok(chunk: _Chunk) -> np.ndarray:
 class ParallelSource(_Source[Pair]):
     """A folder of `<l1>-<l2>.tsv` files: one aligned pair per line, `l1 text<TAB>l2 text`.
 
-    The pair is parsed from the file stem by `parse_pair`; other files are ignored.
+    The pair is parsed from the file stem by `parse_pair`; other files are ignored, and so is
+    (with a log line from `format_stats`) a file with no usable line.
     """
 
     @classmethod
@@ -482,6 +573,7 @@ class ParallelSource(_Source[Pair]):
         folder, files, stats = _load_dir(
             path,
             suffix=".tsv",
+            layout="parallel data is one <l1>-<l2>.tsv file per language pair, e.g. eng-deu.tsv",
             parse_key=parse_pair,
             describe=lambda pair: f"language pair '{pair[0]}-{pair[1]}'",
             wanted=wanted,
