@@ -34,7 +34,13 @@ setup(
             "torch==2.13.0",
             "transformers>=4.40",
             "safetensors>=0.4",
+            # The docs site is built with --strict and the Colab notebook executed by the tests.
+            "mkdocs-material>=9.5",
+            "nbclient>=0.10",
+            "nbformat>=5.10",
+            "ipykernel>=6.29",
         ],
+        "docs": ["mkdocs-material>=9.5"],
         # python -m xlpretrain.convert: safetensors alone converts model.safetensors; torch
         # reads pytorch_model.bin; transformers loads the exported folders.
         "hf": ["safetensors>=0.4", "torch>=2.0", "transformers>=4.40"],

@@ -11,8 +11,9 @@ import pytest
 from absl import flags
 
 from xlpretrain import train
-from xlpretrain.checkpoint import CheckpointError
+from xlpretrain.checkpoint import CheckpointError, CheckpointMismatchError
 from xlpretrain.config import ConfigError, default_config
+from xlpretrain.divergence import DivergenceError
 from xlpretrain.metrics import read_metrics
 
 STEPS = 8
@@ -164,15 +165,56 @@ def test_gradient_accumulation_matches_the_full_batch(udhr, udhr_tokenizer_path,
         np.testing.assert_allclose(a[step], b[step], rtol=1e-5, atol=1e-5)
 
 
-def test_corrupt_checkpoint_is_a_clear_error(udhr, udhr_tokenizer_path, tmp_path):
-    devices = jax.devices()[:1]
-    run(tiny_config(udhr, udhr_tokenizer_path, train__stop_at=2), tmp_path, devices)
-    step_dir = tmp_path / "checkpoints" / "2" / "state"
-    for path in step_dir.rglob("*"):
+def test_corrupt_latest_checkpoint_falls_back_to_the_previous_one(
+    reference_run, reference, udhr, udhr_tokenizer_path, tmp_path, caplog
+):
+    """The reference keeps steps 6 and 8. Step 8's files damaged: the run names it, moves it
+    to checkpoints/unreadable/, resumes from 6 and logs the reference's losses for 7-8. With
+    every checkpoint damaged it stops (no silent fresh start) unless train.allow_fresh_start."""
+    shutil.copytree(reference_run, tmp_path / "run")
+    workdir = tmp_path / "run"
+    for path in (workdir / "checkpoints" / "8" / "state").rglob("*"):
         if path.is_file():
             path.write_bytes(b"garbage")
-    with pytest.raises(CheckpointError, match=str(tmp_path / "checkpoints" / "2")):
-        run(tiny_config(udhr, udhr_tokenizer_path), tmp_path, devices)
+    devices = jax.devices()[:1]
+    with caplog.at_level("WARNING", logger="xlpretrain"):
+        run(tiny_config(udhr, udhr_tokenizer_path, train__checkpoint_every=2), workdir, devices)
+    assert f"cannot restore the checkpoint at {workdir / 'checkpoints' / '8'}" in caplog.text
+    assert "falling back to an earlier checkpoint" in caplog.text
+    assert [p.name.split("-")[0] for p in (workdir / "checkpoints" / "unreadable").iterdir()] == [
+        "8"
+    ]
+    got = losses(workdir)
+    assert sorted(got) == list(range(1, STEPS + 1))  # 7-8 rewritten once, not appended twice
+    for step in (7, 8):
+        np.testing.assert_allclose(got[step], reference[step], rtol=1e-5, atol=1e-5)
+
+    for step in (6, 8):
+        for path in (workdir / "checkpoints" / str(step) / "data").rglob("*"):
+            if path.is_file():
+                path.write_bytes(b"\xff")
+    cfg = tiny_config(udhr, udhr_tokenizer_path, train__steps=2 * STEPS)
+    with pytest.raises(CheckpointError, match="none of the 2 checkpoint.*allow_fresh_start"):
+        run(cfg, workdir, devices)
+    assert not (workdir / "checkpoints" / "8").exists()  # both set aside, nothing deleted
+    assert len(list((workdir / "checkpoints" / "unreadable").iterdir())) == 3
+    cfg = tiny_config(udhr, udhr_tokenizer_path, train__steps=2, train__allow_fresh_start=True)
+    run(cfg, tmp_path / "fresh", devices)  # an empty workdir is no reason to stop
+
+
+def test_checkpoint_of_another_model_names_the_parameter_and_both_shapes(
+    reference_run, udhr, udhr_tokenizer_path, tmp_path
+):
+    """Not taken for damage (no fall back to an older step of the same wrong model)."""
+    shutil.copytree(reference_run, tmp_path / "run")
+    cfg = tiny_config(udhr, udhr_tokenizer_path, model__mlp_dim=48)
+    with pytest.raises(
+        CheckpointMismatchError,
+        match=r"checkpoints/8 is of another model: params/encoder/layers/mlp/wi/bias has "
+        r"shape \(2, 64\) there but \(2, 48\) in this config",
+    ):
+        run(cfg, tmp_path / "run", jax.devices()[:1])
+    assert (tmp_path / "run" / "checkpoints" / "8").is_dir()
 
 
 def test_nan_loss_halts_without_corrupting_the_state(
@@ -194,16 +236,23 @@ def test_nan_loss_halts_without_corrupting_the_state(
     monkeypatch.setitem(
         objectives.REGISTRY, "mmlm", objectives.Objective("mmlm", real.stream_spec, poisoned)
     )
-    cfg = tiny_config(udhr, udhr_tokenizer_path, train__log_every=2)
+    cfg = tiny_config(
+        udhr,
+        udhr_tokenizer_path,
+        train__log_every=5,
+        train__checkpoint_every=3,
+        train__max_bad_steps=3,
+    )
     trainer = train.build(cfg, str(tmp_path), jax.devices()[:1])
-    with pytest.raises(FloatingPointError, match="non-finite loss .* up to step 2"):
+    with pytest.raises(DivergenceError, match=r"not finite in 3 consecutive steps \(1-3"):
         train.run(trainer)
     trainer.checkpointer.close()
-    assert not (tmp_path / "checkpoints" / "2").exists()
+    assert not (tmp_path / "checkpoints" / "3").exists()  # the run ended before saving it
 
-    # train.halt_on_nan=False: every update is skipped, counted, and the state stays as it was
-    cfg = tiny_config(udhr, udhr_tokenizer_path, train__log_every=2, train__steps=4,
-                      train__halt_on_nan=False)
+    # train.max_bad_steps=0: every update is skipped, counted, and the state stays as it was
+    cfg = tiny_config(
+        udhr, udhr_tokenizer_path, train__log_every=2, train__steps=4, train__max_bad_steps=0
+    )
     trainer = train.build(cfg, str(tmp_path / "going_on"), jax.devices()[:1])
     initial = jax.device_get(trainer.training.state.params)
     state = train.run(trainer)
@@ -322,12 +371,23 @@ def test_xlm_e_trains_generator_and_discriminator(udhr, udhr_tokenizer_path, tmp
     cfg.model.vocab_size, cfg.model.hidden_size, cfg.model.mlp_dim = 1002, 32, 64
     run(cfg, tmp_path, jax.devices()[:2])
     records = read_metrics(tmp_path)
-    for key in ("loss/gen_mlm", "loss/gen_tlm", "loss/mrtd", "loss/trtd", "accuracy/mrtd",
-                "accuracy/trtd_replaced", "accuracy/mrtd_original", "replaced_rate/trtd"):
+    for key in (
+        "loss/gen_mlm",
+        "loss/gen_tlm",
+        "loss/mrtd",
+        "loss/trtd",
+        "accuracy/mrtd",
+        "accuracy/trtd_replaced",
+        "accuracy/mrtd_original",
+        "replaced_rate/trtd",
+    ):
         assert all(np.isfinite(r[key]) for r in records), key
     first = records[0]
-    expected = first["loss/gen_mlm"] + first["loss/gen_tlm"] + 50 * (
-        first["loss/mrtd"] + first["loss/trtd"])
+    expected = (
+        first["loss/gen_mlm"]
+        + first["loss/gen_tlm"]
+        + 50 * (first["loss/mrtd"] + first["loss/trtd"])
+    )
     np.testing.assert_allclose(first["loss"], expected, rtol=1e-5)  # L_G + λ·L_D per task
 
 
@@ -359,7 +419,8 @@ def test_warm_start_from_a_converted_checkpoint(udhr, udhr_tokenizer_path, tmp_p
     assert "language_embeddings" in params["embeddings"]
     assert "freshly initialised: embeddings/language_embeddings/embedding" in caplog.text
     assert (tmp_path / "run" / "tokenizer.model").read_bytes() == (
-        tmp_path / "xlmr" / "tokenizer.model").read_bytes()
+        tmp_path / "xlmr" / "tokenizer.model"
+    ).read_bytes()
 
     cfg.model.language_embeddings = False
     cfg.model.vocab_size = 2002  # the checkpoint's tokenizer has 1002 ids

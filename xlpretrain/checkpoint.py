@@ -1,20 +1,33 @@
 """Orbax checkpoints of the train state and the data-iterator state, saved together.
 
 Restoring takes the *abstract* state of the current run (shapes, dtypes and shardings of the
-current mesh), so a checkpoint written on one mesh restores onto another.
+current mesh), so a checkpoint written on one mesh restores onto another. Orbax writes each
+step into a temporary folder and renames it when complete, so a process killed mid-save leaves
+no step that looks finished; a finished step that cannot be read (damaged files) is moved to
+``checkpoints/unreadable/`` and the run falls back to the newest one that can.
 """
 
 from __future__ import annotations
 
+import logging
 import os
+import time
 
 import grain
 import jax
 import orbax.checkpoint as ocp
+from jax.experimental import multihost_utils
+
+log = logging.getLogger("xlpretrain")
+UNREADABLE = "unreadable"  # where damaged steps go, inside the checkpoint folder
 
 
 class CheckpointError(RuntimeError):
     """A checkpoint exists but cannot be restored."""
+
+
+class CheckpointMismatchError(CheckpointError):
+    """A readable checkpoint of another model: falling back to an older one would not help."""
 
 
 class Checkpointer:
@@ -27,7 +40,11 @@ class Checkpointer:
             options=ocp.CheckpointManagerOptions(
                 max_to_keep=keep, enable_async_checkpointing=async_save, create=True
             ),
-            item_names=("state", "data"),
+            # Handlers up front, so a fresh process can read a step's metadata before restoring.
+            item_handlers={
+                "state": ocp.StandardCheckpointHandler(),
+                "data": grain.checkpoint.CheckpointHandler(),
+            },
         )
 
     def latest_step(self) -> int | None:
@@ -46,6 +63,7 @@ class Checkpointer:
     def restore(self, step: int, abstract_state, data_iterator: grain.DatasetIterator):
         """Returns the state, placed by `abstract_state`'s shardings; restores the iterator."""
         path = os.path.join(self.directory, str(step))
+        _check_shapes(self._saved_shapes(step), abstract_state, path)
         try:
             restored = self.manager.restore(
                 step,
@@ -57,15 +75,107 @@ class Checkpointer:
         except Exception as error:  # Orbax raises many types for damaged files.
             raise CheckpointError(
                 f"cannot restore the checkpoint at {path}: {type(error).__name__}: {error}. "
-                "It may be incomplete or corrupt; move it away to resume from an earlier one."
+                "It may be incomplete or corrupt."
             ) from error
         return restored.state
+
+    def restore_latest(
+        self, abstract_state, data_iterator: grain.DatasetIterator, *, allow_fresh_start: bool
+    ) -> tuple[object, int] | None:
+        """(state, step) from the newest checkpoint that restores, newest first.
+
+        An unreadable step is logged with the reason and moved to ``unreadable/`` (kept for a
+        post-mortem, and out of the way of the step's next save). When every step fails, the
+        run stops with a ``CheckpointError`` unless ``allow_fresh_start`` (then: ``None``, and
+        the caller must rebuild its data iterator, which a failed restore may have touched).
+        A checkpoint of another model (``CheckpointMismatchError``) is never skipped.
+        """
+        steps = sorted(self.manager.all_steps(), reverse=True)
+        failures = []
+        for step in steps:
+            try:
+                return self.restore(step, abstract_state, data_iterator), step
+            except CheckpointMismatchError:
+                raise
+            except CheckpointError as error:
+                log.error("%s; falling back to an earlier checkpoint", error)
+                failures.append(f"step {step}: {error.__cause__ or error}")
+                self._set_aside(step)
+        if failures and not allow_fresh_start:
+            raise CheckpointError(
+                f"none of the {len(failures)} checkpoint(s) in {self.directory} can be restored "
+                f"(moved to {os.path.join(self.directory, UNREADABLE)}): "
+                + "; ".join(failures)
+                + ". Set train.allow_fresh_start=True to start again from step 0."
+            )
+        if failures:
+            log.warning("no checkpoint restores: starting from step 0 (train.allow_fresh_start)")
+        return None
+
+    def _saved_shapes(self, step: int) -> dict[str, tuple[int, ...]] | None:
+        """Parameter path -> shape in the step's metadata; None when that cannot be read
+        (the restore then says what is wrong)."""
+        try:
+            metadata = self.manager.item_metadata(step)["state"]
+            leaves = jax.tree_util.tree_leaves_with_path(
+                metadata, is_leaf=lambda x: hasattr(x, "shape")
+            )
+        except Exception:  # noqa: BLE001 - a damaged metadata file is the restore's to report
+            return None
+        return {_name(path): tuple(leaf.shape) for path, leaf in leaves} or None
+
+    def _set_aside(self, step: int) -> None:
+        """Moves a damaged step out of Orbax's sight, keeping its files."""
+        if jax.process_index() == 0:
+            aside = os.path.join(self.directory, UNREADABLE)
+            os.makedirs(aside, exist_ok=True)
+            target = os.path.join(aside, f"{step}-{time.strftime('%Y%m%d-%H%M%S')}")
+            os.rename(os.path.join(self.directory, str(step)), target)
+            log.warning("moved the unreadable checkpoint of step %d to %s", step, target)
+        multihost_utils.sync_global_devices(f"checkpoint {step} set aside")
+        self.manager.reload()
 
     def wait(self) -> None:
         self.manager.wait_until_finished()
 
     def close(self) -> None:
         self.manager.close()
+
+
+def _check_shapes(saved: dict | None, abstract_state, path: str) -> None:
+    """A checkpoint of another model config fails naming the first parameter that differs
+    (parameters only: optimizer states are stored in Orbax's own tree layout)."""
+    if saved is None:
+        return
+    saved = {k: v for k, v in saved.items() if k.startswith("params/")}
+    wanted = {
+        _name(key_path): tuple(leaf.shape)
+        for key_path, leaf in jax.tree_util.tree_leaves_with_path(abstract_state.params)
+    }
+    wanted = {f"params/{k}": v for k, v in wanted.items()}
+    advice = "; use the config it was written with, or a new workdir"
+    for key in sorted(wanted.keys() & saved.keys()):
+        if saved[key] != wanted[key]:
+            raise CheckpointMismatchError(
+                f"the checkpoint at {path} is of another model: {key} has shape {saved[key]} "
+                f"there but {wanted[key]} in this config{advice}"
+            )
+    for names, what in (
+        (sorted(wanted.keys() - saved.keys()), "it has no {}{}, which this config needs"),
+        (sorted(saved.keys() - wanted.keys()), "it has {}{}, which this config does not"),
+    ):
+        if names:
+            more = f" (and {len(names) - 1} more)" if len(names) > 1 else ""
+            raise CheckpointMismatchError(
+                f"the checkpoint at {path} is of another model: {what.format(names[0], more)}"
+                + advice
+            )
+
+
+def _name(path) -> str:
+    """'params/encoder/layers/attention/query/kernel' for the state's and the metadata's own
+    key types (attributes, dict keys, sequence indices) alike."""
+    return "/".join(str(getattr(k, "key", getattr(k, "name", getattr(k, "idx", k)))) for k in path)
 
 
 def abstract_with_shardings(tree, shardings):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import ml_collections
@@ -53,7 +53,12 @@ def default_config() -> ml_collections.ConfigDict:
     cfg.train.seed = 0
     cfg.train.grad_accum = 1
     cfg.train.profile_steps = ""  # "START:END" writes a jax.profiler trace to WORKDIR/profile
-    cfg.train.halt_on_nan = True  # a non-finite step stops the run (its update is always skipped)
+    # A step whose loss or gradient norm is not finite skips its update; this many in a row stop
+    # the run with an error, leaving the last checkpoint (0: never stop).
+    cfg.train.max_bad_steps = 5
+    # When no checkpoint in WORKDIR/checkpoints can be restored: False stops with an error
+    # (nothing is silently thrown away), True starts again from step 0.
+    cfg.train.allow_fresh_start = False
     # Regular expression on parameter paths ("encoder/layers/cross_attention/query/kernel"):
     # only matching parameters are updated; "" trains all. A schedule stage may override it.
     cfg.train.trainable = ""
@@ -82,7 +87,8 @@ def default_config() -> ml_collections.ConfigDict:
     cfg.data.batch_size = 32  # global, in sequences, per objective and step
     cfg.data.mono_alpha = 0.3
     cfg.data.parallel_alpha = 0.3
-    cfg.data.strict = False  # bad lines raise instead of being skipped and counted
+    # Bad lines (and files with no usable line) raise instead of being skipped and counted.
+    cfg.data.strict = False
     cfg.data.max_line_bytes = 1_000_000
     cfg.data.pack = True  # several segments (or pairs) per row, attention confined to each
     cfg.data.mono_mask_rate = 0.15
@@ -230,6 +236,7 @@ _RANGES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "train.log_every": (_positive, "must be > 0"),
     "train.checkpoint_every": (_positive, "must be > 0"),
     "train.keep_checkpoints": (_positive, "must be > 0"),
+    "train.max_bad_steps": (lambda v: v >= 0, "must be >= 0 (0: never stop)"),
     "train.grad_accum": (_positive, "must be > 0"),
     "data.max_length": (lambda v: v >= 8, "must be >= 8"),
     "data.batch_size": (_positive, "must be > 0"),
@@ -404,6 +411,21 @@ def validate(cfg: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
             f"expected 'START:END' with START < END, got {cfg.train.profile_steps!r}",
         )
     return cfg
+
+
+def check_batch_divides(cfg: ml_collections.ConfigDict, mesh_shape: Mapping[str, int]) -> None:
+    """Every stream's micro-batch (batch_size / grad_accum rows) splits evenly over the
+    data-parallel devices (data × fsdp): checked once the mesh is known, before compiling."""
+    parallel = mesh_shape["data"] * mesh_shape["fsdp"]
+    for name, key, _, batch in _stream_shapes(cfg):
+        micro = batch // cfg.train.grad_accum
+        _check(
+            micro % parallel == 0,
+            key + "batch_size",
+            f"{batch} ({name}) / train.grad_accum={cfg.train.grad_accum} = {micro} rows per "
+            f"micro-batch, not divisible by the data-parallel size mesh.data × mesh.fsdp = "
+            f"{mesh_shape['data']} × {mesh_shape['fsdp']} = {parallel}",
+        )
 
 
 def _stream_shapes(cfg: ml_collections.ConfigDict):

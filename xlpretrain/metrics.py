@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import logging
 import os
 from collections.abc import Mapping
 
@@ -11,18 +12,27 @@ import jax
 import numpy as np
 from tensorboardX import SummaryWriter
 
+log = logging.getLogger("xlpretrain")
+
 
 class MetricsWriter:
     """Appends one JSON object per logged step and mirrors scalars to TensorBoard.
 
-    Only process 0 writes, so a multi-host run produces one file.
+    Only process 0 writes, so a multi-host run produces one file. A run starting at
+    ``resume_step`` (0 when there is no checkpoint) first drops the records of later steps —
+    written by a run that was killed before it checkpointed them, and about to be written
+    again — and a line torn by the kill, so ``metrics.jsonl`` holds each step once;
+    TensorBoard purges them likewise.
     """
 
-    def __init__(self, workdir: str | os.PathLike):
+    def __init__(self, workdir: str | os.PathLike, resume_step: int = 0):
         self.enabled = jax.process_index() == 0
         if self.enabled:
-            self._jsonl = open(os.path.join(workdir, "metrics.jsonl"), "a")  # noqa: SIM115
-            self._tb = SummaryWriter(os.path.join(workdir, "tb"))
+            path = os.path.join(workdir, "metrics.jsonl")
+            if os.path.exists(path):
+                _truncate_after(path, resume_step)
+            self._jsonl = open(path, "a")  # noqa: SIM115
+            self._tb = SummaryWriter(os.path.join(workdir, "tb"), purge_step=resume_step + 1)
 
     def write(self, step: int, scalars: Mapping[str, float]) -> None:
         if not self.enabled:
@@ -39,6 +49,31 @@ class MetricsWriter:
         if self.enabled:
             self._jsonl.close()
             self._tb.close()
+
+
+def _truncate_after(path: str, step: int) -> None:
+    """Rewrites ``path`` without records after ``step`` or lines that do not parse."""
+    kept, dropped = [], 0
+    with open(path) as f:
+        for line in f:
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                dropped += 1
+                continue
+            if record["step"] <= step:
+                kept.append(line)
+            else:
+                dropped += 1
+    if dropped:
+        log.info(
+            "metrics.jsonl: dropped %d record(s) after step %d, from an interrupted run",
+            dropped,
+            step,
+        )
+        with open(path + ".tmp", "w") as f:
+            f.writelines(kept)
+        os.replace(path + ".tmp", path)
 
 
 def _plain(value) -> float:

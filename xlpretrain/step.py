@@ -103,7 +103,8 @@ def make_train_step(
         new_params = optax.apply_updates(state.params, updates)
         grad_norm = optax.tree.norm(grads)
         finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
-        # A non-finite step leaves the state untouched; the host halts on the flag.
+        # A non-finite step leaves the state untouched; the host counts the flag
+        # (divergence.BadStepGuard).
         keep = lambda new, old: jnp.where(finite, new, old)  # noqa: E731
         new_state = state.replace(
             step=state.step + 1,

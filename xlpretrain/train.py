@@ -12,11 +12,11 @@ import dataclasses
 import json
 import logging
 import os
+import shutil
 import sys
 import time
 
 import jax
-import jax.numpy as jnp
 import ml_collections
 import numpy as np
 from absl import app, flags
@@ -26,7 +26,13 @@ from ml_collections import config_flags
 from xlpretrain import distributed, warm_start
 from xlpretrain import objectives as objectives_lib
 from xlpretrain.checkpoint import Checkpointer, CheckpointError, abstract_with_shardings
-from xlpretrain.config import ConfigError, stage_index, stages, validate
+from xlpretrain.config import (
+    ConfigError,
+    check_batch_divides,
+    stage_index,
+    stages,
+    validate,
+)
 from xlpretrain.convert import folder as convert_folder
 from xlpretrain.data import demo_corpus
 from xlpretrain.data.pipeline import (
@@ -39,7 +45,9 @@ from xlpretrain.data.pipeline import (
 )
 from xlpretrain.data.sampling import format_sampling_table
 from xlpretrain.data.sources import MonolingualSource, ParallelSource, format_stats
+from xlpretrain.divergence import BadStepGuard, DivergenceError
 from xlpretrain.metrics import MetricsWriter, progress_line
+from xlpretrain.preemption import PreemptionWatch
 from xlpretrain.sharding import global_batch, make_mesh
 from xlpretrain.step import Training, TrainState, setup_training
 from xlpretrain.tokenizer import Tokenizer, train_tokenizer
@@ -87,7 +95,7 @@ def load_corpus(cfg: ml_collections.ConfigDict, kinds: set[str]) -> Corpus:
         else:
             raise ConfigError("config key 'data.mono_dir': an objective needs monolingual data")
         for line in format_stats(mono.stats):
-            log.info("mono data: %s", line)
+            _log_data_line("mono", line)
     if PARALLEL in kinds:
         if parallel_tfds.name:
             from xlpretrain.data.tfds_source import TfdsParallelSource  # optional extra
@@ -107,8 +115,57 @@ def load_corpus(cfg: ml_collections.ConfigDict, kinds: set[str]) -> Corpus:
         else:
             raise ConfigError("config key 'data.parallel_dir': an objective needs parallel data")
         for line in format_stats(parallel.stats):
-            log.info("parallel data: %s", line)
+            _log_data_line("parallel", line)
     return Corpus(mono, parallel, language_vocabulary(mono, parallel))
+
+
+class WorkdirError(OSError):
+    """The workdir cannot hold the run's outputs."""
+
+
+def check_workdir(workdir: str) -> None:
+    """Creates ``workdir`` and writes a file there, so a read-only or missing disk stops the
+    run now, not at its first checkpoint."""
+    probe = os.path.join(workdir, f".write-test-{jax.process_index()}")
+    try:
+        os.makedirs(workdir, exist_ok=True)
+        with open(probe, "wb") as f:
+            f.write(b"\0" * 4096)
+            f.flush()
+            os.fsync(f.fileno())
+        os.remove(probe)
+    except OSError as error:
+        raise WorkdirError(
+            f"workdir {workdir} is not writable: {error.strerror or error}; checkpoints, "
+            "metrics and logs go there"
+        ) from error
+
+
+def check_free_space(workdir: str, state, keep: int) -> None:
+    """One checkpoint is the train state's bytes; Orbax holds ``keep`` of them and writes the
+    next beside them before deleting the oldest. Stops a run that could not save its first."""
+    one = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(state))
+    free = shutil.disk_usage(workdir).free
+    if free < one:
+        raise WorkdirError(
+            f"workdir {workdir}: {free / 2**20:.1f} MiB free, but one checkpoint of this "
+            f"model takes {one / 2**20:.1f} MiB (train.keep_checkpoints={keep} take "
+            f"{(keep + 1) * one / 2**20:.1f} MiB)"
+        )
+    if free < (keep + 1) * one:
+        log.warning(
+            "workdir %s: %.1f MiB free; train.keep_checkpoints=%d checkpoints of %.1f MiB "
+            "will not fit",
+            workdir,
+            free / 2**20,
+            keep,
+            one / 2**20,
+        )
+
+
+def _log_data_line(kind: str, line: str) -> None:
+    """A file left out of the corpus is a warning; the rest of the data report is info."""
+    (log.warning if ": no usable lines" in line else log.info)("%s data: %s", kind, line)
 
 
 def _check_languages(workdir: str, languages: list[str]) -> None:
@@ -197,7 +254,9 @@ def build(
     """Validates `cfg` and builds the run on `devices` (default: all)."""
     validate(cfg)
     workdir = os.path.abspath(workdir)
-    os.makedirs(workdir, exist_ok=True)
+    check_workdir(workdir)
+    mesh = make_mesh(cfg.mesh.data, cfg.mesh.fsdp, cfg.mesh.tensor, devices)
+    check_batch_divides(cfg, mesh.shape)
     active = {n: objectives_lib.get(n) for stage in stages(cfg) for n in stage.weights}
     corpus = load_corpus(cfg, input_sources(cfg))
     _check_languages(workdir, corpus.languages)
@@ -217,8 +276,8 @@ def build(
             f.write(cfg.to_json_best_effort(indent=2))
 
     model, init_params = objectives_lib.build_model(cfg, active, len(corpus.languages))
-    mesh = make_mesh(cfg.mesh.data, cfg.mesh.fsdp, cfg.mesh.tensor, devices)
     training = setup_training(cfg, model, init_params, mesh, active)
+    check_free_space(workdir, training.state, cfg.train.keep_checkpoints)
     if pretrained is not None:
         fresh = jax.device_get(training.state.params)
         params, _, _ = warm_start.merge(fresh, model.config, pretrained, cfg.init.checkpoint)
@@ -284,7 +343,8 @@ def _profile_window(spec: str) -> tuple[int, int] | None:
 
 
 def run(trainer: Trainer) -> TrainState:
-    """Trains from the latest checkpoint (or step 0) to `train.stop_at` or `train.steps`."""
+    """Trains from the newest readable checkpoint (or step 0) to `train.stop_at` or
+    `train.steps`; stops early, with a checkpoint, on a preemption notice (SIGTERM)."""
     cfg, workdir = trainer.cfg, trainer.workdir
     end_step = cfg.train.stop_at if cfg.train.stop_at > 0 else cfg.train.steps
     dataset = make_dataset(
@@ -295,72 +355,80 @@ def run(trainer: Trainer) -> TrainState:
     )
     iterator = iter(dataset)
     training = trainer.training
-    state = training.state
-    start_step = trainer.checkpointer.latest_step()
-    if start_step is not None:
-        log.info("resuming from %s/%d", trainer.checkpointer.directory, start_step)
+    checkpointer = trainer.checkpointer
+    state, start_step = training.state, 0
+    if checkpointer.latest_step() is not None:
         abstract = abstract_with_shardings(state, training.state_shardings)
-        state = trainer.checkpointer.restore(start_step, abstract, iterator)
-    else:
-        start_step = 0
+        restored = checkpointer.restore_latest(
+            abstract, iterator, allow_fresh_start=cfg.train.allow_fresh_start
+        )
+        if restored is None:  # every checkpoint failed; the iterator may be half-restored
+            iterator = iter(dataset)
+        else:
+            state, start_step = restored
+            log.info("resumed from %s/%d", checkpointer.directory, start_step)
     if start_step >= end_step:
         log.info("nothing to do: the latest checkpoint is at step %d", start_step)
         return state
 
-    writer = MetricsWriter(workdir)
+    writer = MetricsWriter(workdir, resume_step=start_step)
     profile = _profile_window(cfg.train.profile_steps)
-    nonfinite = jnp.zeros((), jnp.int32)  # skipped (non-finite) steps, counted on device
+    guard = BadStepGuard(cfg.train.max_bad_steps)
     tokens_since_log, last_log_time, first_log_time = 0, time.perf_counter(), None
     last_saved = start_step
     try:
-        for step in range(start_step + 1, end_step + 1):
-            if profile and step == profile[0]:
-                jax.profiler.start_trace(os.path.join(workdir, "profile"))
-            local = next(iterator)
-            tokens_since_log += jax.process_count() * sum(
-                int(np.count_nonzero(b["segment_ids"])) for b in local.values()
-            )
-            stage = stage_index(training.stages, step)
-            step_fn = training.step_fns[stage]
-            state, metrics = step_fn(state, global_batch(local, training.batch_sharding))
-            nonfinite = nonfinite + (1 - metrics["finite"].astype(jnp.int32))
-            if profile and step == profile[1] - 1:
-                jax.block_until_ready(state)
-                jax.profiler.stop_trace()
-            if step % cfg.train.log_every == 0 or step == end_step:
-                scalars = {k: float(v) for k, v in jax.device_get(metrics).items()}
-                skipped = int(nonfinite)
-                if skipped:
-                    message = (
-                        f"non-finite loss or gradient in {skipped} step(s) up to step {step} "
-                        f"(loss={scalars['loss']}); those updates were skipped"
+        with PreemptionWatch(checkpointer.manager) as preemption:
+            for step in range(start_step + 1, end_step + 1):
+                if profile and step == profile[0]:
+                    jax.profiler.start_trace(os.path.join(workdir, "profile"))
+                local = next(iterator)
+                tokens_since_log += jax.process_count() * sum(
+                    int(np.count_nonzero(b["segment_ids"])) for b in local.values()
+                )
+                stage = stage_index(training.stages, step)
+                step_fn = training.step_fns[stage]
+                state, metrics = step_fn(state, global_batch(local, training.batch_sharding))
+                guard.observe(step, metrics)
+                if profile and step == profile[1] - 1:
+                    jax.block_until_ready(state)
+                    jax.profiler.stop_trace()
+                preempted = preemption.reached(step)
+                if step % cfg.train.log_every == 0 or step == end_step or preempted:
+                    guard.flush()
+                    scalars = {k: float(v) for k, v in jax.device_get(metrics).items()}
+                    scalars["skipped_steps"] = guard.total
+                    now = time.perf_counter()
+                    scalars["tokens_per_s"] = tokens_since_log / max(now - last_log_time, 1e-9)
+                    scalars.pop("finite")
+                    if len(training.stages) > 1:
+                        scalars["stage"] = stage
+                    writer.write(step, scalars)
+                    if first_log_time is None:
+                        first_log_time, first_log_step = now, step
+                        seconds_left = 0.0
+                    else:
+                        rate = (now - first_log_time) / (step - first_log_step)
+                        seconds_left = rate * (end_step - step)
+                    log.info("%s", progress_line(step, end_step, scalars, seconds_left))
+                    tokens_since_log, last_log_time = 0, now
+                if step % cfg.train.checkpoint_every == 0 or step == end_step or preempted:
+                    guard.flush()  # never checkpoint past the step that ends the run
+                    checkpointer.save(step, state, iterator)
+                    last_saved = step
+                if preempted:
+                    log.warning(
+                        "preempted: stopped after step %d with a checkpoint; run the same "
+                        "command to resume",
+                        step,
                     )
-                    if cfg.train.halt_on_nan:
-                        raise FloatingPointError(
-                            f"{message} and no checkpoint holds them; last checkpoint: step "
-                            f"{last_saved} in {trainer.checkpointer.directory}"
-                        )
-                    log.warning("%s; continuing (train.halt_on_nan=False)", message)
-                scalars["skipped_steps"] = skipped
-                now = time.perf_counter()
-                scalars["tokens_per_s"] = tokens_since_log / max(now - last_log_time, 1e-9)
-                scalars.pop("finite")
-                if len(training.stages) > 1:
-                    scalars["stage"] = stage
-                writer.write(step, scalars)
-                if first_log_time is None:
-                    first_log_time, first_log_step = now, step
-                    seconds_left = 0.0
-                else:
-                    rate = (now - first_log_time) / (step - first_log_step)
-                    seconds_left = rate * (end_step - step)
-                log.info("%s", progress_line(step, end_step, scalars, seconds_left))
-                tokens_since_log, last_log_time = 0, now
-            if step % cfg.train.checkpoint_every == 0 or step == end_step:
-                trainer.checkpointer.save(step, state, iterator)
-                last_saved = step
+                    break
+            guard.flush()
+    except DivergenceError as error:
+        raise DivergenceError(
+            f"{error}. The last checkpoint is step {last_saved} in {checkpointer.directory}"
+        ) from None
     finally:
-        trainer.checkpointer.wait()
+        checkpointer.wait()
         writer.close()
     return state
 
@@ -374,8 +442,12 @@ def main(argv: list[str]) -> None:
     if FLAGS.distributed:
         distributed.initialize()
     cfg = FLAGS.config
-    workdir = FLAGS.workdir
-    os.makedirs(workdir, exist_ok=True)
+    workdir = os.path.abspath(FLAGS.workdir)
+    try:
+        check_workdir(workdir)
+    except WorkdirError as error:
+        log.error("%s", error)
+        sys.exit(1)
     if jax.process_index() == 0:  # one log per run; other processes report only problems
         handler = logging.FileHandler(os.path.join(workdir, "train.log"))
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
@@ -391,6 +463,7 @@ def main(argv: list[str]) -> None:
         FileNotFoundError,
         ValueError,
         FloatingPointError,
+        WorkdirError,
     ) as error:
         log.error("%s: %s", type(error).__name__, error)
         sys.exit(1)
