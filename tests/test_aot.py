@@ -1,6 +1,7 @@
 """Ahead-of-time sizing compiles the step for a mesh without allocating it, and its accounting
 follows the shardings."""
 
+import importlib.util
 import json
 import math
 import subprocess
@@ -8,6 +9,7 @@ import sys
 
 import jax
 import numpy as np
+import pytest
 
 from xlpretrain import aot
 from xlpretrain.config import default_config
@@ -53,3 +55,33 @@ def test_cli_sizes_a_mesh_larger_than_this_process_has():
     report = json.loads(result.stdout.strip().splitlines()[-1])
     assert report["devices"] == 16 and report["mesh"] == {"data": 2, "fsdp": 8, "tensor": 1}
     assert report["peak_gib"] > 0
+
+
+def aot_cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "xlpretrain.aot", "--config", "configs/xlmr.py:tiny", *args],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("libtpu") is None, reason="needs libtpu (pip install -e '.[tpu]')"
+)
+def test_cli_compiles_for_a_tpu_topology_without_a_tpu():
+    """XLA:TPU compiles the step on this host; no TPU is touched."""
+    result = aot_cli("--topology", "v5p:2x2x2", "--mesh", "1,-1,1", "--json")
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+    assert report["devices"] == 8 and report["device_kind"].startswith("TPU")
+    assert report["mesh"] == {"data": 1, "fsdp": 8, "tensor": 1}
+    assert report["note"].startswith("compiled by XLA:TPU") and report["peak_gib"] > 0
+    bad = aot_cli("--topology", "v5p:3x3x3x3", "--mesh", "1,-1,1")
+    assert bad.returncode == 2 and "--topology v5p:3x3x3x3: no TPU topology" in bad.stderr
+
+
+@pytest.mark.skipif(importlib.util.find_spec("libtpu") is not None, reason="libtpu installed")
+def test_cli_topology_without_libtpu_says_what_to_install():
+    result = aot_cli("--topology", "v5p:2x2x2")
+    assert result.returncode == 2
+    assert "--topology v5p:2x2x2: no TPU topology" in result.stderr
+    assert "pip install -e '.[tpu]'" in result.stderr

@@ -1,12 +1,16 @@
-"""Ahead-of-time sizing: `python -m xlpretrain.aot --config configs/X.py --devices N
-[--mesh DATA,FSDP,TENSOR] [--json]`.
+"""Ahead-of-time sizing: `python -m xlpretrain.aot --config configs/X.py
+(--devices N | --topology v5p:4x4x4) [--mesh DATA,FSDP,TENSOR] [--json]`.
 
-Compiles the config's train step (its last stage) for an N-device mesh without that hardware —
-N fake CPU devices, the state and batch abstract (`setup_training(materialize=False)`), nothing
-allocated — and reports per-device memory: parameters and optimizer state (from their
-shardings), and XLA's own account of the compiled program (arguments, outputs, temporaries:
-activations and workspace). The program is XLA:CPU's, so fusion and layouts differ from a GPU's
-or TPU's: the numbers size a mesh, they do not replace a run on the device.
+Compiles the config's train step (its last stage) for a mesh without that hardware — the state
+and batch abstract (`setup_training(materialize=False)`), nothing allocated — and reports
+per-device memory: parameters and optimizer state (from their shardings), and XLA's own account
+of the compiled program (arguments, outputs, temporaries: activations and workspace).
+
+- `--devices N`: N fake CPU devices. The program is XLA:CPU's, so fusion and layouts differ from
+  a GPU's or TPU's: the numbers size a mesh, they do not replace a run on the device.
+- `--topology NAME`: a Cloud TPU slice (`jax.experimental.topologies`, e.g. `v5p:2x2x2` is 8
+  chips, `v4:2x2x2`), compiled by XLA:TPU itself on this host, which needs only `libtpu`
+  (`pip install -e ".[tpu]"`), not a TPU; attention `auto` then compiles the splash kernel.
 """
 
 from __future__ import annotations
@@ -41,34 +45,55 @@ def _shard_bytes(tree) -> int:
     return total
 
 
-def size_step(cfg, devices: int) -> dict:
-    """Per-device memory of the config's train step compiled for `devices` devices."""
+def topology_devices(name: str) -> list:
+    """The devices of TPU topology ``name`` (e.g. "v5p:2x2x2"), for compiling, not running."""
+    from jax.experimental import topologies
+
+    try:
+        return list(topologies.get_topology_desc(topology_name=name, platform="tpu").devices)
+    except Exception as error:  # noqa: BLE001 - a missing plugin and a bad name both land here
+        raise ValueError(
+            f"--topology {name}: no TPU topology ({type(error).__name__}: {error}); it needs "
+            "libtpu (pip install -e '.[tpu]') and a name like v5p:2x2x2 or v4:2x2x2"
+        ) from error
+
+
+def size_step(cfg, devices: int | list) -> dict:
+    """Per-device memory of the config's train step compiled for `devices`: a number of fake
+    CPU devices, or the devices of a TPU topology (`topology_devices`)."""
     import jax
 
     from xlpretrain import bench
     from xlpretrain import objectives as objectives_lib
     from xlpretrain.config import stages, validate
+    from xlpretrain.model import kernels
     from xlpretrain.sharding import make_mesh
     from xlpretrain.step import setup_training
 
     validate(cfg)
-    if jax.device_count() < devices:
-        raise ValueError(f"--devices {devices}: only {jax.device_count()} devices are visible")
+    if isinstance(devices, int):
+        if jax.device_count() < devices:
+            raise ValueError(f"--devices {devices}: only {jax.device_count()} devices are visible")
+        devices = jax.devices()[:devices]
+    platform = devices[0].platform
     run_stages = stages(cfg)
     everything = {n: objectives_lib.get(n) for stage in run_stages for n in stage.weights}
     model, init_params = objectives_lib.build_model(cfg, everything, num_languages=8)
-    mesh = make_mesh(cfg.mesh.data, cfg.mesh.fsdp, cfg.mesh.tensor, jax.devices()[:devices])
-    training = setup_training(cfg, model, init_params, mesh, everything, materialize=False)
-    batch = bench.abstract_step_batch(cfg, run_stages[-1].weights, training.batch_sharding)
-    compiled = training.step_fns[-1].lower(training.state, batch).compile()
+    mesh = make_mesh(cfg.mesh.data, cfg.mesh.fsdp, cfg.mesh.tensor, devices)
+    with kernels.compiling_for(platform):
+        training = setup_training(cfg, model, init_params, mesh, everything, materialize=False)
+        batch = bench.abstract_step_batch(cfg, run_stages[-1].weights, training.batch_sharding)
+        compiled = training.step_fns[-1].lower(training.state, batch).compile()
     analysis = compiled.memory_analysis()
     arguments = analysis.argument_size_in_bytes
     outputs = analysis.output_size_in_bytes
     aliased = analysis.alias_size_in_bytes
     temp = analysis.temp_size_in_bytes
     peak = arguments + outputs - aliased + temp
+    kind = getattr(devices[0], "device_kind", platform)
     return {
-        "devices": devices,
+        "devices": len(devices),
+        "device_kind": kind,
         "mesh": dict(mesh.shape),
         "objectives": sorted(run_stages[-1].weights),
         "parameters_gib": _shard_bytes(training.state.params) / GIB,
@@ -79,14 +104,17 @@ def size_step(cfg, devices: int) -> dict:
         "outputs_not_donated_gib": (outputs - aliased) / GIB,
         "peak_gib": peak / GIB,
         "fits": {name: peak / GIB <= memory for name, memory in DEVICE_MEMORY_GIB.items()},
-        "note": "XLA:CPU program on fake devices; a GPU/TPU compile differs in fusion and layout",
+        "note": f"compiled by XLA:TPU for {kind}"
+        if platform == "tpu"
+        else "XLA:CPU program on fake devices; a GPU/TPU compile differs in fusion and layout",
     }
 
 
 def format_report(report: dict) -> str:
     mesh = " × ".join(f"{axis}={size}" for axis, size in report["mesh"].items())
     lines = [
-        f"{report['devices']} devices, mesh {mesh}, objectives {', '.join(report['objectives'])}",
+        f"{report['devices']} devices ({report['device_kind']}), mesh {mesh}, objectives "
+        f"{', '.join(report['objectives'])}",
         f"per device: parameters {report['parameters_gib']:.2f} GiB, optimizer state "
         f"{report['optimizer_gib']:.2f} GiB, batch {report['batch_gib']:.3f} GiB",
         f"compiled step: arguments {report['arguments_gib']:.2f} GiB + temporaries "
@@ -101,15 +129,22 @@ def format_report(report: dict) -> str:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m xlpretrain.aot", description=__doc__)
     parser.add_argument("--config", required=True, help="configs/NAME.py[:ARG]")
-    parser.add_argument("--devices", type=int, required=True, help="devices of the target mesh")
+    target = parser.add_mutually_exclusive_group(required=True)
+    target.add_argument("--devices", type=int, help="fake CPU devices of the target mesh")
+    target.add_argument("--topology", help="TPU topology to compile for, e.g. v5p:2x2x2")
     parser.add_argument("--mesh", help="DATA,FSDP,TENSOR (one may be -1); default: the config's")
     parser.add_argument("--json", action="store_true")
     args, overrides = parser.parse_known_args(argv)
-    # Before JAX starts its CPU backend: that many fake devices, and no accelerator.
-    os.environ["XLA_FLAGS"] = (
-        os.environ.get("XLA_FLAGS", "") + f" --xla_force_host_platform_device_count={args.devices}"
-    )
+    # Before JAX starts: this host's accelerators are not the target; the CPU backend is the
+    # default (with N fake devices for --devices), a TPU topology is compiled for by libtpu.
+    if args.devices:
+        os.environ["XLA_FLAGS"] = (
+            os.environ.get("XLA_FLAGS", "")
+            + f" --xla_force_host_platform_device_count={args.devices}"
+        )
     os.environ["JAX_PLATFORMS"] = "cpu"
+    # Compiling touches no TPU, so two sizing runs (or one beside a test) may share libtpu.
+    os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
     from absl import flags
     from ml_collections import config_flags
 
@@ -118,7 +153,10 @@ def main(argv: list[str] | None = None) -> None:
     cfg = flags.FLAGS.config
     if args.mesh:
         cfg.mesh.data, cfg.mesh.fsdp, cfg.mesh.tensor = (int(x) for x in args.mesh.split(","))
-    report = size_step(cfg, args.devices)
+    try:
+        report = size_step(cfg, topology_devices(args.topology) if args.topology else args.devices)
+    except ValueError as error:
+        parser.exit(2, f"python -m xlpretrain.aot: {error}\n")
     print(json.dumps(report) if args.json else format_report(report))
 
 

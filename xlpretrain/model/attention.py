@@ -27,7 +27,7 @@ import jax.numpy as jnp
 from jax.sharding import PartitionSpec
 
 from xlpretrain import masks
-from xlpretrain.model import relative_position
+from xlpretrain.model import kernels, relative_position
 from xlpretrain.model.config import ModelConfig
 from xlpretrain.model.kernels import flash, splash
 from xlpretrain.model.relative_position import RelativeBias
@@ -42,7 +42,7 @@ def resolve_impl(impl: str, backend: str | None = None) -> str:
     in interpret mode: a checker, not a fast path)."""
     if impl != "auto":
         return impl
-    return {"gpu": "pallas", "tpu": "splash"}.get(backend or jax.default_backend(), "xla")
+    return {"gpu": "pallas", "tpu": "splash"}.get(backend or kernels.platform(), "xla")
 
 
 @functools.cache
@@ -80,7 +80,7 @@ def dot_product_attention(
         _log_fallback(getattr(mask_fn, "__name__", repr(mask_fn)), reason)
         impl = "xla"
     if impl == "pallas":
-        if jax.default_backend() == "tpu":
+        if kernels.platform() == "tpu":
             raise ValueError(
                 "attention_impl='pallas' is the Triton kernel (GPU, or interpret mode on CPU); "
                 "on TPU use attention_impl='splash' or 'auto'"
@@ -92,7 +92,7 @@ def dot_product_attention(
     if bias is not None:
         dense_bias = bias.materialize(q_meta["positions"], k_meta["positions"])
     if impl == "cudnn":
-        if jax.default_backend() != "gpu":
+        if kernels.platform() != "gpu":
             raise ValueError("attention_impl='cudnn' needs a GPU; use attention_impl='xla'")
         if q.dtype not in (jnp.bfloat16, jnp.float16):
             raise ValueError(f"attention_impl='cudnn' needs bfloat16/float16 inputs, got {q.dtype}")

@@ -28,6 +28,7 @@ from jax import lax
 from jax.experimental import pallas as pl
 
 from xlpretrain import masks
+from xlpretrain.model import kernels
 from xlpretrain.model.kernels.block_mask import EMPTY, FULL, classify_tiles, pad_meta
 from xlpretrain.model.relative_position import RelativeBias, relative_position_bucket
 
@@ -496,7 +497,7 @@ def attention(
         num_buckets=bias.num_buckets if bias is not None else 0,
         max_distance=bias.max_distance if bias is not None else 0,
         dropout_rate=float(dropout_rate),
-        interpret=jax.default_backend() == "cpu" if interpret is None else interpret,
+        interpret=kernels.platform() == "cpu" if interpret is None else interpret,
     )
     missing = [f for f in st.fields if f not in k_meta]
     if missing or (st.has_bias and "positions" not in st.fields):

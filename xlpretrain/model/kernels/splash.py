@@ -19,6 +19,7 @@ import jax
 import jax.numpy as jnp
 
 from xlpretrain import masks
+from xlpretrain.model import kernels
 
 SEGMENT_MASKS = (masks.mmlm, masks.tlm, masks.btmlm)  # same segment: SegmentIds, full mask
 BLOCK = 128  # splash tiles are multiples of the TPU's 128 lanes
@@ -74,7 +75,7 @@ def attention(
     ``interpret`` defaults to True off TPU (the kernel then runs in Pallas interpret mode)."""
     batch, length, heads, head_dim = q.shape
     if interpret is None:
-        interpret = jax.default_backend() != "tpu"
+        interpret = kernels.platform() != "tpu"
     from jax.experimental.pallas.ops.tpu.splash_attention.splash_attention_kernel import (
         SegmentIds,
     )
