@@ -75,6 +75,11 @@ def test_cli_compiles_for_a_tpu_topology_without_a_tpu():
     assert report["devices"] == 8 and report["device_kind"].startswith("TPU")
     assert report["mesh"] == {"data": 1, "fsdp": 8, "tensor": 1}
     assert report["note"].startswith("compiled by XLA:TPU") and report["peak_gib"] > 0
+    too_big = aot_cli("--topology", "v5p:2x2x2", "--mesh", "1,-1,1", "--json",
+                      "--config.data.batch_size=65536", "--config.data.max_length=510")  # fmt: skip
+    report = json.loads(too_big.stdout.strip().splitlines()[-1])
+    assert report["note"].startswith("XLA:TPU refused") and report["peak_gib"] > 95
+    assert not any(report["fits"].values())
     bad = aot_cli("--topology", "v5p:3x3x3x3", "--mesh", "1,-1,1")
     assert bad.returncode == 2 and "--topology v5p:3x3x3x3: no TPU topology" in bad.stderr
 

@@ -19,6 +19,7 @@ import argparse
 import json
 import math
 import os
+import re
 import sys
 
 GIB = 2**30
@@ -83,13 +84,22 @@ def size_step(cfg, devices: int | list) -> dict:
     with kernels.compiling_for(platform):
         training = setup_training(cfg, model, init_params, mesh, everything, materialize=False)
         batch = bench.abstract_step_batch(cfg, run_stages[-1].weights, training.batch_sharding)
-        compiled = training.step_fns[-1].lower(training.state, batch).compile()
-    analysis = compiled.memory_analysis()
-    arguments = analysis.argument_size_in_bytes
-    outputs = analysis.output_size_in_bytes
-    aliased = analysis.alias_size_in_bytes
-    temp = analysis.temp_size_in_bytes
-    peak = arguments + outputs - aliased + temp
+        lowered = training.step_fns[-1].lower(training.state, batch)
+        refused = False
+        try:
+            analysis = lowered.compile().memory_analysis()
+            arguments = analysis.argument_size_in_bytes
+            outputs_not_donated = analysis.output_size_in_bytes - analysis.alias_size_in_bytes
+            temp = analysis.temp_size_in_bytes
+        except jax.errors.JaxRuntimeError as error:
+            # XLA:TPU refuses a program larger than the chip, saying how much it needs.
+            needed = re.search(r"HLO temporaries \(([\d.]+)G\)", str(error))
+            if "RESOURCE_EXHAUSTED" not in str(error) or needed is None:
+                raise
+            temp, refused = float(needed.group(1)) * 1e9, True
+            arguments = _shard_bytes((training.state, batch))
+            outputs_not_donated = 0
+    peak = arguments + outputs_not_donated + temp
     kind = getattr(devices[0], "device_kind", platform)
     return {
         "devices": len(devices),
@@ -101,10 +111,12 @@ def size_step(cfg, devices: int | list) -> dict:
         "batch_gib": _shard_bytes(batch) / GIB,
         "arguments_gib": arguments / GIB,
         "temporaries_gib": temp / GIB,
-        "outputs_not_donated_gib": (outputs - aliased) / GIB,
+        "outputs_not_donated_gib": outputs_not_donated / GIB,
         "peak_gib": peak / GIB,
         "fits": {name: peak / GIB <= memory for name, memory in DEVICE_MEMORY_GIB.items()},
-        "note": f"compiled by XLA:TPU for {kind}"
+        "note": f"XLA:TPU refused to compile for {kind}: its temporaries exceed the chip's memory"
+        if refused
+        else f"compiled by XLA:TPU for {kind}"
         if platform == "tpu"
         else "XLA:CPU program on fake devices; a GPU/TPU compile differs in fusion and layout",
     }
