@@ -54,6 +54,9 @@ def get_config(arg: str = "base") -> ml_collections.ConfigDict:
         cfg.model.vocab_size = 250002
         cfg.model.dropout_rate = cfg.model.attention_dropout_rate = 0.1
         cfg.model.dtype = "bfloat16"
+        # Without remat, XLA:TPU needs 500+ GB per chip for large on a v5p-64 at grad_accum 4
+        # (python -m xlpretrain.aot --topology v5p:4x4x2); launch/README.md has the table.
+        cfg.model.remat = "full" if size == "large" else "none"
         cfg.train.steps = steps
         cfg.data.batch_size = 2048
         cfg.data.max_length = 512
