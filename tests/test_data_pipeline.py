@@ -148,6 +148,44 @@ def test_masking_rates_and_specials(tokenizer):
     np.testing.assert_allclose(shares, [0.8, 0.1, 0.1], atol=0.03)
 
 
+@pytest.mark.parametrize("corruption", [(1.0, 0.0, 0.0), (0.0, 1.0, 0.0), (0.0, 0.0, 1.0)])
+def test_masking_follows_the_corruption_split(tokenizer, corruption):
+    length, vocab, mask_id = 512, tokenizer.vocab_size, tokenizer.mask_id
+    row = _plain_row(length, np.random.default_rng(0), vocab)
+    specials = tokenizer.special_ids()
+    new, original = [], []
+    for seed in range(10):
+        out = mask_row(
+            row,
+            np.random.default_rng(seed),
+            rate=0.15,
+            num_slots=77,
+            special_ids=specials,
+            mask_id=mask_id,
+            first_regular_id=4,
+            vocab_size=vocab,
+            corruption=corruption,
+        )
+        chosen = np.flatnonzero(out["is_masked"])
+        np.testing.assert_array_equal(out["labels"][chosen], row["input_ids"][chosen])
+        new.append(out["input_ids"][chosen])
+        original.append(row["input_ids"][chosen])
+    new, original = np.concatenate(new), np.concatenate(original)
+    if corruption[0] == 1.0:  # XLM-E's x^masked: every predicted token is <mask>
+        assert (new == mask_id).all()
+    elif corruption[1] == 1.0:  # regular ids only, almost never the original by chance
+        assert ((new >= 4) & (new < mask_id)).all()
+        assert (new == original).mean() < 0.02
+    else:
+        np.testing.assert_array_equal(new, original)
+
+
+@pytest.mark.parametrize("corruption", [(0.8, 0.1, 0.0), (1.1, -0.1, 0.0), (0.5, 0.5)])
+def test_stream_corruption_must_be_a_split(corruption):
+    with pytest.raises(ValueError, match="corruption"):
+        StreamSpec(MONO, 0.15, corruption=corruption)
+
+
 def _plain_row(length, rng, vocab):
     row = {k: np.zeros(length, t) for k, t in batch_lib.TOKEN_FIELDS.items()}
     row["input_ids"] = rng.integers(4, vocab - 1, size=length).astype(np.int32)

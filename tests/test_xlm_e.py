@@ -9,11 +9,15 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from xlpretrain import masks
+from xlpretrain import masks, objectives
 from xlpretrain.config import ConfigError, default_config, validate
+from xlpretrain.data.masking import BERT_CORRUPTION, MASK_ONLY
+from xlpretrain.data.pipeline import Corpus, StepBatchBuilder, language_vocabulary
+from xlpretrain.data.sources import MonolingualSource, ParallelSource
 from xlpretrain.model import ModelConfig
 from xlpretrain.model.electra import ElectraPretrainer, generator_config, init_electra_params
 from xlpretrain.objectives import electra
+from xlpretrain.tokenizer import Tokenizer
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "configs"))
 import xlm_e as xlm_e_configs  # noqa: E402
@@ -96,6 +100,41 @@ def test_padding_carries_no_discriminator_loss():
     np.testing.assert_allclose(float(metrics["loss/mrtd"]), float(metrics_junk["loss/mrtd"]),
                                rtol=1e-6)
     assert 0.0 <= float(metrics["replaced_rate/mrtd"]) <= 2 / 6
+
+
+def test_generator_slots_of_pipeline_rtd_batches_are_all_mask(udhr, udhr_tokenizer_path):
+    """XLM-E's x^masked replaces every token of M with [MASK]; MLM streams keep 80/10/10."""
+    cfg = default_config()
+    for name, objective in objectives.REGISTRY.items():
+        expected = MASK_ONLY if objective.model == "electra" else BERT_CORRUPTION
+        assert objective.stream(cfg).corruption == expected, name
+    tokenizer = Tokenizer.load(udhr_tokenizer_path)
+    mono = MonolingualSource.from_dir(udhr / "mono", languages=["007", "008", "009"])
+    parallel = ParallelSource.from_dir(udhr / "parallel", pairs=[("eng", "007")])
+    corpus = Corpus(mono, parallel, language_vocabulary(mono, parallel))
+    streams = {name: objectives.get(name).stream(cfg) for name in ("mrtd", "trtd", "mmlm")}
+    builder = StepBatchBuilder(corpus, tokenizer, streams, seed=0, batch_size=8, max_length=64,
+                               mono_alpha=0.3, parallel_alpha=0.3, pack=True,
+                               reset_positions=False)
+    shown = {"mask": 0, "random": 0, "kept": 0}
+    for step in range(12):
+        batches = builder.map(step)
+        for name in ("mrtd", "trtd"):
+            b = batches[name]
+            slots = b["pred_weights"] > 0
+            at_slots = np.take_along_axis(b["input_ids"], b["pred_positions"], axis=1)
+            assert slots.sum() > 0 and (at_slots[slots] == tokenizer.mask_id).all(), name
+            assert (b["pred_labels"][slots] != tokenizer.mask_id).all()  # labels: the originals
+            assert b["is_masked"].sum() == slots.sum()
+        b = batches["mmlm"]
+        slots = b["pred_weights"] > 0
+        new = np.take_along_axis(b["input_ids"], b["pred_positions"], axis=1)[slots]
+        is_mask, kept = new == tokenizer.mask_id, new == b["pred_labels"][slots]
+        shown["mask"] += is_mask.sum()
+        shown["kept"] += kept.sum()
+        shown["random"] += (~is_mask & ~kept).sum()
+    shares = np.array(list(shown.values())) / sum(shown.values())
+    np.testing.assert_allclose(shares, [0.8, 0.1, 0.1], atol=0.04)
 
 
 def test_rtd_does_not_mix_with_masked_lm_objectives():

@@ -1,6 +1,9 @@
-"""BERT-style masking (XLM, XLM-R): predict `rate` of the real tokens, 80% `<mask>` / 10%
-random / 10% kept. Special tokens and padding are never predicted, and random replacements are
-never special tokens, so the model cannot learn that `</s>` appears at random places.
+"""BERT-style masking: predict `rate` of the real tokens, each shown to the model as `<mask>`,
+a random token or itself by the stream's (mask, random, keep) split — 80/10/10 for the masked-LM
+objectives (XLM, XLM-R, ERNIE-M, VECO); all `<mask>` for XLM-E's generator, whose input x^masked
+replaces every token of M with `[MASK]`. Special tokens and padding are never predicted, and
+random replacements are never special tokens, so the model cannot learn that `</s>` appears at
+random places.
 """
 
 from __future__ import annotations
@@ -9,8 +12,18 @@ import numpy as np
 
 from xlpretrain.data.batch import Batch
 
-MASK_PROB = 0.8
-RANDOM_PROB = 0.1
+Corruption = tuple[float, float, float]  # shares of predicted tokens: (mask, random, keep)
+BERT_CORRUPTION: Corruption = (0.8, 0.1, 0.1)
+MASK_ONLY: Corruption = (1.0, 0.0, 0.0)
+
+
+def check_corruption(corruption: Corruption) -> None:
+    """Rejects a split that is not three shares summing to 1, which would silently bias how
+    often the model sees `<mask>`, a random token or the original."""
+    if len(corruption) != 3 or min(corruption) < 0 or abs(sum(corruption) - 1.0) > 1e-6:
+        raise ValueError(
+            f"corruption={corruption}: expected (mask, random, keep) shares ≥ 0 summing to 1"
+        )
 
 
 def mask_row(
@@ -23,11 +36,13 @@ def mask_row(
     mask_id: int,
     first_regular_id: int,
     vocab_size: int,
+    corruption: Corruption = BERT_CORRUPTION,
 ) -> Batch:
     """Masks one packed row in place-free fashion and adds its prediction slots.
 
     Exactly `round(rate · n)` of the row's n maskable tokens are predicted (at least one when
-    n > 0, at most `num_slots`), chosen uniformly without replacement.
+    n > 0, at most `num_slots`), chosen uniformly without replacement; each becomes `<mask>`,
+    a random regular token or stays, with the probabilities of `corruption`.
     """
     ids = row["input_ids"]
     maskable = (row["segment_ids"] > 0) & ~np.isin(ids, special_ids)
@@ -35,10 +50,11 @@ def mask_row(
     n_predict = min(num_slots, len(candidates), max(1, int(round(rate * len(candidates)))))
     chosen = np.sort(rng.choice(candidates, size=n_predict, replace=False))
 
+    mask_share, random_share, _ = corruption
     action = rng.random(n_predict)
     replacements = ids[chosen].copy()
-    to_mask = action < MASK_PROB
-    to_random = (action >= MASK_PROB) & (action < MASK_PROB + RANDOM_PROB)
+    to_mask = action < mask_share
+    to_random = (action >= mask_share) & (action < mask_share + random_share)
     replacements[to_mask] = mask_id
     # Regular pieces occupy [first_regular_id, mask_id); mask_id is the last id.
     replacements[to_random] = rng.integers(first_regular_id, vocab_size - 1, size=to_random.sum())

@@ -26,7 +26,7 @@ from xlpretrain.data.examples import (
     parallel_segment_pairs_row,
     translation_pair_row,
 )
-from xlpretrain.data.masking import mask_row
+from xlpretrain.data.masking import BERT_CORRUPTION, Corruption, check_corruption, mask_row
 from xlpretrain.data.sampling import language_probabilities
 from xlpretrain.data.sources import MonolingualSource, ParallelSource
 from xlpretrain.tokenizer import Tokenizer
@@ -49,6 +49,10 @@ class StreamSpec:
     mono_mask_rate: float = 0.15  # SEGMENT_PAIRS: the rate of monolingual rows
     max_length: int = 0  # this stream's row length; 0: the run's data.max_length
     batch_size: int = 0  # this stream's global rows per step; 0: the run's data.batch_size
+    corruption: Corruption = BERT_CORRUPTION  # predicted tokens: (<mask>, random, kept) shares
+
+    def __post_init__(self) -> None:
+        check_corruption(self.corruption)
 
     def sources(self) -> set[str]:
         """The corpora (MONO, PARALLEL) this stream reads."""
@@ -227,6 +231,7 @@ class StepBatchBuilder(grain.transforms.Map):
             mask_id=self.tokenizer.mask_id,
             first_regular_id=Tokenizer.UNK_ID + 1,
             vocab_size=self.tokenizer.vocab_size,
+            corruption=spec.corruption,
         )
         if name in self._placeholders:
             masked.update(placeholder_fields(unmasked, self._placeholders[name].max_per_row))

@@ -14,6 +14,7 @@ import flax.linen as nn
 import jax
 import ml_collections
 
+from xlpretrain.data.masking import MASK_ONLY
 from xlpretrain.data.pipeline import MONO, PARALLEL, SEGMENT_PAIRS, StreamSpec
 from xlpretrain.model.config import ModelConfig
 from xlpretrain.model.electra import ElectraPretrainer, generator_config, init_electra_params
@@ -84,15 +85,16 @@ REGISTRY: dict[str, Objective] = {
         ),
         lambda cfg: veco.make_veco("veco_mono", cfg.veco.variant),
     ),
+    # XLM-E's generator reads x^masked: every predicted token is `<mask>` (no 10% random/kept).
     "mrtd": Objective(
         "mrtd",
-        lambda cfg: StreamSpec(MONO, cfg.data.mono_mask_rate),
+        lambda cfg: StreamSpec(MONO, cfg.data.mono_mask_rate, corruption=MASK_ONLY),
         lambda cfg: electra.make_mrtd(cfg.xlm_e.disc_weight, cfg.xlm_e.temperature),
         model="electra",
     ),
     "trtd": Objective(
         "trtd",
-        lambda cfg: StreamSpec(PARALLEL, cfg.data.parallel_mask_rate),
+        lambda cfg: StreamSpec(PARALLEL, cfg.data.parallel_mask_rate, corruption=MASK_ONLY),
         lambda cfg: electra.make_trtd(cfg.xlm_e.disc_weight, cfg.xlm_e.temperature),
         model="electra",
     ),

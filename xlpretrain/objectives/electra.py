@@ -1,10 +1,11 @@
 """XLM-E (Chi et al., 2022): multilingual and translation replaced-token detection.
 
 The generator is trained with MLM (`mrtd`, monolingual rows) or TLM (`trtd`, translation
-pairs); replacements are sampled from its softmax by Gumbel-max at `temperature`, with no
-gradient through the sample; the discriminator labels every non-padding token original or
-replaced — a sample equal to the original counts as original — with a sigmoid cross-entropy
-averaged over those tokens. Total = L_G + λ·L_D.
+pairs) on x^masked: every predicted token is `<mask>`, as the paper builds it, not BERT's
+80/10/10 (the streams' `MASK_ONLY` corruption). Replacements are sampled from its softmax by
+Gumbel-max at `temperature`, with no gradient through the sample; the discriminator labels every
+non-padding token original or replaced — a sample equal to the original counts as original —
+with a sigmoid cross-entropy averaged over those tokens. Total = L_G + λ·L_D.
 """
 
 from __future__ import annotations
