@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 from absl import flags
@@ -433,3 +434,67 @@ def test_warm_start_from_a_converted_checkpoint(udhr, udhr_tokenizer_path, tmp_p
     cfg.init.checkpoint = str(tmp_path / "nowhere")
     with pytest.raises(ConfigError, match="init.checkpoint"):
         train.build(cfg, str(tmp_path / "third"), jax.devices()[:1])
+
+
+def test_first_update_after_unfreezing_is_a_fresh_adam_step():
+    """VECO's stages: some parameters alone for a long while, then everything. Adam's count is
+    shared, so without a restart a newly trainable weight's first update is bias-corrected as
+    if its moments were old: (1 - b1) / sqrt(1 - b2) ≈ 3 times a fresh step for b2 = 0.999.
+    With `restart_moments` it is exactly a fresh run's first update."""
+    import optax
+
+    from xlpretrain.optim import make_optimizer, restart_moments
+
+    cfg = default_config()
+    cfg.train.steps, cfg.optim.warmup_steps = 5000, 0
+    cfg.optim.b2, cfg.optim.weight_decay, cfg.optim.clip_norm = 0.999, 0.0, 0.0
+    params = {"cross": jnp.ones((4,)), "body": jnp.ones((4,))}
+    grads = {"cross": jnp.full((4,), 0.3), "body": jnp.full((4,), -0.2)}
+    first, joint = make_optimizer(cfg, "cross"), make_optimizer(cfg, "")
+
+    @jax.jit
+    def phase_one(state):
+        return jax.lax.fori_loop(0, 1000, lambda _, s: first.update(grads, s, params)[1], state)
+
+    old = phase_one(first.init(params))
+    stale, _ = joint.update(grads, old, params)
+    restarted, _ = joint.update(grads, restart_moments(old), params)
+    fresh, _ = make_optimizer(cfg, "").update(grads, joint.init(params), params)
+    rate = optax.tree.norm(fresh["body"]) / 2  # |update| = lr per element, 4 elements
+    np.testing.assert_allclose(restarted["body"], fresh["body"] * _lr_ratio(cfg, 1000), rtol=1e-5)
+    assert np.abs(restarted["body"]).max() <= rate * (1 + 1e-5)
+    assert np.abs(stale["body"]).max() > 2 * np.abs(restarted["body"]).max()  # the bug
+
+
+def _lr_ratio(cfg, step: int) -> float:
+    from xlpretrain.optim import learning_rate_schedule
+
+    schedule = learning_rate_schedule(cfg)
+    return float(schedule(step) / schedule(0))
+
+
+def test_training_restarts_adam_where_a_stage_unfreezes_parameters(
+    udhr, udhr_tokenizer_path, tmp_path
+):
+    """The loop applies the restart once, at the first step of a stage whose `trainable`
+    differs, and keeps the learning-rate schedule's count (no second warm-up)."""
+    import optax
+
+    cfg = tiny_config(udhr, udhr_tokenizer_path, train__stop_at=4)
+    cfg.objectives = {}
+    cfg.schedule = (
+        {"start_step": 0, "objectives": {"mmlm": 1.0}, "trainable": "lm_head"},
+        {"start_step": 3, "objectives": {"mmlm": 1.0}, "trainable": ""},
+    )
+    trainer = train.build(cfg, str(tmp_path), jax.devices()[:1])
+    try:
+        state = train.run(trainer)
+    finally:
+        trainer.checkpointer.close()
+
+    def counts(kind):
+        nodes = jax.tree.leaves(state.opt_state, is_leaf=lambda n: isinstance(n, kind))
+        return [int(n.count) for n in nodes if isinstance(n, kind)]
+
+    assert counts(optax.ScaleByAdamState) == [2]  # restarted before step 3, then steps 3-4
+    assert counts(optax.ScaleByScheduleState) == [4]

@@ -67,3 +67,28 @@ def make_optimizer(
     )
     clip = optax.clip_by_global_norm(cfg.optim.clip_norm) if cfg.optim.clip_norm > 0 else None
     return optax.chain(*[t for t in (freeze(trainable), clip, adamw) if t], freeze(trainable))
+
+
+def restart_moments(opt_state):
+    """Adam's moments and bias-correction count back to zero; everything else (the
+    learning-rate schedule's step) kept.
+
+    Needed where a stage starts training parameters an earlier stage froze (VECO: the
+    cross-attention alone, then everything): Adam's count is shared by all parameters, so
+    without a restart the newly trainable ones meet a bias correction of ~1 on moments that
+    hold one gradient, and their first update is up to (1 - b1) / sqrt(1 - b2) times a fresh
+    run's (3.2× for b2 = 0.999).
+    """
+
+    def restart(node):
+        if isinstance(node, optax.ScaleByAdamState):
+            return node._replace(
+                count=jax.numpy.zeros_like(node.count),
+                mu=jax.tree.map(jax.numpy.zeros_like, node.mu),
+                nu=jax.tree.map(jax.numpy.zeros_like, node.nu),
+            )
+        return node
+
+    return jax.tree.map(
+        restart, opt_state, is_leaf=lambda node: isinstance(node, optax.ScaleByAdamState)
+    )

@@ -21,7 +21,12 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from xlpretrain.config import ConfigError, Stage, stages
 from xlpretrain.objectives import LossFn, Objective
-from xlpretrain.optim import learning_rate_schedule, make_optimizer, trainable_mask
+from xlpretrain.optim import (
+    learning_rate_schedule,
+    make_optimizer,
+    restart_moments,
+    trainable_mask,
+)
 from xlpretrain.sharding import batch_sharding, logical_shardings, under_mesh
 
 Batches = dict[str, dict[str, jax.Array]]
@@ -131,6 +136,9 @@ class Training:
     batch_sharding: NamedSharding
     stages: list[Stage]
     step_fns: list[Callable[[TrainState, Batches], tuple[TrainState, dict[str, jax.Array]]]]
+    # Applied before the first step of a stage whose `trainable` differs from the previous
+    # stage's (optim.restart_moments).
+    restart_moments: Callable[[TrainState], TrainState]
 
 
 def setup_training(
@@ -209,4 +217,12 @@ def setup_training(
                 donate_argnums=0,
             )
         )
-    return Training(mesh, state, state_shardings, batch_sharding(mesh), run_stages, step_fns)
+    restart = jax.jit(
+        lambda state: state.replace(opt_state=restart_moments(state.opt_state)),
+        in_shardings=(state_shardings,),
+        out_shardings=state_shardings,
+        donate_argnums=0,
+    )
+    return Training(
+        mesh, state, state_shardings, batch_sharding(mesh), run_stages, step_fns, restart
+    )

@@ -342,6 +342,12 @@ def _profile_window(spec: str) -> tuple[int, int] | None:
     return int(start), int(end)
 
 
+def _starts_training_others(run_stages: list, step: int) -> bool:
+    """Whether ``step`` is the first of a stage that trains other parameters than the last."""
+    stage, before = stage_index(run_stages, step), stage_index(run_stages, step - 1)
+    return stage != before and run_stages[stage].trainable != run_stages[before].trainable
+
+
 def run(trainer: Trainer) -> TrainState:
     """Trains from the newest readable checkpoint (or step 0) to `train.stop_at` or
     `train.steps`; stops early, with a checkpoint, on a preemption notice (SIGTERM)."""
@@ -386,6 +392,9 @@ def run(trainer: Trainer) -> TrainState:
                     int(np.count_nonzero(b["segment_ids"])) for b in local.values()
                 )
                 stage = stage_index(training.stages, step)
+                if step > 1 and _starts_training_others(training.stages, step):
+                    log.info("stage %d trains other parameters: Adam's moments restart", stage)
+                    state = training.restart_moments(state)
                 step_fn = training.step_fns[stage]
                 state, metrics = step_fn(state, global_batch(local, training.batch_sharding))
                 guard.observe(step, metrics)
