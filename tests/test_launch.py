@@ -67,7 +67,7 @@ def test_two_processes_log_the_losses_of_one_and_resume(one_process, tmp_path):
     assert sorted(losses(tmp_path)) == [1, 2, 3]
     second = launch_local(tmp_path, tokenizer)
     assert second.returncode == 0, second.stdout[-3000:]
-    assert "resuming from" in second.stdout
+    assert "resumed from" in second.stdout
     resumed = losses(tmp_path)
     assert sorted(resumed) == list(range(1, STEPS + 1))
     for step in range(1, STEPS + 1):
