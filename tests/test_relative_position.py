@@ -26,7 +26,8 @@ def numpy_bucket(relative, num_buckets, max_distance):
     max_exact = half // 2
     with np.errstate(divide="ignore"):
         large = max_exact + (
-            np.log(np.maximum(n, 1) / max_exact) / np.log(max_distance / max_exact)
+            np.log(np.maximum(n, 1) / max_exact)
+            / np.log(max_distance / max_exact)
             * (half - max_exact)
         ).astype(np.int64)
     return out + np.where(n < max_exact, n, np.minimum(large, half - 1))
@@ -78,9 +79,18 @@ def test_gates_fixed_at_zero_reduce_to_the_bucketed_bias():
 @pytest.mark.parametrize("kind", ["bucketed", "gated"])
 @pytest.mark.parametrize("shared", [True, False])
 def test_model_with_relative_positions(kind, shared):
-    cfg = ModelConfig(vocab_size=30, hidden_size=16, num_layers=2, num_heads=2, mlp_dim=32,
-                      relative_position=kind, share_relative_table=shared,
-                      absolute_positions=False, num_buckets=8, max_distance=16)
+    cfg = ModelConfig(
+        vocab_size=30,
+        hidden_size=16,
+        num_layers=2,
+        num_heads=2,
+        mlp_dim=32,
+        relative_position=kind,
+        share_relative_table=shared,
+        absolute_positions=False,
+        num_buckets=8,
+        max_distance=16,
+    )
     params = nn.unbox(init_params(cfg, jax.random.key(0)))
     assert "position_embeddings" not in params["embeddings"]
     layers = params["encoder"]["layers"]["attention"]
@@ -95,8 +105,13 @@ def test_model_with_relative_positions(kind, shared):
     model = MaskedLM(cfg)
     out = model.apply({"params": params}, ids, positions, mask_fn=masks.mmlm, mask_meta=meta)
     # relative only: shifting every position by the same amount changes nothing
-    shifted = model.apply({"params": params}, ids, positions + 3, mask_fn=masks.mmlm,
-                          mask_meta={**meta, "positions": positions + 3})
+    shifted = model.apply(
+        {"params": params},
+        ids,
+        positions + 3,
+        mask_fn=masks.mmlm,
+        mask_meta={**meta, "positions": positions + 3},
+    )
     np.testing.assert_allclose(np.asarray(out), np.asarray(shifted), atol=1e-5)
     with pytest.raises(ValueError, match="relative_position"):
         dataclasses.replace(cfg, relative_position="none")

@@ -261,5 +261,8 @@ def test_pair_classifier_plugged_in_and_out():
     assert "cross_attention" not in out_params["backbone"]["encoder"]["layers"]
     assert out_params["head_dense"]["kernel"].shape == (CFG.hidden_size, CFG.hidden_size)
     with pytest.raises(ValueError, match="cross_attention=True"):
-        PairClassifier(ModelConfig(vocab_size=40, hidden_size=16, num_layers=1, num_heads=2,
-                                   mlp_dim=32), 3, plug_in=True).init(jax.random.key(0), batch)
+        PairClassifier(
+            ModelConfig(vocab_size=40, hidden_size=16, num_layers=1, num_heads=2, mlp_dim=32),
+            3,
+            plug_in=True,
+        ).init(jax.random.key(0), batch)

@@ -22,9 +22,19 @@ from xlpretrain.tokenizer import Tokenizer
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "configs"))
 import xlm_e as xlm_e_configs  # noqa: E402
 
-CFG = ModelConfig(vocab_size=40, hidden_size=16, num_layers=2, num_heads=2, mlp_dim=32,
-                  max_positions=32, dropout_rate=0.0, attention_dropout_rate=0.0,
-                  relative_position="gated", num_buckets=8, max_distance=16)
+CFG = ModelConfig(
+    vocab_size=40,
+    hidden_size=16,
+    num_layers=2,
+    num_heads=2,
+    mlp_dim=32,
+    max_positions=32,
+    dropout_rate=0.0,
+    attention_dropout_rate=0.0,
+    relative_position="gated",
+    num_buckets=8,
+    max_distance=16,
+)
 GEN = generator_config(CFG, layers=1, width=0.5)
 MODEL = ElectraPretrainer(CFG, GEN)
 PARAMS = nn.unbox(init_electra_params(CFG, GEN, jax.random.key(0)))
@@ -47,8 +57,15 @@ BATCH = {
 
 
 def test_parameter_layout_shares_embeddings_and_exports_the_discriminator():
-    assert set(PARAMS) == {"embeddings", "encoder", "generator_projection", "generator_encoder",
-                           "generator_head", "discriminator_dense", "discriminator_out"}
+    assert set(PARAMS) == {
+        "embeddings",
+        "encoder",
+        "generator_projection",
+        "generator_encoder",
+        "generator_head",
+        "discriminator_dense",
+        "discriminator_out",
+    }
     assert "generator_embeddings" not in PARAMS  # one embedding table for both towers
     gen_layers = PARAMS["generator_encoder"]["layers"]["mlp"]["wi"]["kernel"]
     assert gen_layers.shape == (1, 8, 16)  # 1 layer, width 0.5: hidden 8, FFN 16
@@ -57,14 +74,14 @@ def test_parameter_layout_shares_embeddings_and_exports_the_discriminator():
 
 def test_sampled_original_tokens_are_labelled_original():
     corrupted, replaced = electra.replace_with_samples(
-        {k: jnp.asarray(v) for k, v in BATCH.items()}, jnp.array([[9, 11]]))
+        {k: jnp.asarray(v) for k, v in BATCH.items()}, jnp.array([[9, 11]])
+    )
     np.testing.assert_array_equal(corrupted[0], [0, 5, 9, 7, 11, 2, 1, 1])
     np.testing.assert_array_equal(replaced[0], [0, 0, 0, 0, 1, 0, 0, 0])
 
 
 def _objective_grads(rng_seed=0, disc_weight=1.0):
-    rtd = electra.make_rtd("gen_mlm", "mrtd", masks.mmlm, disc_weight=disc_weight,
-                           temperature=1.0)
+    rtd = electra.make_rtd("gen_mlm", "mrtd", masks.mmlm, disc_weight=disc_weight, temperature=1.0)
 
     def parts(params):
         total, metrics = rtd(params, BATCH, jax.random.key(rng_seed), MODEL)
@@ -97,8 +114,9 @@ def test_padding_carries_no_discriminator_loss():
     _, metrics = rtd(PARAMS, BATCH, jax.random.key(0), MODEL)
     other = dict(BATCH, input_ids=np.where(BATCH["segment_ids"] > 0, IDS, 17))  # junk padding
     _, metrics_junk = rtd(PARAMS, other, jax.random.key(0), MODEL)
-    np.testing.assert_allclose(float(metrics["loss/mrtd"]), float(metrics_junk["loss/mrtd"]),
-                               rtol=1e-6)
+    np.testing.assert_allclose(
+        float(metrics["loss/mrtd"]), float(metrics_junk["loss/mrtd"]), rtol=1e-6
+    )
     assert 0.0 <= float(metrics["replaced_rate/mrtd"]) <= 2 / 6
 
 
@@ -113,9 +131,18 @@ def test_generator_slots_of_pipeline_rtd_batches_are_all_mask(udhr, udhr_tokeniz
     parallel = ParallelSource.from_dir(udhr / "parallel", pairs=[("eng", "007")])
     corpus = Corpus(mono, parallel, language_vocabulary(mono, parallel))
     streams = {name: objectives.get(name).stream(cfg) for name in ("mrtd", "trtd", "mmlm")}
-    builder = StepBatchBuilder(corpus, tokenizer, streams, seed=0, batch_size=8, max_length=64,
-                               mono_alpha=0.3, parallel_alpha=0.3, pack=True,
-                               reset_positions=False)
+    builder = StepBatchBuilder(
+        corpus,
+        tokenizer,
+        streams,
+        seed=0,
+        batch_size=8,
+        max_length=64,
+        mono_alpha=0.3,
+        parallel_alpha=0.3,
+        pack=True,
+        reset_positions=False,
+    )
     shown = {"mask": 0, "random": 0, "kept": 0}
     for step in range(12):
         batches = builder.map(step)
@@ -149,8 +176,7 @@ def test_base_config_matches_table_6():
     validate(cfg)
     m, o, x = cfg.model, cfg.optim, cfg.xlm_e
     assert (m.num_layers, m.hidden_size, m.mlp_dim, m.num_heads) == (12, 768, 3072, 12)
-    gen = generator_config(ModelConfig.from_run_config(m, 0), x.generator_layers,
-                           x.generator_width)
+    gen = generator_config(ModelConfig.from_run_config(m, 0), x.generator_layers, x.generator_width)
     assert (gen.num_layers, gen.hidden_size, gen.mlp_dim, gen.num_heads) == (4, 768, 3072, 12)
     assert cfg.train.steps == 125_000 and x.disc_weight == 50.0
     assert (o.learning_rate, o.warmup_steps, o.eps, o.b1, o.b2) == (5e-4, 10_000, 1e-6, 0.9, 0.98)
@@ -159,4 +185,6 @@ def test_base_config_matches_table_6():
     trtd = cfg.data.per_objective.trtd
     assert mrtd_tokens == trtd.batch_size * trtd.max_length == 2**20  # ~1M tokens per task
     assert m.relative_position == "gated" and {k: w for k, w in cfg.objectives.items() if w} == {
-        "mrtd": 1.0, "trtd": 1.0}
+        "mrtd": 1.0,
+        "trtd": 1.0,
+    }
