@@ -18,6 +18,8 @@ import jax
 import orbax.checkpoint as ocp
 from jax.experimental import multihost_utils
 
+from xlpretrain.optim import parameter_path
+
 log = logging.getLogger("xlpretrain")
 UNREADABLE = "unreadable"  # where damaged steps go, inside the checkpoint folder
 
@@ -122,7 +124,7 @@ class Checkpointer:
             )
         except Exception:  # noqa: BLE001 - a damaged metadata file is the restore's to report
             return None
-        return {_name(path): tuple(leaf.shape) for path, leaf in leaves} or None
+        return {parameter_path(path): tuple(leaf.shape) for path, leaf in leaves} or None
 
     def _set_aside(self, step: int) -> None:
         """Moves a damaged step out of Orbax's sight, keeping its files."""
@@ -149,10 +151,9 @@ def _check_shapes(saved: dict | None, abstract_state, path: str) -> None:
         return
     saved = {k: v for k, v in saved.items() if k.startswith("params/")}
     wanted = {
-        _name(key_path): tuple(leaf.shape)
+        f"params/{parameter_path(key_path)}": tuple(leaf.shape)
         for key_path, leaf in jax.tree_util.tree_leaves_with_path(abstract_state.params)
     }
-    wanted = {f"params/{k}": v for k, v in wanted.items()}
     advice = "; use the config it was written with, or a new workdir"
     for key in sorted(wanted.keys() & saved.keys()):
         if saved[key] != wanted[key]:
@@ -170,12 +171,6 @@ def _check_shapes(saved: dict | None, abstract_state, path: str) -> None:
                 f"the checkpoint at {path} is of another model: {what.format(names[0], more)}"
                 + advice
             )
-
-
-def _name(path) -> str:
-    """'params/encoder/layers/attention/query/kernel' for the state's and the metadata's own
-    key types (attributes, dict keys, sequence indices) alike."""
-    return "/".join(str(getattr(k, "key", getattr(k, "name", getattr(k, "idx", k)))) for k in path)
 
 
 def abstract_with_shardings(tree, shardings):

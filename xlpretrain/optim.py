@@ -32,8 +32,10 @@ def weight_decay_mask(params) -> object:
 
 
 def parameter_path(path) -> str:
-    """'encoder/layers/cross_attention/query/kernel' for a key path of the params tree."""
-    return "/".join(str(getattr(k, "key", k)) for k in path)
+    """'encoder/layers/cross_attention/query/kernel' for a key path of the params tree; any
+    key type alike (dict keys, attributes, sequence indices), so a whole train state and
+    Orbax's metadata tree of it name a parameter the same ('params/encoder/…')."""
+    return "/".join(str(getattr(k, "key", getattr(k, "name", getattr(k, "idx", k)))) for k in path)
 
 
 def trainable_mask(params, pattern: str):
