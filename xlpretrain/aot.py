@@ -83,7 +83,7 @@ def size_step(cfg, devices: int | list) -> dict:
     mesh = make_mesh(cfg.mesh.data, cfg.mesh.fsdp, cfg.mesh.tensor, devices)
     with kernels.compiling_for(platform):
         training = setup_training(cfg, model, init_params, mesh, everything, materialize=False)
-        batch = bench.abstract_step_batch(cfg, run_stages[-1].weights, training.batch_sharding)
+        batch = bench.abstract_step_batch(cfg, run_stages[-1], training.batch_sharding)
         lowered = training.step_fns[-1].lower(training.state, batch)
         refused = False
         try:

@@ -36,7 +36,7 @@ from xlpretrain import objectives as objectives_lib
 from xlpretrain import train
 from xlpretrain.bench_attention import attention_benchmark, format_attention
 from xlpretrain.bench_peer import format_peer, peer_benchmark
-from xlpretrain.config import max_predictions, stages, validate
+from xlpretrain.config import Stage, stages, validate
 from xlpretrain.data.batch import (
     PREDICTION_FIELDS,
     SIDE_PLACEHOLDER,
@@ -44,20 +44,12 @@ from xlpretrain.data.batch import (
     TOKEN_FIELDS,
     Batch,
 )
-from xlpretrain.data.pipeline import SEGMENT_PAIRS, StreamSpec, make_dataset, max_placeholders
-from xlpretrain.model.config import ModelConfig
-from xlpretrain.model.electra import generator_config
+from xlpretrain.data.pipeline import make_dataset
+from xlpretrain.data.streams import SEGMENT_PAIRS, StreamSpec, max_placeholders, max_predictions
+from xlpretrain.objectives.flops import FLOP_FORMULA, StepShape
 from xlpretrain.sharding import global_batch, make_mesh
 from xlpretrain.step import setup_training
 from xlpretrain.tokenizer import Tokenizer
-
-FLOP_FORMULA = (
-    "sum over objectives of 6*N_matmul*T + 12*layers*hidden*L*T + 6*(hidden^2 + hidden*vocab)*P "
-    "(T tokens, L row length, P predicted tokens; BTMLM adds its forward-only decoding pass, "
-    "1/3 of that; VECO counts two passes, the second with the cross-attention sub-layer; "
-    "XLM-E adds the generator's layers and the discriminator head on every token; "
-    "remat recomputation not counted)"
-)
 
 # Dense bf16 peak FLOP/s per chip, by `device_kind` prefix.
 PEAK_TFLOPS = {
@@ -134,13 +126,12 @@ def _with_placeholders(
     return batch
 
 
-def abstract_step_batch(cfg, objective_names, sharding) -> dict:
-    """The step's batches as shapes and dtypes with `sharding` (for ahead-of-time compiling):
-    the synthetic rows' fields at each objective's global rows and length."""
+def abstract_step_batch(cfg, stage: Stage, sharding) -> dict:
+    """A step's batches in `stage` as shapes and dtypes with `sharding` (for ahead-of-time
+    compiling): the synthetic rows' fields at each objective's global rows and length."""
     batches = {}
-    for name in objective_names:
+    for name, rows in stage.rows.items():
         stream = objectives_lib.get(name).stream(cfg)
-        rows = stream.batch_size or cfg.data.batch_size
         length = stream.max_length or cfg.data.max_length
         one_row = synthetic_batch(1, length, stream, cfg.model.vocab_size, np.random.default_rng(0))
         batches[name] = {
@@ -148,36 +139,6 @@ def abstract_step_batch(cfg, objective_names, sharding) -> dict:
             for field, value in one_row.items()
         }
     return batches
-
-
-def model_flops(
-    cfg, objective, stream: StreamSpec, tokens: int, length: int, predictions: int
-) -> float:
-    """Training FLOPs of one objective's step, by FLOP_FORMULA."""
-    m = cfg.model
-    per_layer = 4 * m.hidden_size**2 + 2 * m.hidden_size * m.mlp_dim
-    dense = 6 * m.num_layers * per_layer * tokens
-    attention = 12 * m.num_layers * m.hidden_size * length * tokens
-    head = 6 * (m.hidden_size**2 + m.hidden_size * m.vocab_size) * predictions
-    if objective.model == "electra":  # + generator (MLM on P) and discriminator head on T
-        generator = generator_config(
-            ModelConfig.from_run_config(m, 0),
-            cfg.xlm_e.generator_layers,
-            cfg.xlm_e.generator_width,
-        )
-        g_layer = 4 * generator.hidden_size**2 + 2 * generator.hidden_size * generator.mlp_dim
-        dense += 6 * generator.num_layers * g_layer * tokens
-        attention += 12 * generator.num_layers * generator.hidden_size * length * tokens
-        head += 6 * (m.hidden_size**2 + m.hidden_size) * tokens
-        return float(dense + attention + head)
-    if stream.kind == SEGMENT_PAIRS:  # the s stream: again, plus cross-attention per layer
-        cross = 6 * m.num_layers * 4 * m.hidden_size**2 * tokens + attention
-        return float(2 * (dense + attention + head) + cross)
-    if stream.placeholder_ratio > 0:  # forward-only decoding at the placeholders
-        placeholders = math.ceil(stream.placeholder_ratio * tokens)
-        decode = (dense + attention) / 3 + head / 3 * placeholders / max(predictions, 1)
-        return float(dense + attention + head + decode)
-    return float(dense + attention + head)
 
 
 def pipeline_benchmark(cfg, steps: int, workdir: str) -> dict:
@@ -231,7 +192,7 @@ def benchmark(cfg, steps: int, warmup: int, peak_tflops: float = 0.0) -> dict:
     rng = np.random.default_rng(0)
     streams = {name: obj.stream(cfg) for name, obj in active.items()}
     shapes = {  # (global rows, length) per objective
-        name: (s.batch_size or cfg.data.batch_size, s.max_length or cfg.data.max_length)
+        name: (run_stages[-1].rows[name], s.max_length or cfg.data.max_length)
         for name, s in streams.items()
     }
     local = {
@@ -259,13 +220,14 @@ def benchmark(cfg, steps: int, warmup: int, peak_tflops: float = 0.0) -> dict:
 
     tokens = sum(rows * length for rows, length in shapes.values())
     flops = sum(
-        model_flops(
+        active[n].flops(
             cfg,
-            active[n],
             streams[n],
-            shapes[n][0] * shapes[n][1],
-            shapes[n][1],
-            int(local[n]["pred_weights"].sum()) * jax.process_count(),
+            StepShape(
+                tokens=shapes[n][0] * shapes[n][1],
+                length=shapes[n][1],
+                predictions=int(local[n]["pred_weights"].sum()) * jax.process_count(),
+            ),
         )
         for n in active
     )
@@ -275,7 +237,7 @@ def benchmark(cfg, steps: int, warmup: int, peak_tflops: float = 0.0) -> dict:
     return {
         "config_objectives": sorted(active),
         "device": f"{jax.device_count()} x {device.device_kind}",
-        "batch_size": cfg.data.batch_size,
+        "batch_size": sum(rows for rows, _ in shapes.values()),  # every objective's rows
         "max_length": cfg.data.max_length,
         "dtype": cfg.model.dtype,
         "steps": steps,

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 
 import ml_collections
 
-from xlpretrain.config import max_predictions
+from xlpretrain.data.streams import max_predictions
 
 PEER = "transformers XLMRobertaForMaskedLM (sdpa attention)"
 MODES = ("eager", "compile")

@@ -9,17 +9,16 @@ silently ignored.
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import ml_collections
 
 from xlpretrain.model.config import ATTENTION_IMPLS
+from xlpretrain.objectives import REGISTRY
 
-# Objectives the training loop knows (xlpretrain.objectives.REGISTRY; kept here so config
-# validation does not import the model).
-KNOWN_OBJECTIVES = ("mmlm", "tlm", "camlm", "btmlm", "veco", "veco_mono", "mrtd", "trtd")
+# Objectives a config may name: each objective's declaration is the one place that says so.
+KNOWN_OBJECTIVES = tuple(REGISTRY)
 
 DEFAULT_LOGICAL_AXIS_RULES = (
     ("batch", ("data", "fsdp")),
@@ -84,7 +83,7 @@ def default_config() -> ml_collections.ConfigDict:
     cfg.data.parallel_tfds.source_key = ""  # text features; default: the pair's codes, or
     cfg.data.parallel_tfds.target_key = ""  # "source"/"target" with language_keys
     cfg.data.max_length = 128
-    cfg.data.batch_size = 32  # global, in sequences, per objective and step
+    cfg.data.batch_size = 32  # global rows per objective and step (see `schedule` below)
     cfg.data.mono_alpha = 0.3
     cfg.data.parallel_alpha = 0.3
     # Bad lines (and files with no usable line) raise instead of being skipped and counted.
@@ -171,9 +170,12 @@ def default_config() -> ml_collections.ConfigDict:
     # Every objective has a weight (0 = off), so `--config.objectives.tlm=1` turns one on.
     cfg.objectives = ml_collections.ConfigDict({name: 0.0 for name in KNOWN_OBJECTIVES})
     cfg.objectives.mmlm = 1.0
-    # Staged runs: a tuple of {start_step, objectives: {name: weight}}; when set, `objectives`
-    # must be empty. Stage i runs from logged step start_step (the first stage starts at 0); a
-    # float start_step in (0, 1) is a fraction of train.steps, so it follows --config.train.steps.
+    # Staged runs: a tuple of {start_step, objectives: {name: weight}[, trainable: pattern]
+    # [, batch_size: {name: rows}]}; when set, `objectives` must be empty. Stage i runs from
+    # logged step start_step (the first stage starts at 0); a float start_step in (0, 1) is a
+    # fraction of train.steps, so it follows --config.train.steps. An objective's rows in a
+    # stage: the stage's batch_size, else data.per_objective.NAME.batch_size, else
+    # data.batch_size; a step's global batch is their sum over the stage's objectives.
     cfg.schedule = ()
     return cfg
 
@@ -183,21 +185,42 @@ class Stage:
     start_step: int
     weights: dict[str, float]  # active objectives (weight > 0)
     trainable: str = ""  # parameter-path pattern; "" = all
+    rows: dict[str, int] = dataclasses.field(default_factory=dict)  # global rows per objective
 
 
 def stages(cfg: ml_collections.ConfigDict) -> list[Stage]:
     """The run's stages; a run without `schedule` is one stage of `objectives`."""
     if not cfg.schedule:
         weights = {n: float(w) for n, w in cfg.objectives.items() if w > 0}
-        return [Stage(0, weights, cfg.train.trainable)]
-    return [
-        Stage(
-            _start_step(s["start_step"], cfg.train.steps),
-            {n: float(w) for n, w in s["objectives"].items() if w > 0},
-            s.get("trainable", cfg.train.trainable),
+        return [Stage(0, weights, cfg.train.trainable, _rows(cfg, weights, {}))]
+    result = []
+    for s in cfg.schedule:
+        weights = {n: float(w) for n, w in s["objectives"].items() if w > 0}
+        result.append(
+            Stage(
+                _start_step(s["start_step"], cfg.train.steps),
+                weights,
+                s.get("trainable", cfg.train.trainable),
+                _rows(cfg, weights, s.get("batch_size", {})),
+            )
         )
-        for s in cfg.schedule
-    ]
+    return result
+
+
+def _rows(cfg: ml_collections.ConfigDict, weights: Mapping[str, float], stage_rows) -> dict:
+    """Each active objective's global rows per step: the stage's `batch_size`, else
+    `data.per_objective.NAME.batch_size`, else `data.batch_size`."""
+    return {name: _batch_size(cfg, name, stage_rows)[1] for name in weights}
+
+
+def _batch_size(cfg: ml_collections.ConfigDict, name: str, stage_rows, stage: int = 0):
+    """(the config key that sets objective `name`'s rows in a stage, the rows)."""
+    if name in stage_rows:
+        return f"schedule[{stage}].batch_size.{name}", stage_rows[name]
+    override = cfg.data.per_objective.get(name, {})
+    if "batch_size" in override:
+        return f"data.per_objective.{name}.batch_size", override["batch_size"]
+    return "data.batch_size", cfg.data.batch_size
 
 
 def _start_step(value: int | float, steps: int) -> int:
@@ -230,8 +253,10 @@ def _one_of(*choices: str) -> Callable[[Any], bool]:
     return lambda v: v in choices
 
 
-# key -> (predicate, description of the allowed range)
-_RANGES: dict[str, tuple[Callable[[Any], bool], str]] = {
+# key -> (predicate on its value, description of the allowed values), for `check_keys`.
+Ranges = Mapping[str, tuple[Callable[[Any], bool], str]]
+
+_RANGES: Ranges = {
     "train.steps": (_positive, "must be > 0"),
     "train.log_every": (_positive, "must be > 0"),
     "train.checkpoint_every": (_positive, "must be > 0"),
@@ -318,23 +343,30 @@ def _type_ok(value: Any, default: Any) -> bool:
     return isinstance(value, type(default))
 
 
-def validate(cfg: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
-    """Raises `ConfigError` naming the first unknown, mistyped or out-of-range key."""
-    defaults = default_config()
+def check_keys(
+    cfg: ml_collections.ConfigDict,
+    defaults: ml_collections.ConfigDict,
+    ranges: Ranges,
+    *,
+    own_checks: Mapping[str, Callable[[str, Any], None]] | None = None,
+) -> None:
+    """Raises `ConfigError` naming the first key of `cfg` that `defaults` lacks, whose value is
+    not of its default's type, or that fails its `ranges` predicate. Every program (pre-training,
+    fine-tuning) validates through this, so a typo is refused the same way everywhere.
+
+    `own_checks` maps a path prefix ("objectives.", "schedule") to the check of each leaf under
+    it, called as `check(path, value)` in place of the above: for free-form keys that no
+    default lists.
+    """
+    own_checks = own_checks or {}
     sections = set(defaults.keys())
     for section in cfg.keys():
         _check(section in sections, section, f"unknown section; known: {sorted(sections)}")
     default_leaves = dict(_leaves(defaults))
     for path, value in _leaves(cfg):
-        section = path.split(".", 1)[0]
-        if section == "objectives":
-            _check_weight(path, path.split(".", 1)[1], value)
-            continue
-        if section == "schedule":
-            _check_schedule(cfg)
-            continue
-        if path.startswith("data.per_objective."):
-            _check_override(path, value)
+        prefix = next((p for p in own_checks if path.startswith(p)), None)
+        if prefix is not None:
+            own_checks[prefix](path, value)
             continue
         _check(path in default_leaves, path, "unknown key (typo?)")
         default = default_leaves[path]
@@ -343,9 +375,23 @@ def validate(cfg: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
             path,
             f"expected {type(default).__name__}, got {type(value).__name__} ({value!r})",
         )
-        if path in _RANGES:
-            predicate, description = _RANGES[path]
+        if path in ranges:
+            predicate, description = ranges[path]
             _check(predicate(value), path, f"{description}, got {value!r}")
+
+
+def validate(cfg: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+    """Raises `ConfigError` naming the first unknown, mistyped or out-of-range key."""
+    check_keys(
+        cfg,
+        default_config(),
+        _RANGES,
+        own_checks={
+            "objectives.": lambda path, value: _check_weight(path, path.split(".", 1)[1], value),
+            "schedule": lambda _path, _value: _check_schedule(cfg),
+            "data.per_objective.": _check_override,
+        },
+    )
     if cfg.schedule:
         _check(
             not any(w > 0 for w in cfg.objectives.values()),
@@ -369,29 +415,31 @@ def validate(cfg: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
         "model.hidden_size",
         f"{cfg.model.hidden_size} is not divisible by model.num_heads={cfg.model.num_heads}",
     )
-    for name, key, length, batch in _stream_shapes(cfg):
+    for name, length_key, length, rows_key, rows in _stream_shapes(cfg):
         _check(
             length + 2 <= cfg.model.max_positions,
-            key + "max_length",
-            f"{length} needs max_length + 2 <= model.max_positions="
+            length_key,
+            f"{length} ({name}) needs max_length + 2 <= model.max_positions="
             f"{cfg.model.max_positions} (positions start at padding id + 1 = 2)",
         )
         _check(
-            batch % cfg.train.grad_accum == 0,
+            rows % cfg.train.grad_accum == 0,
             "train.grad_accum",
-            f"{key}batch_size={batch} ({name}) is not divisible by {cfg.train.grad_accum}",
+            f"{rows_key}={rows} ({name}) is not divisible by {cfg.train.grad_accum}",
         )
     _check(
         cfg.model.absolute_positions or cfg.model.relative_position != "none",
         "model.absolute_positions",
         "without absolute positions the model needs model.relative_position",
     )
-    rtd = {"mrtd", "trtd"}
+    by_family: dict[str, list[str]] = {}
+    for name in sorted(active):
+        by_family.setdefault(REGISTRY[name].family.value, []).append(name)
     _check(
-        not (active & rtd) or active <= rtd,
+        len(by_family) <= 1,
         "objectives",
-        f"replaced-token detection (mrtd, trtd) trains its own generator/discriminator pair and "
-        f"does not mix with {sorted(active - rtd)}",
+        f"objectives of different model families do not mix in one run: {by_family} "
+        "(replaced-token detection trains its own generator/discriminator pair)",
     )
     _check(
         not ({"veco", "veco_mono"} & active) or cfg.model.cross_attention,
@@ -417,28 +465,31 @@ def check_batch_divides(cfg: ml_collections.ConfigDict, mesh_shape: Mapping[str,
     """Every stream's micro-batch (batch_size / grad_accum rows) splits evenly over the
     data-parallel devices (data × fsdp): checked once the mesh is known, before compiling."""
     parallel = mesh_shape["data"] * mesh_shape["fsdp"]
-    for name, key, _, batch in _stream_shapes(cfg):
-        micro = batch // cfg.train.grad_accum
+    for name, _, _, rows_key, rows in _stream_shapes(cfg):
+        micro = rows // cfg.train.grad_accum
         _check(
             micro % parallel == 0,
-            key + "batch_size",
-            f"{batch} ({name}) / train.grad_accum={cfg.train.grad_accum} = {micro} rows per "
+            rows_key,
+            f"{rows} ({name}) / train.grad_accum={cfg.train.grad_accum} = {micro} rows per "
             f"micro-batch, not divisible by the data-parallel size mesh.data × mesh.fsdp = "
             f"{mesh_shape['data']} × {mesh_shape['fsdp']} = {parallel}",
         )
 
 
 def _stream_shapes(cfg: ml_collections.ConfigDict):
-    """(objective, config key prefix, max_length, batch_size) of every stream of the run."""
-    yield "all", "data.", cfg.data.max_length, cfg.data.batch_size
-    for name, override in cfg.data.per_objective.items():
-        prefix = f"data.per_objective.{name}."
-        yield (
-            name,
-            prefix,
-            override.get("max_length", cfg.data.max_length),
-            override.get("batch_size", cfg.data.batch_size),
-        )
+    """(objective, config key of its length, length, config key of its rows, rows) of every
+    objective in every stage of the run."""
+    schedule = cfg.schedule or ({"batch_size": {}},)
+    for i, stage in enumerate(stages(cfg)):
+        for name, rows in stage.rows.items():
+            override = cfg.data.per_objective.get(name, {})
+            length_key = (
+                f"data.per_objective.{name}.max_length"
+                if "max_length" in override
+                else "data.max_length"
+            )
+            rows_key, _ = _batch_size(cfg, name, schedule[i].get("batch_size", {}), i)
+            yield name, length_key, override.get("max_length", cfg.data.max_length), rows_key, rows
 
 
 def _check_weight(path: str, name: str, value: Any) -> None:
@@ -460,9 +511,10 @@ def _check_schedule(cfg: ml_collections.ConfigDict) -> None:
         _check(
             isinstance(stage, (dict, ml_collections.ConfigDict))
             and {"start_step", "objectives"} <= set(stage.keys())
-            and set(stage.keys()) <= {"start_step", "objectives", "trainable"},
+            and set(stage.keys()) <= {"start_step", "objectives", "trainable", "batch_size"},
             key,
-            "a stage is {'start_step': int, 'objectives': {name: weight}[, 'trainable': str]}",
+            "a stage is {'start_step': int, 'objectives': {name: weight}[, 'trainable': str]"
+            "[, 'batch_size': {name: rows}]}",
         )
         value = stage["start_step"]
         _check(
@@ -485,9 +537,15 @@ def _check_schedule(cfg: ml_collections.ConfigDict) -> None:
             f"{key}.objectives",
             "all weights are zero",
         )
+        for name, rows in stage.get("batch_size", {}).items():
+            _check(
+                stage["objectives"].get(name, 0) > 0,
+                f"{key}.batch_size.{name}",
+                f"not an objective of this stage ({sorted(stage['objectives'])})",
+            )
+            _check(
+                isinstance(rows, int) and not isinstance(rows, bool) and rows > 0,
+                f"{key}.batch_size.{name}",
+                f"must be an int > 0, got {rows!r}",
+            )
         previous = start
-
-
-def max_predictions(max_length: int, mask_rate: float) -> int:
-    """Static number of prediction slots per row: masking never selects more than this."""
-    return max(1, math.ceil(mask_rate * max_length))

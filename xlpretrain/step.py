@@ -20,7 +20,7 @@ import optax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from xlpretrain.config import ConfigError, Stage, stages
-from xlpretrain.objectives import LossFn, Objective
+from xlpretrain.objectives.declaration import LossFn, Objective
 from xlpretrain.optim import (
     learning_rate_schedule,
     make_optimizer,

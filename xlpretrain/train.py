@@ -35,16 +35,10 @@ from xlpretrain.config import (
 )
 from xlpretrain.convert import folder as convert_folder
 from xlpretrain.data import demo_corpus
-from xlpretrain.data.pipeline import (
-    MONO,
-    PARALLEL,
-    Corpus,
-    StepBatchBuilder,
-    language_vocabulary,
-    make_dataset,
-)
+from xlpretrain.data.pipeline import Corpus, StepBatchBuilder, language_vocabulary, make_dataset
 from xlpretrain.data.sampling import format_sampling_table
 from xlpretrain.data.sources import MonolingualSource, ParallelSource, format_stats
+from xlpretrain.data.streams import MONO, PARALLEL, Phase
 from xlpretrain.divergence import BadStepGuard, DivergenceError
 from xlpretrain.metrics import MetricsWriter, progress_line
 from xlpretrain.preemption import PreemptionWatch
@@ -276,6 +270,8 @@ def build(
             f.write(cfg.to_json_best_effort(indent=2))
 
     model, init_params = objectives_lib.build_model(cfg, active, len(corpus.languages))
+    if jax.process_index() == 0:
+        convert_folder.record_family(workdir, objectives_lib.model_family(active))
     training = setup_training(cfg, model, init_params, mesh, active)
     check_free_space(workdir, training.state, cfg.train.keep_checkpoints)
     if pretrained is not None:
@@ -312,8 +308,8 @@ def batch_builder(
         corpus,
         tokenizer,
         input_streams(cfg),
+        [Phase(stage.start_step, stage.rows) for stage in stages(cfg)],
         seed=cfg.train.seed,
-        batch_size=cfg.data.batch_size,
         max_length=cfg.data.max_length,
         mono_alpha=cfg.data.mono_alpha,
         parallel_alpha=cfg.data.parallel_alpha,
@@ -321,7 +317,6 @@ def batch_builder(
         reset_positions=cfg.data.tlm_reset_positions,
         process_index=jax.process_index(),
         process_count=jax.process_count(),
-        stages=stages(cfg),
     )
 
 

@@ -9,8 +9,10 @@ A *checkpoint folder* holds one model for inference or export, independent of an
 
 A *training workdir* (``python -m xlpretrain.train``) is read from its latest checkpoint: only
 ``state.params`` is restored (not the optimizer state), with the model config rebuilt from
-``config.json`` and ``languages.json`` exactly as the trainer built it. A workdir of XLM-E
-(replaced-token detection) is read as its discriminator: the embeddings and encoder that
+``config.json`` and ``languages.json`` exactly as the trainer built it, and the module it
+trained from ``model_family.json`` (``{"family": "masked_lm"}``; the trainer writes it, so no
+reader needs the objectives to work it out). A workdir of an XLM-E family run is read as its
+discriminator: the embeddings and encoder that
 ``ElectraPretrainer`` keeps where ``MaskedLM`` keeps them; the generator and the replaced-token
 head stay behind.
 """
@@ -30,13 +32,14 @@ import numpy as np
 import orbax.checkpoint as ocp
 from flax import traverse_util
 
-from xlpretrain.model.config import ModelConfig
+from xlpretrain.model.config import ModelConfig, ModelFamily
 from xlpretrain.model.encoder import init_params
 from xlpretrain.tokenizer import Tokenizer
 
 MODEL_JSON = "model.json"
 PARAMS_DIR = "params"
 TOKENIZER_FILE = "tokenizer.model"
+FAMILY_FILE = "model_family.json"  # in a training workdir: the ModelFamily it trains
 # What a Pretrained holds (its ``kind``): a masked LM (embeddings, encoder, lm_head), or XLM-E's
 # discriminator (embeddings and encoder only: it has no MLM head).
 MASKED_LM = "masked_lm"
@@ -131,7 +134,7 @@ def _read_workdir(path: Path) -> Pretrained:
     if run_config.model.get("language_embeddings") and not languages:
         raise FileNotFoundError(f"{languages_file} (the index of lang_ids) is missing")
     config = ModelConfig.from_run_config(run_config.model, num_languages=len(languages))
-    kind = _model_kind(run_config, path / "config.json")
+    kind = DISCRIMINATOR if read_family(path) is ModelFamily.ELECTRA else MASKED_LM
     step = max(ocp.path.step.checkpoint_steps(path / "checkpoints"), default=None)
     if step is None:
         raise FileNotFoundError(f"{path / 'checkpoints'} holds no finished checkpoint")
@@ -150,19 +153,24 @@ def _read_workdir(path: Path) -> Pretrained:
     )
 
 
-def _model_kind(run_config: ml_collections.ConfigDict, source: Path) -> str:
-    """What a run trained, decided as the trainer decides it: replaced-token detection
-    objectives (mrtd, trtd) train XLM-E's generator/discriminator pair."""
-    # The trainer's registry pulls in the data pipeline: imported only when reading a workdir.
-    from xlpretrain import objectives
-    from xlpretrain.config import stages
+def record_family(workdir: str | os.PathLike, family: ModelFamily) -> None:
+    """Writes which module a training workdir's checkpoints hold (``FAMILY_FILE``)."""
+    (Path(workdir) / FAMILY_FILE).write_text(json.dumps({"family": family.value}) + "\n")
 
-    names = {name for stage in stages(run_config) for name in stage.weights}
+
+def read_family(workdir: str | os.PathLike) -> ModelFamily:
+    """The module a training workdir's checkpoints hold, as the trainer recorded it."""
+    path = Path(workdir) / FAMILY_FILE
     try:
-        families = [objectives.get(name).model for name in sorted(names)]  # every name checked
-    except KeyError as error:
-        raise ValueError(f"{source}: {error.args[0]}") from error
-    return DISCRIMINATOR if "electra" in families else MASKED_LM
+        return ModelFamily(json.loads(path.read_text())["family"])
+    except FileNotFoundError:
+        raise FileNotFoundError(
+            f"{path} is missing: the trainer writes it when a run starts; a workdir from before "
+            f'it did can be given one by hand, e.g. {{"family": "masked_lm"}}'
+        ) from None
+    except (ValueError, KeyError, TypeError) as error:
+        known = [f.value for f in ModelFamily]
+        raise ValueError(f'{path}: expected {{"family": one of {known}}}: {error}') from error
 
 
 def stack_layers(params: Params, config: ModelConfig) -> Params:

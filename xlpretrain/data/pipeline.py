@@ -12,12 +12,11 @@ from __future__ import annotations
 
 import dataclasses
 import zlib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import grain
 import numpy as np
 
-from xlpretrain.config import Stage, max_predictions, stage_index
 from xlpretrain.data.batch import SIDE_PLACEHOLDER, Batch, stack_rows
 from xlpretrain.data.examples import (
     Placeholders,
@@ -26,52 +25,19 @@ from xlpretrain.data.examples import (
     parallel_segment_pairs_row,
     translation_pair_row,
 )
-from xlpretrain.data.masking import BERT_CORRUPTION, Corruption, check_corruption, mask_row
+from xlpretrain.data.masking import mask_row
 from xlpretrain.data.sampling import language_probabilities
 from xlpretrain.data.sources import MonolingualSource, ParallelSource
+from xlpretrain.data.streams import (
+    MONO,
+    PARALLEL,
+    SEGMENT_PAIRS,
+    Phase,
+    StreamSpec,
+    max_placeholders,
+    phase_index,
+)
 from xlpretrain.tokenizer import Tokenizer
-
-MONO = "mono"
-PARALLEL = "parallel"
-SEGMENT_PAIRS = "segment_pairs"  # VECO: (x, y) as two segments, from parallel or mono data
-
-
-@dataclasses.dataclass(frozen=True)
-class StreamSpec:
-    """How one objective's example stream is built."""
-
-    kind: str  # MONO, PARALLEL or SEGMENT_PAIRS
-    mask_rate: float  # SEGMENT_PAIRS: the rate of bilingual rows
-    placeholder_ratio: float = 0.0  # > 0: BTMLM placeholders after each monolingual unit
-    target_languages: tuple[str, ...] = ()  # placeholder languages; empty: all of the run's
-    tag_format: str = ""  # e.g. "<{lang}>": tag tokens before the placeholders; "": none
-    mono_fraction: float = 0.0  # SEGMENT_PAIRS: share of rows from adjacent monolingual lines
-    mono_mask_rate: float = 0.15  # SEGMENT_PAIRS: the rate of monolingual rows
-    max_length: int = 0  # this stream's row length; 0: the run's data.max_length
-    batch_size: int = 0  # this stream's global rows per step; 0: the run's data.batch_size
-    corruption: Corruption = BERT_CORRUPTION  # predicted tokens: (<mask>, random, kept) shares
-
-    def __post_init__(self) -> None:
-        check_corruption(self.corruption)
-
-    def sources(self) -> set[str]:
-        """The corpora (MONO, PARALLEL) this stream reads."""
-        if self.kind != SEGMENT_PAIRS:
-            return {self.kind}
-        return {
-            k
-            for k, used in ((MONO, self.mono_fraction > 0), (PARALLEL, self.mono_fraction < 1))
-            if used
-        }
-
-    def slots(self, max_length: int) -> int:
-        rates = [self.mask_rate] + ([self.mono_mask_rate] if self.mono_fraction > 0 else [])
-        return max_predictions(max_length, max(rates))
-
-
-def max_placeholders(max_length: int, ratio: float) -> int:
-    """Static placeholder slots per row: ⌈ratio·L⌉ plus room for per-unit rounding up."""
-    return max_predictions(max_length, ratio) + 8
 
 
 @dataclasses.dataclass
@@ -93,17 +59,17 @@ def language_vocabulary(mono: MonolingualSource | None, parallel: ParallelSource
 
 
 class StepBatchBuilder(grain.transforms.Map):
-    """Builds, for one step index, `{objective: Batch}`: this process's share of each
-    objective's global batch (rows `process_rows(...)` of it)."""
+    """Builds, for one step index, `{stream: Batch}` for the streams of that step's phase:
+    this process's share of each one's global rows (rows `process_rows(...)` of them)."""
 
     def __init__(
         self,
         corpus: Corpus,
         tokenizer: Tokenizer,
         streams: Mapping[str, StreamSpec],
+        phases: Sequence[Phase],
         *,
         seed: int,
-        batch_size: int,
         max_length: int,
         mono_alpha: float,
         parallel_alpha: float,
@@ -111,8 +77,10 @@ class StepBatchBuilder(grain.transforms.Map):
         reset_positions: bool,
         process_index: int = 0,
         process_count: int = 1,
-        stages: list[Stage] | None = None,
     ):
+        unknown = sorted({name for p in phases for name in p.rows} - set(streams))
+        if unknown:
+            raise ValueError(f"phases draw streams {unknown} that have no StreamSpec")
         self.corpus = corpus
         self.tokenizer = tokenizer
         self.streams = dict(streams)
@@ -120,12 +88,12 @@ class StepBatchBuilder(grain.transforms.Map):
         self.max_lengths = {n: spec.max_length or max_length for n, spec in streams.items()}
         self.pack = pack
         self.reset_positions = reset_positions
-        self.rows = {
-            n: process_rows(spec.batch_size or batch_size, process_index, process_count)
-            for n, spec in streams.items()
-        }
-        # Which objectives each stage trains; a step builds only its stage's batches.
-        self.stages = stages or [Stage(0, {name: 1.0 for name in self.streams})]
+        self.phases = sorted(phases, key=lambda p: p.start_step)
+        # This process's rows of each phase's streams; a step builds only its phase's.
+        self.rows = [
+            {n: process_rows(rows, process_index, process_count, n) for n, rows in p.rows.items()}
+            for p in self.phases
+        ]
         kinds = set().union(*(spec.sources() for spec in self.streams.values()))
         self._mono_keys, self._mono_p = [], np.zeros(0)
         self._pair_keys, self._pair_p = [], np.zeros(0)
@@ -240,11 +208,10 @@ class StepBatchBuilder(grain.transforms.Map):
     def map(self, step: int) -> dict[str, Batch]:
         """The batches of dataset index `step`, i.e. of logged step `step + 1`."""
         step = int(step)
-        active = self.stages[stage_index(self.stages, step + 1)].weights
+        rows = self.rows[phase_index(self.phases, step + 1)]
         return {
-            name: stack_rows([self._row(name, spec, step, r) for r in range(*self.rows[name])])
-            for name, spec in self.streams.items()
-            if name in active
+            name: stack_rows([self._row(name, self.streams[name], step, r) for r in range(*span)])
+            for name, span in rows.items()
         }
 
 
@@ -263,11 +230,14 @@ def placeholder_fields(unmasked: Batch, slots: int) -> Batch:
     }
 
 
-def process_rows(batch_size: int, process_index: int, process_count: int) -> tuple[int, int]:
+def process_rows(
+    batch_size: int, process_index: int, process_count: int, stream: str = ""
+) -> tuple[int, int]:
     """The contiguous rows of the global batch that one process builds and feeds."""
     if batch_size % process_count:
         raise ValueError(
-            f"data.batch_size={batch_size} is not divisible by the {process_count} processes"
+            f"{stream or 'a stream'}: {batch_size} rows per step are not divisible by the "
+            f"{process_count} processes"
         )
     share = batch_size // process_count
     return process_index * share, (process_index + 1) * share

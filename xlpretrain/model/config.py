@@ -1,6 +1,7 @@
 """Model hyper-parameters as a frozen (hashable) dataclass, so it can be a Module attribute."""
 
 import dataclasses
+import enum
 
 import jax.numpy as jnp
 import ml_collections
@@ -9,6 +10,14 @@ DTYPES = ("float32", "bfloat16")
 REMAT = ("none", "full", "dots")
 RELATIVE_POSITIONS = ("none", "bucketed", "gated")
 ATTENTION_IMPLS = ("xla", "cudnn", "pallas", "splash", "auto")
+
+
+class ModelFamily(enum.Enum):
+    """Which module a run trains; the value is what a workdir records (`model_family.json`),
+    so readers of a workdir know its parameter tree without importing the objectives."""
+
+    MASKED_LM = "masked_lm"  # MaskedLM: encoder + LM head tied to the embeddings
+    ELECTRA = "electra"  # XLM-E: ElectraPretrainer (generator + discriminator)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -16,7 +16,13 @@ import optax
 
 from xlpretrain import masks
 from xlpretrain.data.batch import Batch
-from xlpretrain.model.electra import ElectraPretrainer
+from xlpretrain.data.masking import MASK_ONLY
+from xlpretrain.data.streams import MONO, PARALLEL, StreamSpec
+from xlpretrain.masks import AttentionMask, ExampleLayout
+from xlpretrain.model.config import ModelFamily
+from xlpretrain.model.electra import ElectraPretrainer, generator_config
+from xlpretrain.objectives import flops
+from xlpretrain.objectives.declaration import Objective, encoder_config
 from xlpretrain.objectives.mlm import mask_meta
 
 
@@ -105,3 +111,36 @@ def make_mrtd(disc_weight: float, temperature: float):
 
 def make_trtd(disc_weight: float, temperature: float):
     return make_rtd("gen_tlm", "trtd", masks.tlm, disc_weight=disc_weight, temperature=temperature)
+
+
+def rtd_flops(cfg, stream: StreamSpec, shape: flops.StepShape) -> float:
+    """The discriminator's encoder, the generator's (its own depth and width) and their heads:
+    the generator's LM head on the predictions, the discriminator's on every token."""
+    config = encoder_config(cfg)
+    generator = generator_config(config, cfg.xlm_e.generator_layers, cfg.xlm_e.generator_width)
+    discriminator_head = 6.0 * (config.hidden_size**2 + config.hidden_size) * shape.tokens
+    return (
+        flops.masked_lm(config, shape)
+        + flops.encoder_matmuls(generator, shape.tokens)
+        + flops.attention_scores(generator, shape.tokens, shape.length)
+        + discriminator_head
+    )
+
+
+# XLM-E's generator reads x^masked: every predicted token is `<mask>` (no 10% random/kept).
+MRTD = Objective(
+    "mrtd",
+    ModelFamily.ELECTRA,
+    lambda cfg: StreamSpec(MONO, cfg.data.mono_mask_rate, corruption=MASK_ONLY),
+    lambda cfg: make_mrtd(cfg.xlm_e.disc_weight, cfg.xlm_e.temperature),
+    (AttentionMask("mmlm", masks.mmlm, ExampleLayout.SEGMENTS),),
+    rtd_flops,
+)
+TRTD = Objective(
+    "trtd",
+    ModelFamily.ELECTRA,
+    lambda cfg: StreamSpec(PARALLEL, cfg.data.parallel_mask_rate, corruption=MASK_ONLY),
+    lambda cfg: make_trtd(cfg.xlm_e.disc_weight, cfg.xlm_e.temperature),
+    (AttentionMask("tlm", masks.tlm, ExampleLayout.PAIR),),
+    rtd_flops,
+)

@@ -9,13 +9,20 @@ gradient; pass 2 trains MLM on the masked source with the pseudo tokens appended
 
 from __future__ import annotations
 
+import math
+
 import jax
 import jax.numpy as jnp
 
 from xlpretrain import masks
 from xlpretrain.data.batch import SIDE_PSEUDO, Batch
+from xlpretrain.data.streams import MONO, PARALLEL, StreamSpec
+from xlpretrain.masks import AttentionMask, ExampleLayout
+from xlpretrain.model.config import ModelFamily
 from xlpretrain.model.encoder import MaskedLM
-from xlpretrain.objectives.mlm import mask_meta, masked_lm, prediction_loss
+from xlpretrain.objectives import flops
+from xlpretrain.objectives.declaration import Objective, encoder_config
+from xlpretrain.objectives.mlm import mask_meta, masked_lm, masked_lm_flops, prediction_loss
 from xlpretrain.tokenizer import Tokenizer
 
 camlm = masked_lm(masks.camlm)
@@ -105,3 +112,47 @@ def make_btmlm(decode: str = "argmax", temperature: float = 1.0):
         return loss, {**metrics, **stats}
 
     return btmlm
+
+
+def btmlm_stream(cfg) -> StreamSpec:
+    """Monolingual rows with placeholders after each segment, for pass 1 to fill."""
+    return StreamSpec(
+        MONO,
+        cfg.data.mono_mask_rate,
+        placeholder_ratio=cfg.btmlm.ratio,
+        target_languages=tuple(cfg.btmlm.target_languages),
+        tag_format=cfg.btmlm.tag_format if cfg.btmlm.target_signal == "tag_token" else "",
+    )
+
+
+def btmlm_flops(cfg, stream: StreamSpec, shape: flops.StepShape) -> float:
+    """Pass 2 (trained) plus pass 1: forward only (1/3 of a training pass) over every token
+    and the LM head on the ⌈ratio·T⌉ placeholders."""
+    config = encoder_config(cfg)
+    placeholders = math.ceil(stream.placeholder_ratio * shape.tokens)
+    encoder = flops.encoder_matmuls(config, shape.tokens) + flops.attention_scores(
+        config, shape.tokens, shape.length
+    )
+    decode = (encoder + flops.lm_head(config, placeholders)) / 3
+    return flops.masked_lm(config, shape) + decode
+
+
+CAMLM = Objective(
+    "camlm",
+    ModelFamily.MASKED_LM,
+    lambda cfg: StreamSpec(PARALLEL, cfg.data.camlm_mask_rate),
+    lambda cfg: camlm,
+    (AttentionMask("camlm", masks.camlm, ExampleLayout.PAIR),),
+    masked_lm_flops,
+)
+BTMLM = Objective(
+    "btmlm",
+    ModelFamily.MASKED_LM,
+    btmlm_stream,
+    lambda cfg: make_btmlm(cfg.btmlm.decode, cfg.btmlm.temperature),
+    (
+        AttentionMask("btmlm_generate", masks.btmlm_generate, ExampleLayout.PLACEHOLDERS),
+        AttentionMask("btmlm", masks.btmlm, ExampleLayout.PSEUDO_TOKENS),
+    ),
+    btmlm_flops,
+)

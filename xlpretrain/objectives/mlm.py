@@ -11,7 +11,12 @@ import jax.numpy as jnp
 
 from xlpretrain import masks
 from xlpretrain.data.batch import Batch
+from xlpretrain.data.streams import MONO, PARALLEL, StreamSpec
+from xlpretrain.masks import AttentionMask, ExampleLayout
+from xlpretrain.model.config import ModelFamily
 from xlpretrain.model.encoder import MaskedLM
+from xlpretrain.objectives import flops
+from xlpretrain.objectives.declaration import Objective, encoder_config
 
 MASK_META_KEYS = ("segment_ids", "pair_ids", "side", "positions", "is_masked")
 
@@ -69,3 +74,26 @@ mmlm = masked_lm(masks.mmlm)
 mmlm.__doc__ = "MMLM: predict masked tokens of monolingual segments, attention within a segment."
 tlm = masked_lm(masks.tlm)
 tlm.__doc__ = "TLM: predict masked tokens of a translation pair, attending across both sides."
+
+
+def masked_lm_flops(cfg, stream: StreamSpec, shape: flops.StepShape) -> float:
+    """One encoder pass over every token, the LM head on the predictions."""
+    return flops.masked_lm(encoder_config(cfg), shape)
+
+
+MMLM = Objective(
+    "mmlm",
+    ModelFamily.MASKED_LM,
+    lambda cfg: StreamSpec(MONO, cfg.data.mono_mask_rate),
+    lambda cfg: mmlm,
+    (AttentionMask("mmlm", masks.mmlm, ExampleLayout.SEGMENTS),),
+    masked_lm_flops,
+)
+TLM = Objective(
+    "tlm",
+    ModelFamily.MASKED_LM,
+    lambda cfg: StreamSpec(PARALLEL, cfg.data.parallel_mask_rate),
+    lambda cfg: tlm,
+    (AttentionMask("tlm", masks.tlm, ExampleLayout.PAIR),),
+    masked_lm_flops,
+)

@@ -17,7 +17,12 @@ import jax
 
 from xlpretrain import masks
 from xlpretrain.data.batch import Batch
+from xlpretrain.data.streams import SEGMENT_PAIRS, StreamSpec
+from xlpretrain.masks import AttentionMask, ExampleLayout
+from xlpretrain.model.config import ModelFamily
 from xlpretrain.model.encoder import MaskedLM
+from xlpretrain.objectives import flops
+from xlpretrain.objectives.declaration import Objective, encoder_config
 from xlpretrain.objectives.mlm import mask_meta, prediction_loss
 
 VARIANTS = ("acl", "iclr")
@@ -63,3 +68,44 @@ def make_veco(name: str, variant: str = "acl"):
         }
 
     return veco
+
+
+def veco_flops(cfg, stream: StreamSpec, shape: flops.StepShape) -> float:
+    """Two trained passes (h and s streams), the second with a cross-attention sub-layer per
+    layer: its four projections and its scores over the paired sequence."""
+    config = encoder_config(cfg)
+    attention = flops.attention_scores(config, shape.tokens, shape.length)
+    cross = 6.0 * config.num_layers * 4 * config.hidden_size**2 * shape.tokens + attention
+    return 2 * flops.masked_lm(config, shape) + cross
+
+
+# The masks, in the layout of a pair (x, y): the s stream reads the other sequence's h; its
+# self-attention is the h stream's (acl) or causal (iclr, CS-MLM).
+VECO_MASKS = (
+    AttentionMask("veco_cross", masks.veco_cross, ExampleLayout.SEGMENT_PAIR),
+    AttentionMask("veco_self", masks.mmlm, ExampleLayout.SEGMENT_PAIR),
+    AttentionMask("veco_causal", masks.veco_causal, ExampleLayout.SEGMENT_PAIR),
+)
+# VECO on bilingual pairs (x, y) = a sentence and its translation ...
+VECO = Objective(
+    "veco",
+    ModelFamily.MASKED_LM,
+    lambda cfg: StreamSpec(SEGMENT_PAIRS, cfg.data.parallel_mask_rate),
+    lambda cfg: make_veco("veco", cfg.veco.variant),
+    VECO_MASKS,
+    veco_flops,
+)
+# ... and on monolingual pairs (x, y) = two adjacent segments.
+VECO_MONO = Objective(
+    "veco_mono",
+    ModelFamily.MASKED_LM,
+    lambda cfg: StreamSpec(
+        SEGMENT_PAIRS,
+        cfg.data.parallel_mask_rate,
+        mono_fraction=1.0,
+        mono_mask_rate=cfg.data.mono_mask_rate,
+    ),
+    lambda cfg: make_veco("veco_mono", cfg.veco.variant),
+    VECO_MASKS,
+    veco_flops,
+)

@@ -1,0 +1,78 @@
+"""Example streams: what one objective's rows are made of, and which streams a step draws.
+
+The data layer's own vocabulary. An objective declares a `StreamSpec`; the run turns its
+schedule into `Phase`s. Nothing here knows about configs, objectives or models, so the input
+pipeline never reaches up into the training code.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping, Sequence
+
+from xlpretrain.data.masking import BERT_CORRUPTION, Corruption, check_corruption
+
+MONO = "mono"  # rows of monolingual segments
+PARALLEL = "parallel"  # rows of translation pairs `<s> a </s></s> b </s>`
+SEGMENT_PAIRS = "segment_pairs"  # VECO: (x, y) as two segments, from parallel or mono data
+STREAM_KINDS = (MONO, PARALLEL, SEGMENT_PAIRS)
+
+
+def max_predictions(max_length: int, mask_rate: float) -> int:
+    """Static number of prediction slots per row: masking never selects more than this."""
+    return max(1, math.ceil(mask_rate * max_length))
+
+
+def max_placeholders(max_length: int, ratio: float) -> int:
+    """Static placeholder slots per row: ⌈ratio·L⌉ plus room for per-unit rounding up."""
+    return max_predictions(max_length, ratio) + 8
+
+
+@dataclasses.dataclass(frozen=True)
+class StreamSpec:
+    """How one objective's rows are built."""
+
+    kind: str  # one of STREAM_KINDS
+    mask_rate: float  # SEGMENT_PAIRS: the rate of bilingual rows
+    placeholder_ratio: float = 0.0  # > 0: BTMLM placeholders after each monolingual unit
+    target_languages: tuple[str, ...] = ()  # placeholder languages; empty: all of the run's
+    tag_format: str = ""  # e.g. "<{lang}>": tag tokens before the placeholders; "": none
+    mono_fraction: float = 0.0  # SEGMENT_PAIRS: share of rows from adjacent monolingual lines
+    mono_mask_rate: float = 0.15  # SEGMENT_PAIRS: the rate of monolingual rows
+    max_length: int = 0  # this stream's row length; 0: the run's data.max_length
+    corruption: Corruption = BERT_CORRUPTION  # predicted tokens: (<mask>, random, kept) shares
+
+    def __post_init__(self) -> None:
+        if self.kind not in STREAM_KINDS:
+            raise ValueError(f"stream kind {self.kind!r}: expected one of {STREAM_KINDS}")
+        check_corruption(self.corruption)
+
+    def sources(self) -> set[str]:
+        """The corpora (MONO, PARALLEL) this stream reads."""
+        if self.kind != SEGMENT_PAIRS:
+            return {self.kind}
+        return {
+            k
+            for k, used in ((MONO, self.mono_fraction > 0), (PARALLEL, self.mono_fraction < 1))
+            if used
+        }
+
+    def slots(self, max_length: int) -> int:
+        """Prediction slots per row at `max_length`."""
+        rates = [self.mask_rate] + ([self.mono_mask_rate] if self.mono_fraction > 0 else [])
+        return max_predictions(max_length, max(rates))
+
+
+@dataclasses.dataclass(frozen=True)
+class Phase:
+    """From logged step `start_step` on (the first phase starts at 0), each step draws
+    `rows[name]` global rows of stream `name`, and no other stream."""
+
+    start_step: int
+    rows: Mapping[str, int]
+
+
+def phase_index(phases: Sequence[Phase], step: int) -> int:
+    """The phase (of `phases`, in start order) that logged step `step` (1-based) belongs to."""
+    return max(i for i, p in enumerate(phases) if p.start_step <= step)

@@ -1,0 +1,48 @@
+"""An objective's declaration: everything the rest of the framework reads about it, in one place.
+
+Config validation (the known names), the input pipeline (its example stream), the model
+builder (its family), the training step (its loss), the masks CLI (its attention masks and
+their example layout) and the benchmark (its FLOPs) all read the `Objective`, so adding one
+is a module that declares it plus one line in `objectives.REGISTRY`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import ml_collections
+
+from xlpretrain.data.streams import StreamSpec
+from xlpretrain.masks import AttentionMask
+from xlpretrain.model.config import ModelConfig, ModelFamily
+from xlpretrain.objectives.flops import StepShape
+
+# (params, batch, rng, model) -> (loss, metrics)
+LossFn = Callable[[Any, dict, jax.Array, Any], tuple[jax.Array, dict[str, jax.Array]]]
+FlopsFn = Callable[[ml_collections.ConfigDict, StreamSpec, StepShape], float]
+
+
+@dataclasses.dataclass(frozen=True)
+class Objective:
+    """One pre-training objective. The callables take the validated run config, so an
+    objective reads its own settings (`btmlm.ratio`, `xlm_e.disc_weight`, …) itself."""
+
+    name: str
+    family: ModelFamily  # the module it trains
+    stream_spec: Callable[[ml_collections.ConfigDict], StreamSpec]  # the rows it reads
+    loss: Callable[[ml_collections.ConfigDict], LossFn]
+    masks: tuple[AttentionMask, ...]  # every attention mask it runs, the main one first
+    flops: FlopsFn  # training FLOPs of one step's batch of it
+
+    def stream(self, cfg: ml_collections.ConfigDict) -> StreamSpec:
+        """The stream, with the run's `data.per_objective` row length for it."""
+        override = cfg.data.per_objective.get(self.name, {})
+        return dataclasses.replace(self.stream_spec(cfg), max_length=override.get("max_length", 0))
+
+
+def encoder_config(cfg: ml_collections.ConfigDict) -> ModelConfig:
+    """The run's encoder shape, as FLOP counts need it (language embeddings cost none)."""
+    return ModelConfig.from_run_config(cfg.model, num_languages=0)
