@@ -1,5 +1,6 @@
 """Fine-tuning: a translation-detection task built from UDHR, fitted from the CLI and evaluated
-per language; VECO's plug-in; the rows of both modes; layer-wise decay; config and data errors."""
+per language; VECO's plug-in; the rows of both modes; layer-wise decay on pre-training's
+optimizer; config errors (through pre-training's `check_keys`) and data errors."""
 
 import json
 import pathlib
@@ -12,11 +13,13 @@ import ml_collections
 import numpy as np
 import pytest
 
-from xlpretrain import finetune
+from xlpretrain import config as config_lib
 from xlpretrain.config import ConfigError
 from xlpretrain.convert import folder
 from xlpretrain.data.sources import ParallelSource
+from xlpretrain.eval import finetune
 from xlpretrain.model import ModelConfig, init_params
+from xlpretrain.optim import make_optimizer
 from xlpretrain.tokenizer import Tokenizer
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -104,7 +107,7 @@ def test_fine_tuning_from_the_cli_fits_the_training_language_and_reports_every_l
     command = [
         sys.executable,
         "-m",
-        "xlpretrain.finetune",
+        "xlpretrain.eval.finetune",
         "--config",
         str(REPO / "configs/finetune_pairs.py"),
         "--workdir",
@@ -200,10 +203,42 @@ def test_layer_wise_decay_scales_each_stacked_layer():
     assert all(np.abs(u).max() > 0 for u in jax.tree.leaves(decayed))
 
 
+def test_optimizer_is_pretrainings_with_warmup_as_a_fraction():
+    """With no layer decay, the updates are pre-training's `make_optimizer`'s for the same
+    numbers, its warm-up `optim.warmup_fraction` × `train.steps` steps."""
+    params = {
+        "backbone": {"encoder": {"layers": {"kernel": np.ones((2, 3, 3), np.float32)}}},
+        "head_out": {"kernel": np.ones((3, 2), np.float32), "bias": np.zeros(2, np.float32)},
+    }
+    cfg = finetune.default_config()
+    cfg.optim.layer_decay, cfg.optim.warmup_fraction, cfg.train.steps = 1.0, 0.25, 8
+    pretraining = config_lib.default_config()
+    pretraining.train.steps, pretraining.optim.warmup_steps = 8, 2
+    for key in ("learning_rate", "b1", "b2", "eps", "weight_decay", "clip_norm"):
+        pretraining.optim[key] = cfg.optim[key]
+    txs = [finetune.make_finetune_optimizer(cfg, params, num_layers=2), make_optimizer(pretraining)]
+    states = [tx.init(params) for tx in txs]
+    rng = np.random.default_rng(0)
+    for _ in range(4):
+        grads = jax.tree.map(lambda p: rng.normal(size=p.shape).astype(np.float32), params)
+        (ours, states[0]), (theirs, states[1]) = (
+            tx.update(grads, state, params) for tx, state in zip(txs, states, strict=True)
+        )
+        for got, want in zip(jax.tree.leaves(ours), jax.tree.leaves(theirs), strict=True):
+            np.testing.assert_array_equal(got, want)
+    assert all(np.abs(u).max() > 0 for u in jax.tree.leaves(ours))
+    rates = [finetune.finetune_schedule(cfg)(s) for s in (0, 1, 2, 8)]
+    np.testing.assert_allclose(rates, np.array([0, 0.5, 1, 0]) * cfg.optim.learning_rate, 1e-6)
+
+
 def test_config_and_data_errors(veco_folder, task_dir, tmp_path):
     cfg = task_config(veco_folder, task_dir)
     cfg.optim.layer_decy = 0.5
     with pytest.raises(ConfigError, match="'optim.layer_decy': unknown key"):
+        finetune.validate(cfg)
+    cfg = task_config(veco_folder, task_dir)
+    cfg.objectives = ml_collections.ConfigDict({"mmlm": 1.0})  # a pre-training section
+    with pytest.raises(ConfigError, match="'objectives': unknown section"):
         finetune.validate(cfg)
     with pytest.raises(ConfigError, match="'optim.layer_decay': must be in"):
         finetune.validate(task_config(veco_folder, task_dir, optim__layer_decay=1.5))

@@ -9,16 +9,23 @@ import ml_collections
 import optax
 
 
-def learning_rate_schedule(cfg: ml_collections.ConfigDict) -> optax.Schedule:
-    """0 → lr over `warmup_steps`, then linearly to 0 at `train.steps`."""
-    warmup = min(cfg.optim.warmup_steps, cfg.train.steps)
+def warmup_linear_decay(peak: float, warmup_steps: int, total_steps: int) -> optax.Schedule:
+    """0 → `peak` over `warmup_steps`, then linearly to 0 at `total_steps`: from plain numbers,
+    so that fine-tuning (warm-up as a fraction of its steps) builds it without a pre-training
+    config."""
+    warmup = min(warmup_steps, total_steps)
     return optax.join_schedules(
         [
-            optax.linear_schedule(0.0, cfg.optim.learning_rate, max(warmup, 1)),
-            optax.linear_schedule(cfg.optim.learning_rate, 0.0, max(cfg.train.steps - warmup, 1)),
+            optax.linear_schedule(0.0, peak, max(warmup, 1)),
+            optax.linear_schedule(peak, 0.0, max(total_steps - warmup, 1)),
         ],
         boundaries=[warmup],
     )
+
+
+def learning_rate_schedule(cfg: ml_collections.ConfigDict) -> optax.Schedule:
+    """Pre-training's schedule: `optim.learning_rate`, `optim.warmup_steps`, `train.steps`."""
+    return warmup_linear_decay(cfg.optim.learning_rate, cfg.optim.warmup_steps, cfg.train.steps)
 
 
 def weight_decay_mask(params) -> object:
@@ -53,22 +60,41 @@ def freeze(pattern: str) -> optax.GradientTransformation:
     return optax.masked(optax.set_to_zero(), frozen)
 
 
+def adamw(
+    learning_rate: float | optax.Schedule,
+    *,
+    b1: float,
+    b2: float,
+    eps: float,
+    weight_decay: float,
+    clip_norm: float,
+    trainable: str = "",
+) -> optax.GradientTransformation:
+    """AdamW (no weight decay on biases and norms) after global-norm clipping (`clip_norm` 0:
+    none), from plain numbers so that pre-training and fine-tuning share it. With `trainable`,
+    frozen parameters get zero gradients before (no moment updates, no share of the clipping
+    norm) and zero updates after (no weight decay): they stay exactly as they are."""
+    decayed = optax.adamw(
+        learning_rate, b1=b1, b2=b2, eps=eps, weight_decay=weight_decay, mask=weight_decay_mask
+    )
+    clip = optax.clip_by_global_norm(clip_norm) if clip_norm > 0 else None
+    return optax.chain(*[t for t in (freeze(trainable), clip, decayed) if t], freeze(trainable))
+
+
 def make_optimizer(
     cfg: ml_collections.ConfigDict, trainable: str = ""
 ) -> optax.GradientTransformation:
-    """AdamW after global-norm clipping. With `trainable`, frozen parameters get zero gradients
-    before (no moment updates, no share of the clipping norm) and zero updates after (no weight
-    decay): they stay exactly as they are."""
-    adamw = optax.adamw(
+    """Pre-training's `adamw`: the `optim.*` numbers on `learning_rate_schedule(cfg)`."""
+    optim = cfg.optim
+    return adamw(
         learning_rate_schedule(cfg),
-        b1=cfg.optim.b1,
-        b2=cfg.optim.b2,
-        eps=cfg.optim.eps,
-        weight_decay=cfg.optim.weight_decay,
-        mask=weight_decay_mask,
+        b1=optim.b1,
+        b2=optim.b2,
+        eps=optim.eps,
+        weight_decay=optim.weight_decay,
+        clip_norm=optim.clip_norm,
+        trainable=trainable,
     )
-    clip = optax.clip_by_global_norm(cfg.optim.clip_norm) if cfg.optim.clip_norm > 0 else None
-    return optax.chain(*[t for t in (freeze(trainable), clip, adamw) if t], freeze(trainable))
 
 
 def restart_moments(opt_state):

@@ -1,4 +1,2 @@
-"""Evaluation of pre-trained encoders: cross-lingual sentence retrieval (`retrieval`).
-
-Sentence-pair classification fine-tuning is `xlpretrain.finetune`.
-"""
+"""Evaluation of pre-trained encoders: cross-lingual sentence retrieval (`retrieval`) and
+sentence-pair classification fine-tuning (`finetune`)."""

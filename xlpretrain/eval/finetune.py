@@ -1,6 +1,7 @@
 """Sentence-pair classification fine-tuning (XNLI, PAWS-X) with cross-lingual transfer.
 
-`python -m xlpretrain.finetune --config configs/finetune_pairs.py --workdir DIR [--config.a.b=v]`
+`python -m xlpretrain.eval.finetune --config configs/finetune_pairs.py --workdir DIR
+[--config.a.b=v]`
 
 Trains a `PairClassifier` head on a pre-trained encoder (`init.path`: a training workdir or a
 checkpoint folder) with the pairs of one language (`data.train_language`) and measures accuracy
@@ -17,8 +18,8 @@ continuous from 2. Plugged in (VECO, needs a cross-attention model): two segment
 and `<s> y </s>` of one pair (`pair_ids` 1, `side` 0/1), positions from 2 in each, so each
 side's s stream reads the other side's h stream.
 
-Optimisation: `xlpretrain.optim`'s clipped AdamW, linear warm-up over the first
-`optim.warmup_fraction` of the steps then linear decay, times a layer-wise learning-rate decay
+Optimisation: pre-training's clipped AdamW (`xlpretrain.optim.adamw`), linear warm-up over the
+first `optim.warmup_fraction` of the steps then linear decay, times a layer-wise learning-rate decay
 (ERNIE-M, ELECTRA): the head learns at the full rate, encoder layer i (0-based) at
 `layer_decay ** (num_layers - i)`, the embeddings at `layer_decay ** (num_layers + 1)`, so the
 lower, more general layers move least.
@@ -31,7 +32,7 @@ import json
 import logging
 import os
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import flax.linen as nn
@@ -46,11 +47,11 @@ from ml_collections import config_flags
 
 import xlpretrain
 from xlpretrain.api import Model
-from xlpretrain.config import ConfigError
+from xlpretrain.config import ConfigError, Ranges, check_keys
 from xlpretrain.data.sources import DataError, FileStats, format_stats
 from xlpretrain.metrics import MetricsWriter
 from xlpretrain.model.classifier import PairClassifier
-from xlpretrain.optim import learning_rate_schedule, make_optimizer, parameter_path
+from xlpretrain.optim import adamw, parameter_path, warmup_linear_decay
 from xlpretrain.tokenizer import Tokenizer
 
 log = logging.getLogger("xlpretrain")
@@ -99,8 +100,7 @@ def default_config() -> ml_collections.ConfigDict:
     return cfg
 
 
-# key -> (predicate, description of the allowed values)
-_RANGES: dict[str, tuple[Callable[[Any], bool], str]] = {
+_RANGES: Ranges = {
     "init.path": (bool, "required: a pre-training workdir or checkpoint folder"),
     "data.dir": (bool, "required: a folder of <lang>/<split>.tsv files"),
     "data.train_language": (bool, "required"),
@@ -119,33 +119,10 @@ _RANGES: dict[str, tuple[Callable[[Any], bool], str]] = {
 }
 
 
-def _leaves(cfg: ml_collections.ConfigDict, prefix: str = "") -> Iterator[tuple[str, Any]]:
-    for key, value in cfg.items():
-        if isinstance(value, ml_collections.ConfigDict):
-            yield from _leaves(value, f"{prefix}{key}.")
-        else:
-            yield f"{prefix}{key}", value
-
-
 def validate(cfg: ml_collections.ConfigDict) -> None:
-    """Raises `ConfigError` naming the first unknown, mistyped or out-of-range key."""
-    defaults = dict(_leaves(default_config()))
-    for key, value in _leaves(cfg):
-        if key not in defaults:
-            raise ConfigError(f"config key '{key}': unknown key (typo?)")
-        kind = type(defaults[key])
-        ok = isinstance(value, kind) and not (kind is int and isinstance(value, bool))
-        if kind is float:
-            ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-        if kind is tuple:
-            ok = isinstance(value, (tuple, list))
-        if not ok:
-            raise ConfigError(
-                f"config key '{key}': expected {kind.__name__}, got {type(value).__name__} "
-                f"({value!r})"
-            )
-        if key in _RANGES and not _RANGES[key][0](value):
-            raise ConfigError(f"config key '{key}': {_RANGES[key][1]}, got {value!r}")
+    """Raises `ConfigError` naming the first unknown, mistyped or out-of-range key, through
+    pre-training's `check_keys`."""
+    check_keys(cfg, default_config(), _RANGES)
 
 
 # --- data -------------------------------------------------------------------------------------
@@ -370,19 +347,27 @@ def scale_updates(factors: Params) -> optax.GradientTransformation:
     return optax.stateless(lambda updates, _: jax.tree.map(jnp.multiply, updates, factors))
 
 
-def _pretraining_view(cfg: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
-    """The config as `xlpretrain.optim` reads it: warm-up in steps, not a fraction."""
-    optim = cfg.optim.to_dict()
-    optim["warmup_steps"] = round(cfg.optim.warmup_fraction * cfg.train.steps)
-    return ml_collections.ConfigDict({"optim": optim, "train": {"steps": cfg.train.steps}})
+def finetune_schedule(cfg: ml_collections.ConfigDict) -> optax.Schedule:
+    """Pre-training's warm-up and linear decay, the warm-up a fraction of `train.steps`."""
+    warmup = round(cfg.optim.warmup_fraction * cfg.train.steps)
+    return warmup_linear_decay(cfg.optim.learning_rate, warmup, cfg.train.steps)
 
 
 def make_finetune_optimizer(
     cfg: ml_collections.ConfigDict, params: Params, num_layers: int
 ) -> optax.GradientTransformation:
-    """Pre-training's clipped AdamW and schedule, then the layer-wise decay."""
-    factors = layer_decay_factors(params, num_layers, cfg.optim.layer_decay)
-    return optax.chain(make_optimizer(_pretraining_view(cfg)), scale_updates(factors))
+    """Pre-training's clipped AdamW on this schedule, then the layer-wise decay."""
+    optim = cfg.optim
+    tx = adamw(
+        finetune_schedule(cfg),
+        b1=optim.b1,
+        b2=optim.b2,
+        eps=optim.eps,
+        weight_decay=optim.weight_decay,
+        clip_norm=optim.clip_norm,
+    )
+    factors = layer_decay_factors(params, num_layers, optim.layer_decay)
+    return optax.chain(tx, scale_updates(factors))
 
 
 # --- model, training, evaluation --------------------------------------------------------------
@@ -435,7 +420,7 @@ def train(
 ) -> Params:
     """`train.steps` jitted steps of cross-entropy on shuffled batches; returns the params."""
     tx = make_finetune_optimizer(cfg, params, classifier.config.num_layers)
-    schedule = learning_rate_schedule(_pretraining_view(cfg))
+    schedule = finetune_schedule(cfg)
 
     @jax.jit
     def step(params, opt_state, batch, rng):
