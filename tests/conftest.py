@@ -5,6 +5,7 @@ import os
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
+import functools  # noqa: E402
 import pathlib  # noqa: E402
 
 import pytest  # noqa: E402
@@ -36,3 +37,11 @@ def udhr_tokenizer_path(udhr, tmp_path_factory) -> pathlib.Path:
     path = tmp_path_factory.mktemp("tokenizer") / "udhr.model"
     train_tokenizer(texts, path, 1002, character_coverage=0.99)
     return path
+
+
+@pytest.fixture(scope="session")
+def udhr_run_config(udhr, udhr_tokenizer_path):
+    """`tests.tiny.run_config` on the UDHR corpus and tokenizer: `udhr_run_config(**overrides)`."""
+    from tests.tiny import run_config
+
+    return functools.partial(run_config, udhr, udhr_tokenizer_path)

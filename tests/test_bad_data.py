@@ -12,8 +12,8 @@ import jax
 import numpy as np
 import pytest
 
+from tests.tiny import run_config
 from xlpretrain import train
-from xlpretrain.config import default_config
 from xlpretrain.metrics import read_metrics
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -64,26 +64,22 @@ def corpus(tmp_path_factory) -> pathlib.Path:
 
 
 def tiny_config(corpus: pathlib.Path):
-    cfg = default_config()
-    cfg.train.steps = 2
-    cfg.train.log_every = 1
-    cfg.train.checkpoint_every = 100
-    cfg.train.async_checkpointing = False
-    cfg.data.mono_dir = str(corpus / "mono")
-    cfg.data.parallel_dir = str(corpus / "parallel")
-    cfg.data.max_line_bytes = MAX_LINE_BYTES
-    cfg.data.max_length = 32
-    cfg.data.batch_size = 4
-    cfg.tokenizer.path = ""  # trained on the corpus: its reads go through the sources too
-    cfg.model.vocab_size = 64
-    cfg.model.hidden_size = 16
-    cfg.model.num_layers = 1
-    cfg.model.num_heads = 2
-    cfg.model.mlp_dim = 32
-    cfg.model.dropout_rate = 0.0  # fewer ops to compile
-    cfg.model.attention_dropout_rate = 0.0
-    cfg.objectives = {"mmlm": 1.0, "tlm": 1.0}
-    return cfg
+    """Two steps on `corpus`, whose reads (the tokenizer's training too: no tokenizer given)
+    go through the sources; a 1-layer model 16 wide without dropout: fewer ops to compile."""
+    return run_config(
+        corpus,
+        train__steps=2,
+        data__max_line_bytes=MAX_LINE_BYTES,
+        data__batch_size=4,
+        model__vocab_size=64,
+        model__hidden_size=16,
+        model__num_layers=1,
+        model__num_heads=2,
+        model__mlp_dim=32,
+        model__dropout_rate=0.0,
+        model__attention_dropout_rate=0.0,
+        objectives={"mmlm": 1.0, "tlm": 1.0},
+    )
 
 
 def test_broken_corpus_trains_and_the_log_counts_skipped_lines_per_file(corpus, tmp_path, caplog):

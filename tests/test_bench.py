@@ -7,9 +7,11 @@ import sys
 import numpy as np
 import pytest
 
-from xlpretrain import bench, bench_attention
+from xlpretrain import bench, bench_attention, objectives
+from xlpretrain.config import default_config
 from xlpretrain.data.batch import PREDICTION_FIELDS, TOKEN_FIELDS
-from xlpretrain.data.pipeline import MONO, SEGMENT_PAIRS, StreamSpec
+from xlpretrain.data.streams import MONO, SEGMENT_PAIRS, StreamSpec
+from xlpretrain.objectives.flops import StepShape
 
 
 def test_synthetic_rows_follow_the_batch_contract():
@@ -44,7 +46,14 @@ def test_bench_cli_reports_throughput_the_flop_formula_the_pipeline_and_the_peer
     )  # fmt: skip
     assert report["tokens_per_s"] > 0 and report["step_time_s"] > 0
     assert report["flop_formula"] == bench.FLOP_FORMULA
-    assert report["model_tflops_per_step"] > 0 and np.isfinite(report["final_loss"])
+    # configs/demo.py: 2 layers, hidden 64, FFN 256, vocab 2002 (the override above); MMLM and
+    # TLM each 16 rows × 64 tokens (T = 1024) with ⌈0.15 · 64⌉ = 10 predictions a row (P = 160):
+    #   6 · 2 · (4 · 64² + 2 · 64 · 256) · 1024 = 603,979,776   weight matmuls
+    # + 12 · 2 · 64 · 64 · 1024             = 100,663,296   attention
+    # + 6 · (64² + 64 · 2002) · 160         = 126,935,040   LM head
+    # = 831,578,112 per objective, twice.
+    assert report["model_tflops_per_step"] * 1e12 == pytest.approx(2 * 831_578_112, rel=1e-12)
+    assert np.isfinite(report["final_loss"])
     assert report["mfu"] is None  # a CPU has no known peak
     peer = report["peer"]["modes"]["eager"]
     assert peer["tokens_per_s"] > 0
@@ -81,3 +90,44 @@ def test_packed_rows_leave_tiles_to_skip_at_length_2048():
             masks.get(name), meta, meta, q_len=2048, k_len=2048, block_q=128, block_k=128
         )
         assert float(skipped_fraction(tiles)) > 0.5, name
+
+
+def _flops_config():
+    """2 layers, hidden 8 (2 heads), FFN 32, vocab 100; XLM-E generator of 1 layer at half
+    width (1 head: hidden 4, FFN 16)."""
+    cfg = default_config()
+    cfg.model.num_layers, cfg.model.hidden_size, cfg.model.num_heads = 2, 8, 2
+    cfg.model.mlp_dim, cfg.model.vocab_size = 32, 100
+    cfg.xlm_e.generator_layers, cfg.xlm_e.generator_width = 1, 0.5
+    cfg.btmlm.ratio = 0.25
+    return cfg
+
+
+# T = 64 tokens (2 rows of 32), P = 10 predictions. The counts every objective builds on:
+#   weight matmuls 6 · 2 · (4 · 8² + 2 · 8 · 32) · 64 = 589,824
+#   attention      12 · 2 · 8 · 32 · 64            = 393,216
+#   LM head        6 · (8² + 8 · 100) · 10         =  51,840
+MASKED_LM = 589_824 + 393_216 + 51_840
+HAND_COUNTED_FLOPS = {
+    "mmlm": MASKED_LM,
+    "tlm": MASKED_LM,
+    "camlm": MASKED_LM,
+    # + pass 1, forward only: (matmuls + attention + LM head on ⌈0.25 · 64⌉ = 16 placeholders) / 3
+    #   = (589,824 + 393,216 + 6 · 864 · 16) / 3 = 355,328
+    "btmlm": MASKED_LM + 355_328,
+    # two passes + the cross-attention sub-layer: 6 · 2 · 4 · 8² · 64 = 196,608 and its scores
+    "veco": 2 * MASKED_LM + 196_608 + 393_216,
+    "veco_mono": 2 * MASKED_LM + 196_608 + 393_216,
+    # + generator (1 layer, hidden 4, FFN 16): 6 · (4 · 4² + 2 · 4 · 16) · 64 = 73,728 matmuls,
+    #   12 · 4 · 32 · 64 = 98,304 attention; + discriminator head 6 · (8² + 8) · 64 = 27,648
+    "mrtd": MASKED_LM + 73_728 + 98_304 + 27_648,
+    "trtd": MASKED_LM + 73_728 + 98_304 + 27_648,
+}
+
+
+@pytest.mark.parametrize("name", sorted(objectives.REGISTRY))
+def test_each_objectives_flops_equal_the_hand_count(name):
+    cfg = _flops_config()
+    objective = objectives.get(name)
+    shape = StepShape(tokens=64, length=32, predictions=10)
+    assert objective.flops(cfg, objective.stream(cfg), shape) == HAND_COUNTED_FLOPS[name]

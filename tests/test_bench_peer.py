@@ -4,25 +4,15 @@ import math
 
 import pytest
 
+from tests.tiny import run_config
 from xlpretrain.bench_peer import PEER, format_peer, peer_benchmark
-from xlpretrain.config import default_config
 
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 
 def tiny_config():
-    cfg = default_config()
-    cfg.model.vocab_size = 1000
-    cfg.model.hidden_size = 32
-    cfg.model.num_layers = 2
-    cfg.model.num_heads = 2
-    cfg.model.mlp_dim = 64
-    cfg.model.max_positions = 514
-    cfg.model.dtype = "float32"
-    cfg.data.batch_size = 2
-    cfg.data.max_length = 32
-    return cfg
+    return run_config(model__vocab_size=1000, model__num_heads=2, data__batch_size=2)
 
 
 def test_peer_reports_throughput_and_an_untrained_loss():

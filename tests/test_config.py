@@ -1,3 +1,4 @@
+import re
 import subprocess
 import sys
 
@@ -65,6 +66,40 @@ def test_unknown_section():
         config_lib.validate(cfg)
 
 
+CHECK_DEFAULTS = {"a": {"n": 1, "x": 0.5, "names": ()}}
+CHECK_RANGES = {"a.n": (lambda v: v > 0, "must be > 0")}
+
+
+@pytest.mark.parametrize(
+    "raw, message",
+    [
+        ({"a": {"m": 1}}, "'a.m': unknown key"),
+        ({"b": {}}, "'b': unknown section"),
+        ({"a": {"n": True}}, "'a.n': expected int, got bool"),
+        ({"a": {"x": "0.5"}}, "'a.x': expected float, got str"),
+        ({"a": {"n": 0}}, "'a.n': must be > 0, got 0"),
+    ],
+)
+def test_check_keys_names_the_key_for_any_defaults(raw, message):
+    """The generic check that fine-tuning shares, on other defaults and ranges."""
+    defaults = ml_collections.ConfigDict(CHECK_DEFAULTS)
+    fine = {"a": {"n": 2, "x": 1, "names": ["en"]}}  # an int for a float, a list for a tuple
+    config_lib.check_keys(ml_collections.ConfigDict(fine), defaults, CHECK_RANGES)
+    with pytest.raises(config_lib.ConfigError, match=message):
+        config_lib.check_keys(ml_collections.ConfigDict(raw), defaults, CHECK_RANGES)
+
+
+def test_check_keys_hands_free_form_keys_to_their_own_check():
+    seen = []
+    config_lib.check_keys(
+        ml_collections.ConfigDict({"a": {"n": 1, "free": {"k": "v"}}}),
+        ml_collections.ConfigDict(CHECK_DEFAULTS),
+        CHECK_RANGES,
+        own_checks={"a.free.": lambda path, value: seen.append((path, value))},
+    )
+    assert seen == [("a.free.k", "v")]
+
+
 def test_cli_unknown_override_exits_nonzero_naming_the_key(tmp_path):
     result = subprocess.run(
         [
@@ -121,3 +156,51 @@ def test_every_objective_can_be_switched_on_from_the_command_line():
     config_lib.validate(cfg)
     with pytest.raises(AttributeError):
         cfg.objectives.bogus = 1.0
+
+
+def _two_stages(**stage_rows):
+    cfg = config_lib.default_config()
+    cfg.objectives = ml_collections.ConfigDict({})
+    cfg.data.batch_size = 4
+    cfg.data.per_objective = ml_collections.ConfigDict({"tlm": {"batch_size": 6}})
+    cfg.schedule = (
+        {"start_step": 0, "objectives": {"mmlm": 1.0, "tlm": 1.0}},
+        {"start_step": 10, "objectives": {"mmlm": 1.0, "tlm": 1.0}, "batch_size": stage_rows},
+    )
+    return cfg
+
+
+def test_batch_sizes_combine_stage_over_objective_over_default():
+    """A stage's batch_size beats data.per_objective, which beats data.batch_size; the step's
+    global batch is the sum over the stage's objectives."""
+    cfg = config_lib.validate(_two_stages(mmlm=8))
+    first, second = config_lib.stages(cfg)
+    assert first.rows == {"mmlm": 4, "tlm": 6}
+    assert second.rows == {"mmlm": 8, "tlm": 6}
+    cfg = config_lib.validate(_two_stages(mmlm=8, tlm=2))
+    assert config_lib.stages(cfg)[1].rows == {"mmlm": 8, "tlm": 2}
+
+
+@pytest.mark.parametrize(
+    "stage_rows, key, message",
+    [
+        ({"camlm": 8}, "schedule[1].batch_size.camlm", "not an objective of this stage"),
+        ({"mmlm": 0}, "schedule[1].batch_size.mmlm", "must be an int > 0"),
+        ({"mmlm": 2.5}, "schedule[1].batch_size.mmlm", "must be an int > 0"),
+    ],
+)
+def test_stage_batch_size_errors_name_the_key(stage_rows, key, message):
+    with pytest.raises(config_lib.ConfigError, match=f"'{re.escape(key)}': {message}"):
+        config_lib.validate(_two_stages(**stage_rows))
+
+
+def test_batch_checks_name_the_key_that_set_the_rows():
+    cfg = _two_stages(mmlm=5)
+    cfg.train.grad_accum = 2  # 5 rows of mmlm in stage 2 do not split in 2 micro-batches
+    with pytest.raises(config_lib.ConfigError, match=r"schedule\[1\]\.batch_size\.mmlm=5 \(mmlm\)"):
+        config_lib.validate(cfg)
+    cfg = config_lib.validate(_two_stages(mmlm=8))
+    with pytest.raises(
+        config_lib.ConfigError, match=r"'data\.per_objective\.tlm\.batch_size': 6 \(tlm\)"
+    ):
+        config_lib.check_batch_divides(cfg, {"data": 4, "fsdp": 1, "tensor": 1})

@@ -16,6 +16,7 @@ transformers = pytest.importorskip("transformers")
 safetensors_numpy = pytest.importorskip("safetensors.numpy")
 
 import xlpretrain  # noqa: E402
+from tests import tiny  # noqa: E402
 from tests.test_api import xlm_e_workdir  # noqa: E402
 from xlpretrain.convert import folder, from_hf, to_hf  # noqa: E402
 from xlpretrain.convert.__main__ import main  # noqa: E402
@@ -188,21 +189,6 @@ def test_unrolled_layers_stack_into_the_scanned_layout(relative_position):
         )
 
 
-def tiny_run_config(udhr_subset, tokenizer_path, **model):
-    from xlpretrain.config import default_config
-
-    cfg = default_config()
-    cfg.data.mono_dir = str(udhr_subset)
-    cfg.data.max_length = 32
-    cfg.data.batch_size = 2
-    cfg.tokenizer.path = str(tokenizer_path)
-    cfg.objectives = {"mmlm": 1.0}
-    cfg.model.update(
-        vocab_size=1002, hidden_size=32, num_layers=2, num_heads=4, mlp_dim=64, **model
-    )
-    return cfg
-
-
 @pytest.fixture(scope="module")
 def workdir(udhr, udhr_tokenizer_path, tmp_path_factory):
     """A real training workdir: built by the trainer, then its (perturbed) initial state saved
@@ -216,7 +202,12 @@ def workdir(udhr, udhr_tokenizer_path, tmp_path_factory):
     subset.mkdir()
     for lang in sorted(p.name for p in (udhr / "mono").glob("*.txt"))[:3]:
         (subset / lang).write_text((udhr / "mono" / lang).read_text())
-    cfg = tiny_run_config(subset, udhr_tokenizer_path)
+    cfg = tiny.run_config(
+        tokenizer=udhr_tokenizer_path,
+        data__mono_dir=str(subset),
+        data__batch_size=2,
+        objectives={"mmlm": 1.0},
+    )
     trainer = train.build(cfg, str(root / "run"), jax.devices()[:1])
     state = trainer.training.state
     rng = np.random.default_rng(7)  # NumPy noise: eager jax.random would compile per shape
@@ -286,11 +277,32 @@ def test_to_hf_refuses_xlm_e_relative_positions(tmp_path):
     ):
         to_hf(tmp_path / "run", tmp_path / "hf")
     assert not (tmp_path / "hf").exists()
-    run_config = json.loads((tmp_path / "run" / "config.json").read_text())
-    run_config["objectives"] = {"mrtd": 1.0, "renamed": 1.0}
-    (tmp_path / "run" / "config.json").write_text(json.dumps(run_config))
-    with pytest.raises(ValueError, match=r"config.json: unknown objective 'renamed'"):
-        to_hf(tmp_path / "run", tmp_path / "hf")
+
+
+def test_a_workdir_is_read_by_its_recorded_family_without_the_objectives(tmp_path):
+    """The trainer records the module it trained; readers never work it out from objective
+    names (a renamed objective cannot change how a workdir reads)."""
+    run = tmp_path / "run"
+    xlm_e_workdir(run, relative_position="none")
+    family_file = run / folder.FAMILY_FILE
+    assert json.loads(family_file.read_text()) == {"family": "electra"}
+    run_config = json.loads((run / "config.json").read_text())
+    run_config["objectives"] = {"renamed": 1.0}
+    (run / "config.json").write_text(json.dumps(run_config))
+    script = (
+        "import sys; from xlpretrain.convert import folder; "
+        f"print(folder.read({str(run)!r}).kind, 'xlpretrain.objectives' in sys.modules)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True
+    ).stdout.split()
+    assert out == [folder.DISCRIMINATOR, "False"]
+    family_file.write_text('{"family": "gpt"}')
+    with pytest.raises(ValueError, match=r"model_family.json: expected .*'masked_lm', 'electra'"):
+        folder.read(run)
+    family_file.unlink()
+    with pytest.raises(FileNotFoundError, match=r"model_family.json is missing"):
+        folder.read(run)
 
 
 @pytest.mark.parametrize(

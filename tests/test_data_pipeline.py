@@ -3,21 +3,19 @@
 import numpy as np
 import pytest
 
+from tests.tiny import mask_tokens
 from xlpretrain.data import batch as batch_lib
 from xlpretrain.data.examples import FIRST_POSITION, monolingual_row, translation_pair_row
-from xlpretrain.data.masking import mask_row
 from xlpretrain.data.pipeline import (
-    MONO,
-    PARALLEL,
     Corpus,
     StepBatchBuilder,
-    StreamSpec,
     language_vocabulary,
     make_dataset,
     process_rows,
 )
 from xlpretrain.data.sampling import language_probabilities
 from xlpretrain.data.sources import MonolingualSource, ParallelSource
+from xlpretrain.data.streams import MONO, PARALLEL, Phase, StreamSpec
 from xlpretrain.tokenizer import Tokenizer
 
 BOS, PAD, EOS = Tokenizer.BOS_ID, Tokenizer.PAD_ID, Tokenizer.EOS_ID
@@ -118,16 +116,7 @@ def test_masking_rates_and_specials(tokenizer):
     specials = tokenizer.special_ids()
     totals = np.zeros(3)
     for seed in range(40):
-        out = mask_row(
-            row,
-            np.random.default_rng(seed),
-            rate=0.15,
-            num_slots=77,
-            special_ids=specials,
-            mask_id=tokenizer.mask_id,
-            first_regular_id=4,
-            vocab_size=vocab,
-        )
+        out = mask_tokens(row, np.random.default_rng(seed), tokenizer, rate=0.15, num_slots=77)
         chosen = np.flatnonzero(out["is_masked"])
         maskable = (row["segment_ids"] > 0) & ~np.isin(row["input_ids"], specials)
         assert len(chosen) == round(0.15 * maskable.sum())
@@ -152,20 +141,10 @@ def test_masking_rates_and_specials(tokenizer):
 def test_masking_follows_the_corruption_split(tokenizer, corruption):
     length, vocab, mask_id = 512, tokenizer.vocab_size, tokenizer.mask_id
     row = _plain_row(length, np.random.default_rng(0), vocab)
-    specials = tokenizer.special_ids()
     new, original = [], []
     for seed in range(10):
-        out = mask_row(
-            row,
-            np.random.default_rng(seed),
-            rate=0.15,
-            num_slots=77,
-            special_ids=specials,
-            mask_id=mask_id,
-            first_regular_id=4,
-            vocab_size=vocab,
-            corruption=corruption,
-        )
+        rng = np.random.default_rng(seed)
+        out = mask_tokens(row, rng, tokenizer, rate=0.15, num_slots=77, corruption=corruption)
         chosen = np.flatnonzero(out["is_masked"])
         np.testing.assert_array_equal(out["labels"][chosen], row["input_ids"][chosen])
         new.append(out["input_ids"][chosen])
@@ -199,8 +178,8 @@ def _plain_row(length, rng, vocab):
 
 def _builder(corpus, tokenizer, **overrides):
     options = dict(
+        phases=[Phase(0, {"mmlm": 8, "tlm": 8})],
         seed=3,
-        batch_size=8,
         max_length=64,
         mono_alpha=0.3,
         parallel_alpha=0.3,
@@ -249,3 +228,19 @@ def test_missing_kind_is_a_clear_error(corpus, tokenizer):
     mono_only = Corpus(corpus.mono, None, corpus.languages)
     with pytest.raises(ValueError, match="parallel_dir"):
         _builder(mono_only, tokenizer)
+
+
+def test_phases_choose_each_steps_streams_and_rows(corpus, tokenizer):
+    """From its start step a phase draws only its streams, at its rows; a row's content does
+    not depend on how many rows the phase draws."""
+    phased = _builder(
+        corpus, tokenizer, phases=[Phase(0, {"mmlm": 8, "tlm": 8}), Phase(3, {"mmlm": 2})]
+    )
+    second = phased.map(1)  # logged step 2: the first phase
+    assert {name: b["input_ids"].shape[0] for name, b in second.items()} == {"mmlm": 8, "tlm": 8}
+    third = phased.map(2)  # logged step 3: the second phase
+    assert set(third) == {"mmlm"} and third["mmlm"]["input_ids"].shape == (2, 64)
+    whole = _builder(corpus, tokenizer).map(2)["mmlm"]["input_ids"]
+    np.testing.assert_array_equal(third["mmlm"]["input_ids"], whole[:2])
+    with pytest.raises(ValueError, match=r"\['camlm'\].*no StreamSpec"):
+        _builder(corpus, tokenizer, phases=[Phase(0, {"camlm": 2})])

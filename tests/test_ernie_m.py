@@ -13,12 +13,15 @@ import ml_collections
 import numpy as np
 import pytest
 
+from tests.tiny import model_config
 from xlpretrain import masks
 from xlpretrain.config import ConfigError, default_config, stage_index, stages, validate
 from xlpretrain.data.batch import SIDE_PLACEHOLDER, SIDE_SOURCE, SIDE_TAG
-from xlpretrain.data.pipeline import MONO, Corpus, StepBatchBuilder, StreamSpec
+from xlpretrain.data.pipeline import Corpus, StepBatchBuilder
 from xlpretrain.data.sources import MonolingualSource
-from xlpretrain.model import MaskedLM, ModelConfig, init_params
+from xlpretrain.data.streams import MONO, Phase, StreamSpec
+from xlpretrain.masks import show
+from xlpretrain.model import MaskedLM, init_params
 from xlpretrain.objectives import ernie_m, mlm
 from xlpretrain.tokenizer import Tokenizer
 
@@ -37,8 +40,8 @@ def btmlm_batch(udhr, udhr_tokenizer_path):
         corpus,
         tokenizer,
         streams,
+        [Phase(0, {"btmlm": 6})],
         seed=0,
-        batch_size=6,
         max_length=96,
         mono_alpha=0.5,
         parallel_alpha=0.5,
@@ -73,16 +76,7 @@ def test_btmlm_rows_append_placeholders_per_unit(btmlm_batch):
 
 
 def _tiny_model():
-    config = ModelConfig(
-        vocab_size=1002,
-        hidden_size=16,
-        num_layers=2,
-        num_heads=2,
-        mlp_dim=32,
-        num_languages=3,
-        dropout_rate=0.0,
-        attention_dropout_rate=0.0,
-    )
+    config = model_config(vocab_size=1002, max_positions=514, num_languages=3)
     return MaskedLM(config), nn.unbox(init_params(config, jax.random.key(0)))
 
 
@@ -175,11 +169,13 @@ def test_masks_cli_json_and_png(tmp_path):
     assert [j for j, a in enumerate(info["depends_on"][3]) if a] == [3, 6, 7, 8, 10]
     assert [j for j, a in enumerate(info["depends_on"][9]) if a] == [0, 1, 2, 4, 5, 9]
     assert png.stat().st_size > 1000
-    generate = masks.describe("btmlm_generate", "a b c d e f g", ratio=0.2)
+    btmlm_generate = ernie_m.BTMLM.masks[0]
+    generate = show.describe(btmlm_generate, "a b c d e f g", ratio=0.2, objective="btmlm")
+    assert (generate["objective"], generate["mask"]) == ("btmlm", "btmlm_generate")
     assert generate["side"][-2:] == ["placeholder", "placeholder"]  # ⌈0.2 · 7⌉ = 2
     assert generate["allowed"][-1] == [1] * 9 + [0, 1]
     with pytest.raises(ValueError, match="needs a pair"):
-        masks.describe("camlm", "only one side")
+        show.describe(ernie_m.CAMLM.masks[0], "only one side")
 
 
 def test_schedule_validation_and_stage_lookup():
@@ -235,7 +231,12 @@ def test_configs_match_table_10(size, layers, hidden, ffn, heads, steps, lr):
     m, o = cfg.model, cfg.optim
     assert (m.num_layers, m.hidden_size, m.mlp_dim, m.num_heads) == (layers, hidden, ffn, heads)
     assert m.dropout_rate == m.attention_dropout_rate == 0.1
-    assert (cfg.train.steps, cfg.data.batch_size, cfg.data.max_length) == (steps, 2048, 512)
+    assert (cfg.train.steps, cfg.data.max_length) == (steps, 512)
+    # The paper's 2048 sequences per step, in every stage, split half monolingual, half parallel.
+    run_stages = stages(cfg)
+    assert [sum(stage.rows.values()) for stage in run_stages] == [2048, 2048]
+    assert run_stages[0].rows == {"mmlm": 1024, "tlm": 512, "camlm": 512}
+    assert run_stages[1].rows == {"mmlm": 512, "tlm": 512, "camlm": 512, "btmlm": 512}
     assert (o.learning_rate, o.warmup_steps, o.eps, o.b1, o.b2) == (lr, 10_000, 1e-6, 0.98, 0.999)
     assert o.weight_decay == 0.01
     assert cfg.data.mono_alpha == cfg.data.parallel_alpha == 0.1
@@ -255,8 +256,8 @@ def test_btmlm_tag_tokens_precede_the_placeholders(udhr, udhr_tokenizer_path):
         corpus,
         tokenizer,
         streams,
+        [Phase(0, {"btmlm": 4})],
         seed=0,
-        batch_size=4,
         max_length=64,
         mono_alpha=0.5,
         parallel_alpha=0.5,

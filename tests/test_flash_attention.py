@@ -225,7 +225,7 @@ def test_sharded_step_with_the_fused_kernel_equals_one_device():
 
     from xlpretrain.bench import synthetic_batch
     from xlpretrain.config import DEFAULT_LOGICAL_AXIS_RULES
-    from xlpretrain.data.pipeline import PARALLEL, StreamSpec
+    from xlpretrain.data.streams import PARALLEL, StreamSpec
     from xlpretrain.model import MaskedLM, ModelConfig, init_params
     from xlpretrain.objectives import ernie_m
     from xlpretrain.sharding import batch_sharding, logical_shardings, make_mesh, under_mesh

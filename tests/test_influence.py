@@ -13,40 +13,24 @@ import numpy as np
 import optax
 import pytest
 
+from tests.tiny import model_config, token_batch
 from xlpretrain import masks
 from xlpretrain.data.batch import SIDE_PLACEHOLDER, SIDE_PSEUDO, SIDE_SOURCE, SIDE_TAG, SIDE_TARGET
-from xlpretrain.model import MaskedLM, ModelConfig, init_params
+from xlpretrain.masks import show
+from xlpretrain.model import MaskedLM, init_params
 from xlpretrain.model.layers import Embeddings
 
-CFG = ModelConfig(
-    vocab_size=40,
-    hidden_size=16,
-    num_layers=3,
-    num_heads=2,
-    mlp_dim=32,
-    max_positions=32,
-    num_languages=3,
-    dropout_rate=0.0,
-    attention_dropout_rate=0.0,
-)
+CFG = model_config(num_layers=3, num_languages=3)
 MASK = CFG.vocab_size - 1
 PARAMS = nn.unbox(init_params(CFG, jax.random.key(0)))
 S, T, P, Q = SIDE_SOURCE, SIDE_TARGET, SIDE_PLACEHOLDER, SIDE_PSEUDO
 
 
 def row(tokens):
-    """tokens: (id, segment, side, masked) tuples → meta dict with batch axis 1."""
-    ids, segment, side, masked = (np.array([[t[i] for t in tokens]]) for i in range(4))
-    positions = np.where(segment > 0, 2 + np.arange(len(tokens)), 1)
-    return {
-        "input_ids": ids,
-        "segment_ids": segment,
-        "pair_ids": segment,
-        "side": side,
-        "is_masked": masked,
-        "positions": positions,
-        "lang_ids": np.where(side == T, 1, 0) + np.where(side >= P, 2, 0),
-    }
+    """tokens: (id, segment, side, masked) tuples → a batch of one row; language 1 on the
+    target side, 2 on placeholders, pseudo tokens and tags, else 0."""
+    side = np.array([[t[2] for t in tokens]])
+    return token_batch(tokens, lang_ids=np.where(side == T, 1, 0) + np.where(side >= P, 2, 0))
 
 
 def influence(mask_fn, batch, predicted):
@@ -162,7 +146,7 @@ def test_camlm_dependencies_through_twelve_layers_are_the_papers():
             "positions": np.arange(len(side))[None],
         }
         allowed = np.asarray(masks.materialize(masks.camlm, meta))[0, 0]
-        reach = masks.depends_on(allowed, layers=12)
+        reach = show.depends_on(allowed, layers=12)
         for m in np.flatnonzero(masked):
             expected = {m} | {j for j in range(len(side)) if side[j] != side[m] and not masked[j]}
             assert set(np.flatnonzero(reach[m])) == expected

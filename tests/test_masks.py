@@ -63,3 +63,26 @@ def test_get_unknown_lists_known_names():
     assert masks.get("mmlm") is masks.mmlm
     with pytest.raises(KeyError, match="mmlm.*tlm"):
         masks.get("nope")
+
+
+def test_masks_cli_shows_what_the_objective_declarations_declare(monkeypatch, capsys):
+    """The CLI's names are the registry's objectives and their masks: registering an
+    objective is all it takes to show its masks, laid out by their declared layout."""
+    import dataclasses
+    import json
+
+    from xlpretrain import objectives
+    from xlpretrain.masks import AttentionMask, ExampleLayout
+    from xlpretrain.masks import __main__ as cli
+
+    declared = {m.name for o in objectives.REGISTRY.values() for m in o.masks}
+    assert set(cli.choices()) == set(objectives.REGISTRY) | declared
+    assert cli.choices()["btmlm"][1].name == "btmlm"  # the mask named like the objective
+    assert cli.choices()["veco"][1].name == "veco_cross"  # else the objective's first mask
+    causal = AttentionMask("toy_causal", masks.veco_causal, ExampleLayout.SEGMENTS)
+    toy = dataclasses.replace(objectives.get("mmlm"), name="toy", masks=(causal,))
+    monkeypatch.setitem(objectives.REGISTRY, "toy", toy)
+    cli.main(["--objective", "toy", "--example", "a b", "--json"])
+    info = json.loads(capsys.readouterr().out)
+    assert (info["objective"], info["mask"]) == ("toy", "toy_causal")
+    assert info["allowed"] == [[1, 0, 0, 0], [1, 1, 0, 0], [1, 1, 1, 0], [1, 1, 1, 1]]

@@ -11,6 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from tests.tiny import token_batch
 from xlpretrain import masks
 from xlpretrain.model import MaskedLM, ModelConfig, dot_product_attention, init_params
 
@@ -38,25 +39,12 @@ def hidden(params, batch, cfg, deterministic=True, dropout_rng=None):
     )
 
 
-def make_batch(rows):
-    """rows: list of (ids, segment_ids, positions) lists, padded to 12 with pad tokens."""
-    length = 12
-    pad = [(1, 0, 1)] * length
-    cols = [list(zip(*row, strict=True)) + pad[len(row[0]) :] for row in rows]
-    ids, seg, pos = (np.array([[tok[i] for tok in row] for row in cols]) for i in range(3))
-    return {"input_ids": ids, "segment_ids": seg, "positions": pos}
-
-
 A = [0, 7, 8, 9, 2]
 B = [0, 10, 11, 2]
 
 
 def segment(ids, seg_id):
-    return ids, [seg_id] * len(ids), list(range(2, 2 + len(ids)))
-
-
-def concat(*rows):
-    return tuple(sum((list(r[i]) for r in rows), []) for i in range(3))
+    return [(token, seg_id) for token in ids]
 
 
 @pytest.fixture(scope="module")
@@ -72,8 +60,8 @@ def params(boxed):
 @pytest.fixture(scope="module")
 def batch():
     """Rows: A and B packed; A alone; B alone; A alone with non-pad ids in its padding."""
-    rows = make_batch(
-        [concat(segment(A, 1), segment(B, 2)), segment(A, 1), segment(B, 1), segment(A, 1)]
+    rows = token_batch(
+        segment(A, 1) + segment(B, 2), segment(A, 1), segment(B, 1), segment(A, 1), length=12
     )
     rows["input_ids"][3, len(A) :] = np.arange(30, 30 + 12 - len(A))
     return rows

@@ -18,11 +18,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from tests.tiny import mask_tokens
 from xlpretrain import masks, objectives
 from xlpretrain.config import default_config
 from xlpretrain.data.batch import SIDE_PLACEHOLDER, SIDE_SOURCE, SIDE_TARGET, stack_rows
 from xlpretrain.data.examples import Placeholders, monolingual_row, translation_pair_row
-from xlpretrain.data.masking import mask_row
 from xlpretrain.data.pipeline import placeholder_fields
 from xlpretrain.model import MaskedLM, ModelConfig, init_params
 from xlpretrain.model.layers import Embeddings
@@ -84,16 +84,7 @@ def _text(rng: np.random.Generator) -> str:
 
 def _masked(unmasked, rng):
     """The pipeline's masking, 80/10/10, at a rate that gives several predictions per side."""
-    return mask_row(
-        unmasked,
-        rng,
-        rate=0.3,
-        num_slots=SLOTS,
-        special_ids=_Ids().special_ids(),
-        mask_id=MASK_ID,
-        first_regular_id=Tokenizer.UNK_ID + 1,
-        vocab_size=VOCAB,
-    )
+    return mask_tokens(unmasked, rng, _Ids(), rate=0.3, num_slots=SLOTS)
 
 
 def _kept(batch) -> np.ndarray:

@@ -7,8 +7,9 @@ import jax
 import numpy as np
 import pytest
 
+from tests.tiny import model_config
 from xlpretrain import masks
-from xlpretrain.model import MaskedLM, ModelConfig, init_params
+from xlpretrain.model import MaskedLM, init_params
 from xlpretrain.model.relative_position import (
     bucketed_bias,
     gated_bias,
@@ -79,12 +80,8 @@ def test_gates_fixed_at_zero_reduce_to_the_bucketed_bias():
 @pytest.mark.parametrize("kind", ["bucketed", "gated"])
 @pytest.mark.parametrize("shared", [True, False])
 def test_model_with_relative_positions(kind, shared):
-    cfg = ModelConfig(
+    cfg = model_config(
         vocab_size=30,
-        hidden_size=16,
-        num_layers=2,
-        num_heads=2,
-        mlp_dim=32,
         relative_position=kind,
         share_relative_table=shared,
         absolute_positions=False,

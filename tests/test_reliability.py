@@ -171,7 +171,7 @@ def test_huge_learning_rate_stops_with_the_divergence_named(reference, tmp_path)
         ),
         (
             ["--config.mesh.data=4", "--config.data.batch_size=6"],
-            "config key 'data.batch_size': 6 (all) / train.grad_accum=1 = 6 rows per "
+            "config key 'data.batch_size': 6 (mmlm) / train.grad_accum=1 = 6 rows per "
             "micro-batch, not divisible by the data-parallel size mesh.data × mesh.fsdp = 4 × 2",
         ),
     ],
@@ -196,22 +196,17 @@ def test_read_only_workdir_is_named():
     assert "Traceback" not in result.stdout
 
 
-def test_full_disk_is_named_before_the_first_step(tmp_path, monkeypatch, udhr, udhr_tokenizer_path):
+def test_full_disk_is_named_before_the_first_step(tmp_path, monkeypatch, udhr_run_config):
     """A disk with less room than one checkpoint stops the run at build, naming both sizes."""
     import shutil
 
     from xlpretrain import train as train_lib
-    from xlpretrain.config import default_config
 
     real = shutil.disk_usage
     monkeypatch.setattr(
         train_lib.shutil, "disk_usage", lambda path: real(path)._replace(free=1 << 20)
     )
-    cfg = default_config()
-    cfg.data.mono_dir = str(udhr / "mono")
-    cfg.model.vocab_size = 1002
-    cfg.model.hidden_size, cfg.model.num_layers, cfg.model.num_heads = 64, 2, 4
-    cfg.model.mlp_dim = 128
-    cfg.tokenizer.path = str(udhr_tokenizer_path)
+    # wider than the tiny default, so that one checkpoint needs more than 1 MiB
+    cfg = udhr_run_config(model__hidden_size=64, model__mlp_dim=128, objectives={"mmlm": 1.0})
     with pytest.raises(train_lib.WorkdirError, match=r"1\.0 MiB free, but one checkpoint"):
         train_lib.build(cfg, str(tmp_path))

@@ -14,7 +14,6 @@ import pytest
 
 import xlpretrain
 from tests.test_train import run as pretrain
-from tests.test_train import tiny_config
 from xlpretrain.api import Model
 from xlpretrain.convert import folder
 from xlpretrain.data.sources import ParallelSource
@@ -25,10 +24,10 @@ UDHR_PAIRS = ("eng-cmn_hans", "eng-deu_1996", "eng-fra")
 
 
 @pytest.fixture(scope="module")
-def workdir(udhr, udhr_tokenizer_path, tmp_path_factory) -> pathlib.Path:
+def workdir(udhr_run_config, tmp_path_factory) -> pathlib.Path:
     """A 2-layer model pre-trained with MMLM + TLM for a few steps."""
     path = tmp_path_factory.mktemp("pretrained")
-    pretrain(tiny_config(udhr, udhr_tokenizer_path, train__steps=4), path, jax.devices()[:1])
+    pretrain(udhr_run_config(train__steps=4), path, jax.devices()[:1])
     return path
 
 

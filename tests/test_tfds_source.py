@@ -9,19 +9,17 @@ import sys
 
 import numpy as np
 import pytest
-import tensorflow_datasets as tfds
 
-from xlpretrain.data.pipeline import (
-    MONO,
-    PARALLEL,
-    Corpus,
-    StepBatchBuilder,
-    StreamSpec,
-    language_vocabulary,
-)
+from xlpretrain.data.pipeline import Corpus, StepBatchBuilder, language_vocabulary
 from xlpretrain.data.sources import DataError, format_stats
-from xlpretrain.data.tfds_source import TfdsMonolingualSource, TfdsParallelSource
+from xlpretrain.data.streams import MONO, PARALLEL, Phase, StreamSpec
 from xlpretrain.tokenizer import train_tokenizer
+
+EXTRA = "the tfds extra is not installed: pip install 'xlpretrain[tfds]'"
+tfds = pytest.importorskip("tensorflow_datasets", reason=EXTRA)
+pytest.importorskip("importlib_resources", reason=EXTRA)  # TFDS's builds need it (setup.py)
+
+from xlpretrain.data.tfds_source import TfdsMonolingualSource, TfdsParallelSource  # noqa: E402
 
 MAX_BYTES = 1000
 DOCS = [  # (language, text): records 2, 3, 5 and 8 are bad
@@ -251,8 +249,8 @@ def test_sources_feed_the_pipeline(mono, parallel, tmp_path):
         corpus,
         tokenizer,
         streams,
+        [Phase(0, dict.fromkeys(streams, 4))],
         seed=0,
-        batch_size=4,
         max_length=32,
         mono_alpha=0.3,
         parallel_alpha=0.3,
@@ -271,7 +269,7 @@ def test_sources_feed_the_pipeline(mono, parallel, tmp_path):
 def test_run_config_selects_tfds_sources(data_dir):
     from xlpretrain import train
     from xlpretrain.config import ConfigError, default_config
-    from xlpretrain.data.pipeline import MONO, PARALLEL
+    from xlpretrain.data.streams import MONO, PARALLEL
 
     cfg = default_config()
     cfg.data.mono_tfds.name = "xlpretrain_test_docs"

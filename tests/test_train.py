@@ -1,5 +1,6 @@
 """The training loop end to end: sharded = unsharded, exact resume, accumulation, bad input."""
 
+import dataclasses
 import pathlib
 import shutil
 import subprocess
@@ -11,40 +12,12 @@ import numpy as np
 import pytest
 from absl import flags
 
+from tests.tiny import STEPS
 from xlpretrain import train
 from xlpretrain.checkpoint import CheckpointError, CheckpointMismatchError
 from xlpretrain.config import ConfigError, default_config
 from xlpretrain.divergence import DivergenceError
 from xlpretrain.metrics import read_metrics
-
-STEPS = 8
-
-
-def tiny_config(udhr, tokenizer_path, **overrides):
-    cfg = default_config()
-    cfg.train.steps = STEPS
-    cfg.train.log_every = 1
-    cfg.train.checkpoint_every = 100
-    cfg.train.async_checkpointing = False
-    cfg.data.mono_dir = str(udhr / "mono")
-    cfg.data.parallel_dir = str(udhr / "parallel")
-    cfg.data.max_length = 32
-    cfg.data.batch_size = 8
-    cfg.tokenizer.path = str(tokenizer_path)
-    cfg.model.vocab_size = 1002
-    cfg.model.hidden_size = 32
-    cfg.model.num_layers = 2
-    cfg.model.num_heads = 4
-    cfg.model.mlp_dim = 64
-    cfg.model.dropout_rate = 0.1
-    cfg.model.attention_dropout_rate = 0.1
-    cfg.optim.learning_rate = 1e-3
-    cfg.optim.warmup_steps = 2
-    cfg.objectives = {"mmlm": 1.0, "tlm": 0.5}
-    for key, value in overrides.items():
-        section, name = key.split("__")
-        cfg[section][name] = value
-    return cfg
 
 
 def losses(workdir):
@@ -60,13 +33,11 @@ def run(cfg, workdir, devices=None):
 
 
 @pytest.fixture(scope="module")
-def reference_run(udhr, udhr_tokenizer_path, tmp_path_factory):
+def reference_run(udhr_run_config, tmp_path_factory):
     """STEPS steps straight through on one device, checkpointing every 2 steps (keeping 2) and
     profiling steps 2-3."""
     workdir = tmp_path_factory.mktemp("reference")
-    cfg = tiny_config(
-        udhr,
-        udhr_tokenizer_path,
+    cfg = udhr_run_config(
         train__checkpoint_every=2,
         train__keep_checkpoints=2,
         train__profile_steps="2:4",
@@ -100,36 +71,32 @@ def test_reference_run_keeps_n_checkpoints_and_writes_a_profile(reference_run):
 
 
 def test_worker_processes_give_the_same_stream_and_resume_exactly(
-    reference, udhr, udhr_tokenizer_path, tmp_path
+    reference, udhr_run_config, tmp_path
 ):
     flags.FLAGS.mark_as_parsed()  # grain's worker options are absl flags (parsed by the CLI)
     devices = jax.devices()[:1]
-    run(
-        tiny_config(udhr, udhr_tokenizer_path, data__num_workers=2, train__stop_at=3),
-        tmp_path,
-        devices,
-    )
-    run(tiny_config(udhr, udhr_tokenizer_path, data__num_workers=2), tmp_path, devices)
+    run(udhr_run_config(data__num_workers=2, train__stop_at=3), tmp_path, devices)
+    run(udhr_run_config(data__num_workers=2), tmp_path, devices)
     got = losses(tmp_path)
     for step in range(1, STEPS + 1):
         np.testing.assert_allclose(got[step], reference[step], rtol=1e-5, atol=1e-5)
 
 
 def test_sharded_equals_one_device_and_restores_onto_another_mesh(
-    reference, udhr, udhr_tokenizer_path, tmp_path
+    reference, udhr_run_config, tmp_path
 ):
     """data=2 × fsdp=4 for half the run, stopped, then resumed (a) on the same mesh and (b) on
     data=2 × fsdp=2 × tensor=2: both log the losses of one device straight through."""
     assert sorted(reference) == list(range(1, STEPS + 1))
     half = STEPS // 2
     first, second = tmp_path / "same_mesh", tmp_path / "other_mesh"
-    cfg = tiny_config(udhr, udhr_tokenizer_path, mesh__data=2, mesh__fsdp=4, train__stop_at=half)
+    cfg = udhr_run_config(mesh__data=2, mesh__fsdp=4, train__stop_at=half)
     run(cfg, first)
     assert sorted(losses(first)) == list(range(1, half + 1))
     assert (first / "checkpoints" / str(half)).is_dir()
     shutil.copytree(first, second)
-    run(tiny_config(udhr, udhr_tokenizer_path, mesh__data=2, mesh__fsdp=4), first)
-    run(tiny_config(udhr, udhr_tokenizer_path, mesh__data=2, mesh__fsdp=2, mesh__tensor=2), second)
+    run(udhr_run_config(mesh__data=2, mesh__fsdp=4), first)
+    run(udhr_run_config(mesh__data=2, mesh__fsdp=2, mesh__tensor=2), second)
     same, other = losses(first), losses(second)
     assert sorted(same) == sorted(other) == list(range(1, STEPS + 1))
     for step in range(1, STEPS + 1):
@@ -143,31 +110,27 @@ def test_sharded_equals_one_device_and_restores_onto_another_mesh(
         )
 
 
-def test_stop_and_resume_on_the_same_mesh_is_exact(reference, udhr, udhr_tokenizer_path, tmp_path):
+def test_stop_and_resume_on_the_same_mesh_is_exact(reference, udhr_run_config, tmp_path):
     devices = jax.devices()[:1]
-    run(tiny_config(udhr, udhr_tokenizer_path, train__stop_at=3), tmp_path, devices)
-    run(tiny_config(udhr, udhr_tokenizer_path), tmp_path, devices)
+    run(udhr_run_config(train__stop_at=3), tmp_path, devices)
+    run(udhr_run_config(), tmp_path, devices)
     got = losses(tmp_path)
     for step in range(1, STEPS + 1):
         np.testing.assert_allclose(got[step], reference[step], rtol=1e-5, atol=1e-5)
 
 
-def test_gradient_accumulation_matches_the_full_batch(udhr, udhr_tokenizer_path, tmp_path):
+def test_gradient_accumulation_matches_the_full_batch(udhr_run_config, tmp_path):
     options = dict(model__dropout_rate=0.0, model__attention_dropout_rate=0.0, train__steps=3)
     devices = jax.devices()[:2]
-    run(tiny_config(udhr, udhr_tokenizer_path, **options), tmp_path / "a", devices)
-    run(
-        tiny_config(udhr, udhr_tokenizer_path, train__grad_accum=4, **options),
-        tmp_path / "b",
-        devices,
-    )
+    run(udhr_run_config(**options), tmp_path / "a", devices)
+    run(udhr_run_config(train__grad_accum=4, **options), tmp_path / "b", devices)
     a, b = losses(tmp_path / "a"), losses(tmp_path / "b")
     for step in a:
         np.testing.assert_allclose(a[step], b[step], rtol=1e-5, atol=1e-5)
 
 
 def test_corrupt_latest_checkpoint_falls_back_to_the_previous_one(
-    reference_run, reference, udhr, udhr_tokenizer_path, tmp_path, caplog
+    reference_run, reference, udhr_run_config, tmp_path, caplog
 ):
     """The reference keeps steps 6 and 8. Step 8's files damaged: the run names it, moves it
     to checkpoints/unreadable/, resumes from 6 and logs the reference's losses for 7-8. With
@@ -179,7 +142,7 @@ def test_corrupt_latest_checkpoint_falls_back_to_the_previous_one(
             path.write_bytes(b"garbage")
     devices = jax.devices()[:1]
     with caplog.at_level("WARNING", logger="xlpretrain"):
-        run(tiny_config(udhr, udhr_tokenizer_path, train__checkpoint_every=2), workdir, devices)
+        run(udhr_run_config(train__checkpoint_every=2), workdir, devices)
     assert f"cannot restore the checkpoint at {workdir / 'checkpoints' / '8'}" in caplog.text
     assert "falling back to an earlier checkpoint" in caplog.text
     assert [p.name.split("-")[0] for p in (workdir / "checkpoints" / "unreadable").iterdir()] == [
@@ -194,21 +157,21 @@ def test_corrupt_latest_checkpoint_falls_back_to_the_previous_one(
         for path in (workdir / "checkpoints" / str(step) / "data").rglob("*"):
             if path.is_file():
                 path.write_bytes(b"\xff")
-    cfg = tiny_config(udhr, udhr_tokenizer_path, train__steps=2 * STEPS)
+    cfg = udhr_run_config(train__steps=2 * STEPS)
     with pytest.raises(CheckpointError, match="none of the 2 checkpoint.*allow_fresh_start"):
         run(cfg, workdir, devices)
     assert not (workdir / "checkpoints" / "8").exists()  # both set aside, nothing deleted
     assert len(list((workdir / "checkpoints" / "unreadable").iterdir())) == 3
-    cfg = tiny_config(udhr, udhr_tokenizer_path, train__steps=2, train__allow_fresh_start=True)
+    cfg = udhr_run_config(train__steps=2, train__allow_fresh_start=True)
     run(cfg, tmp_path / "fresh", devices)  # an empty workdir is no reason to stop
 
 
 def test_checkpoint_of_another_model_names_the_parameter_and_both_shapes(
-    reference_run, udhr, udhr_tokenizer_path, tmp_path
+    reference_run, udhr_run_config, tmp_path
 ):
     """Not taken for damage (no fall back to an older step of the same wrong model)."""
     shutil.copytree(reference_run, tmp_path / "run")
-    cfg = tiny_config(udhr, udhr_tokenizer_path, model__mlp_dim=48)
+    cfg = udhr_run_config(model__mlp_dim=48)
     with pytest.raises(
         CheckpointMismatchError,
         match=r"checkpoints/8 is of another model: params/encoder/layers/mlp/wi/bias has "
@@ -218,9 +181,7 @@ def test_checkpoint_of_another_model_names_the_parameter_and_both_shapes(
     assert (tmp_path / "run" / "checkpoints" / "8").is_dir()
 
 
-def test_nan_loss_halts_without_corrupting_the_state(
-    udhr, udhr_tokenizer_path, tmp_path, monkeypatch
-):
+def test_nan_loss_halts_without_corrupting_the_state(udhr_run_config, tmp_path, monkeypatch):
     from xlpretrain import objectives
 
     real = objectives.REGISTRY["mmlm"]
@@ -234,12 +195,8 @@ def test_nan_loss_halts_without_corrupting_the_state(
 
         return nan_loss
 
-    monkeypatch.setitem(
-        objectives.REGISTRY, "mmlm", objectives.Objective("mmlm", real.stream_spec, poisoned)
-    )
-    cfg = tiny_config(
-        udhr,
-        udhr_tokenizer_path,
+    monkeypatch.setitem(objectives.REGISTRY, "mmlm", dataclasses.replace(real, loss=poisoned))
+    cfg = udhr_run_config(
         train__log_every=5,
         train__checkpoint_every=3,
         train__max_bad_steps=3,
@@ -251,9 +208,7 @@ def test_nan_loss_halts_without_corrupting_the_state(
     assert not (tmp_path / "checkpoints" / "3").exists()  # the run ended before saving it
 
     # train.max_bad_steps=0: every update is skipped, counted, and the state stays as it was
-    cfg = tiny_config(
-        udhr, udhr_tokenizer_path, train__log_every=2, train__steps=4, train__max_bad_steps=0
-    )
+    cfg = udhr_run_config(train__log_every=2, train__steps=4, train__max_bad_steps=0)
     trainer = train.build(cfg, str(tmp_path / "going_on"), jax.devices()[:1])
     initial = jax.device_get(trainer.training.state.params)
     state = train.run(trainer)
@@ -262,8 +217,8 @@ def test_nan_loss_halts_without_corrupting_the_state(
     jax.tree.map(np.testing.assert_array_equal, initial, jax.device_get(state.params))
 
 
-def test_unknown_objective_weight_key_and_language_mismatch(udhr, udhr_tokenizer_path, tmp_path):
-    cfg = tiny_config(udhr, udhr_tokenizer_path, train__steps=1, objectives__tlm=0.0)
+def test_unknown_objective_weight_key_and_language_mismatch(udhr, udhr_run_config, tmp_path):
+    cfg = udhr_run_config(train__steps=1, objectives__tlm=0.0)
     cfg.data.mono_dir = str(udhr / "mono")
     run(cfg, tmp_path, jax.devices()[:1])
     small = tmp_path.parent / (tmp_path.name + "_mono")
@@ -315,12 +270,12 @@ def test_demo_command_trains_and_loss_falls(tmp_path):
     assert (tmp_path / "checkpoints" / "60").is_dir()
 
 
-def test_ernie_m_stages_switch_objectives(udhr, udhr_tokenizer_path, tmp_path):
+def test_ernie_m_stages_switch_objectives(udhr_run_config, tmp_path):
     sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "configs"))
     import ernie_m
 
     cfg = ernie_m.get_config("tiny")
-    small = tiny_config(udhr, udhr_tokenizer_path, train__steps=6, train__log_every=1)
+    small = udhr_run_config(train__steps=6, train__log_every=1)
     for section in ("data", "tokenizer", "train"):
         cfg[section] = small[section]
     cfg.model.vocab_size, cfg.model.hidden_size, cfg.model.mlp_dim = 1002, 32, 64
@@ -334,12 +289,12 @@ def test_ernie_m_stages_switch_objectives(udhr, udhr_tokenizer_path, tmp_path):
 
 
 @pytest.mark.parametrize("variant", ["acl", "iclr"])
-def test_veco_trains_both_streams_and_tlm(udhr, udhr_tokenizer_path, tmp_path, variant):
+def test_veco_trains_both_streams_and_tlm(udhr_run_config, tmp_path, variant):
     sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "configs"))
     import veco
 
     cfg = veco.get_config("tiny")
-    small = tiny_config(udhr, udhr_tokenizer_path, train__steps=6, train__log_every=1)
+    small = udhr_run_config(train__steps=6, train__log_every=1)
     for section in ("tokenizer", "train"):
         cfg[section] = small[section]
     cfg.data.mono_dir, cfg.data.parallel_dir = small.data.mono_dir, small.data.parallel_dir
@@ -361,12 +316,12 @@ def test_veco_trains_both_streams_and_tlm(udhr, udhr_tokenizer_path, tmp_path, v
         assert all(np.isfinite(r[key]) for r in records), key
 
 
-def test_xlm_e_trains_generator_and_discriminator(udhr, udhr_tokenizer_path, tmp_path):
+def test_xlm_e_trains_generator_and_discriminator(udhr_run_config, tmp_path):
     sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "configs"))
     import xlm_e
 
     cfg = xlm_e.get_config("tiny")
-    small = tiny_config(udhr, udhr_tokenizer_path, train__steps=3, train__log_every=1)
+    small = udhr_run_config(train__steps=3, train__log_every=1)
     for section in ("data", "tokenizer", "train"):
         cfg[section] = small[section]
     cfg.model.vocab_size, cfg.model.hidden_size, cfg.model.mlp_dim = 1002, 32, 64
@@ -392,7 +347,9 @@ def test_xlm_e_trains_generator_and_discriminator(udhr, udhr_tokenizer_path, tmp
     np.testing.assert_allclose(first["loss"], expected, rtol=1e-5)  # L_G + λ·L_D per task
 
 
-def test_warm_start_from_a_converted_checkpoint(udhr, udhr_tokenizer_path, tmp_path, caplog):
+def test_warm_start_from_a_converted_checkpoint(
+    udhr_tokenizer_path, udhr_run_config, tmp_path, caplog
+):
     import flax.linen as nn
 
     from xlpretrain import warm_start
@@ -401,7 +358,7 @@ def test_warm_start_from_a_converted_checkpoint(udhr, udhr_tokenizer_path, tmp_p
     from xlpretrain.tokenizer import Tokenizer
     from xlpretrain.warm_start import WarmStartError
 
-    cfg = tiny_config(udhr, udhr_tokenizer_path, train__steps=1)
+    cfg = udhr_run_config(train__steps=1)
     config = ModelConfig.from_run_config(cfg.model, 0)
     pretrained = jax.device_get(nn.unbox(init_params(config, jax.random.key(7))))
     tokenizer = Tokenizer.load(udhr_tokenizer_path)
@@ -473,14 +430,12 @@ def _lr_ratio(cfg, step: int) -> float:
     return float(schedule(step) / schedule(0))
 
 
-def test_training_restarts_adam_where_a_stage_unfreezes_parameters(
-    udhr, udhr_tokenizer_path, tmp_path
-):
+def test_training_restarts_adam_where_a_stage_unfreezes_parameters(udhr_run_config, tmp_path):
     """The loop applies the restart once, at the first step of a stage whose `trainable`
     differs, and keeps the learning-rate schedule's count (no second warm-up)."""
     import optax
 
-    cfg = tiny_config(udhr, udhr_tokenizer_path, train__stop_at=4)
+    cfg = udhr_run_config(train__stop_at=4)
     cfg.objectives = {}
     cfg.schedule = (
         {"start_step": 0, "objectives": {"mmlm": 1.0}, "trainable": "lm_head"},

@@ -11,11 +11,13 @@ import numpy as np
 import optax
 import pytest
 
+from tests.tiny import model_config
 from xlpretrain import masks
 from xlpretrain.config import default_config, validate
 from xlpretrain.data.batch import SIDE_SOURCE, SIDE_TARGET
-from xlpretrain.data.pipeline import SEGMENT_PAIRS, Corpus, StepBatchBuilder, StreamSpec
+from xlpretrain.data.pipeline import Corpus, StepBatchBuilder
 from xlpretrain.data.sources import MonolingualSource, ParallelSource
+from xlpretrain.data.streams import SEGMENT_PAIRS, Phase, StreamSpec
 from xlpretrain.model import MaskedLM, ModelConfig, init_params
 from xlpretrain.model.layers import Embeddings
 from xlpretrain.objectives import veco
@@ -25,17 +27,7 @@ from xlpretrain.tokenizer import Tokenizer
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "configs"))
 import veco as veco_configs  # noqa: E402
 
-CFG = ModelConfig(
-    vocab_size=40,
-    hidden_size=16,
-    num_layers=3,
-    num_heads=2,
-    mlp_dim=32,
-    max_positions=32,
-    cross_attention=True,
-    dropout_rate=0.0,
-    attention_dropout_rate=0.0,
-)
+CFG = model_config(num_layers=3, cross_attention=True)
 PARAMS = nn.unbox(init_params(CFG, jax.random.key(0)))
 MASK = CFG.vocab_size - 1
 
@@ -180,16 +172,14 @@ def test_segment_pair_rows(udhr, udhr_tokenizer_path):
     corpus = Corpus(mono, parallel, ["007", "eng"])
     streams = {
         "veco": StreamSpec(SEGMENT_PAIRS, 0.25, max_length=48),
-        "veco_mono": StreamSpec(
-            SEGMENT_PAIRS, 0.25, mono_fraction=1.0, mono_mask_rate=0.15, batch_size=2
-        ),
+        "veco_mono": StreamSpec(SEGMENT_PAIRS, 0.25, mono_fraction=1.0, mono_mask_rate=0.15),
     }
     builder = StepBatchBuilder(
         corpus,
         tokenizer,
         streams,
+        [Phase(0, {"veco": 4, "veco_mono": 2})],
         seed=0,
-        batch_size=4,
         max_length=96,
         mono_alpha=0.5,
         parallel_alpha=0.5,
@@ -261,8 +251,4 @@ def test_pair_classifier_plugged_in_and_out():
     assert "cross_attention" not in out_params["backbone"]["encoder"]["layers"]
     assert out_params["head_dense"]["kernel"].shape == (CFG.hidden_size, CFG.hidden_size)
     with pytest.raises(ValueError, match="cross_attention=True"):
-        PairClassifier(
-            ModelConfig(vocab_size=40, hidden_size=16, num_layers=1, num_heads=2, mlp_dim=32),
-            3,
-            plug_in=True,
-        ).init(jax.random.key(0), batch)
+        PairClassifier(model_config(num_layers=1), 3, plug_in=True).init(jax.random.key(0), batch)

@@ -9,12 +9,15 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from tests.tiny import model_config
 from xlpretrain import masks, objectives
 from xlpretrain.config import ConfigError, default_config, validate
 from xlpretrain.data.masking import BERT_CORRUPTION, MASK_ONLY
 from xlpretrain.data.pipeline import Corpus, StepBatchBuilder, language_vocabulary
 from xlpretrain.data.sources import MonolingualSource, ParallelSource
+from xlpretrain.data.streams import Phase
 from xlpretrain.model import ModelConfig
+from xlpretrain.model.config import ModelFamily
 from xlpretrain.model.electra import ElectraPretrainer, generator_config, init_electra_params
 from xlpretrain.objectives import electra
 from xlpretrain.tokenizer import Tokenizer
@@ -22,19 +25,7 @@ from xlpretrain.tokenizer import Tokenizer
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "configs"))
 import xlm_e as xlm_e_configs  # noqa: E402
 
-CFG = ModelConfig(
-    vocab_size=40,
-    hidden_size=16,
-    num_layers=2,
-    num_heads=2,
-    mlp_dim=32,
-    max_positions=32,
-    dropout_rate=0.0,
-    attention_dropout_rate=0.0,
-    relative_position="gated",
-    num_buckets=8,
-    max_distance=16,
-)
+CFG = model_config(relative_position="gated", num_buckets=8, max_distance=16)
 GEN = generator_config(CFG, layers=1, width=0.5)
 MODEL = ElectraPretrainer(CFG, GEN)
 PARAMS = nn.unbox(init_electra_params(CFG, GEN, jax.random.key(0)))
@@ -124,7 +115,7 @@ def test_generator_slots_of_pipeline_rtd_batches_are_all_mask(udhr, udhr_tokeniz
     """XLM-E's x^masked replaces every token of M with [MASK]; MLM streams keep 80/10/10."""
     cfg = default_config()
     for name, objective in objectives.REGISTRY.items():
-        expected = MASK_ONLY if objective.model == "electra" else BERT_CORRUPTION
+        expected = MASK_ONLY if objective.family is ModelFamily.ELECTRA else BERT_CORRUPTION
         assert objective.stream(cfg).corruption == expected, name
     tokenizer = Tokenizer.load(udhr_tokenizer_path)
     mono = MonolingualSource.from_dir(udhr / "mono", languages=["007", "008", "009"])
@@ -135,8 +126,8 @@ def test_generator_slots_of_pipeline_rtd_batches_are_all_mask(udhr, udhr_tokeniz
         corpus,
         tokenizer,
         streams,
+        [Phase(0, dict.fromkeys(streams, 8))],
         seed=0,
-        batch_size=8,
         max_length=64,
         mono_alpha=0.3,
         parallel_alpha=0.3,
@@ -167,7 +158,7 @@ def test_generator_slots_of_pipeline_rtd_batches_are_all_mask(udhr, udhr_tokeniz
 def test_rtd_does_not_mix_with_masked_lm_objectives():
     cfg = default_config()
     cfg.objectives = {"mrtd": 1.0, "mmlm": 1.0}
-    with pytest.raises(ConfigError, match="does not mix"):
+    with pytest.raises(ConfigError, match="model families do not mix"):
         validate(cfg)
 
 

@@ -1,0 +1,133 @@
+"""Tiny settings and hand-made inputs shared by the tests.
+
+`run_config` is a pre-training run that trains a few steps on CPU in seconds (the fixture
+`udhr_run_config` in conftest.py binds it to the UDHR corpus and tokenizer), `model_config` the
+small encoder that model and objective unit tests build directly, `token_batch` writes token
+metadata rows by hand, and `mask_tokens` masks one row as the pipeline does. A test that needs
+another setting passes it as an override.
+"""
+
+from __future__ import annotations
+
+import pathlib
+from collections.abc import Sequence
+
+import ml_collections
+import numpy as np
+
+from xlpretrain.config import default_config, validate
+from xlpretrain.data.examples import FIRST_POSITION
+from xlpretrain.data.masking import BERT_CORRUPTION, mask_row
+from xlpretrain.model.config import ModelConfig
+from xlpretrain.tokenizer import Tokenizer
+
+STEPS = 8  # run_config's train.steps
+
+
+def run_config(
+    corpus: pathlib.Path | None = None,
+    tokenizer: pathlib.Path | None = None,
+    **overrides,
+) -> ml_collections.ConfigDict:
+    """A validated tiny pre-training run: `STEPS` steps of 8 rows × 32 tokens, MMLM + TLM at
+    0.5, a 2-layer encoder 32 wide (4 heads, FFN 64, dropout 0.1) over the 1002 ids of the
+    tests' UDHR tokenizer, learning rate 1e-3 after 2 warm-up steps, metrics every step and
+    synchronous checkpoints (every 100 steps: none unless asked for).
+
+    `corpus`: a folder with `mono/` and `parallel/` (default: the built-in demo corpus);
+    `tokenizer`: a SentencePiece model (default: one trained on the corpus at start-up).
+    `overrides`: `section__key=value`, or `section=value` to replace a whole section
+    (`objectives={"mmlm": 1.0}`).
+    """
+    cfg = default_config()
+    cfg.train.update(steps=STEPS, log_every=1, checkpoint_every=100, async_checkpointing=False)
+    if corpus is not None:
+        cfg.data.update(mono_dir=str(corpus / "mono"), parallel_dir=str(corpus / "parallel"))
+    cfg.data.update(max_length=32, batch_size=8)
+    if tokenizer is not None:
+        cfg.tokenizer.path = str(tokenizer)
+    cfg.model.update(vocab_size=1002, hidden_size=32, num_layers=2, num_heads=4, mlp_dim=64)
+    cfg.model.update(dropout_rate=0.1, attention_dropout_rate=0.1)
+    cfg.optim.update(learning_rate=1e-3, warmup_steps=2)
+    cfg.objectives = {"mmlm": 1.0, "tlm": 0.5}
+    for key, value in overrides.items():
+        section, _, name = key.partition("__")
+        if name:
+            cfg[section][name] = value
+        else:
+            cfg[section] = value
+    return validate(cfg)
+
+
+def model_config(**overrides) -> ModelConfig:
+    """The encoder of the model and objective unit tests: 40 ids, 2 layers 16 wide (2 heads,
+    FFN 32), 32 positions and no dropout, so outputs and gradients are deterministic."""
+    settings = dict(
+        vocab_size=40,
+        hidden_size=16,
+        num_layers=2,
+        num_heads=2,
+        mlp_dim=32,
+        max_positions=32,
+        dropout_rate=0.0,
+        attention_dropout_rate=0.0,
+    )
+    return ModelConfig(**{**settings, **overrides})
+
+
+def token_batch(
+    *rows: Sequence[tuple[int, ...]], length: int | None = None, **fields: np.ndarray
+) -> dict[str, np.ndarray]:
+    """Token metadata written by hand: one `[len(rows), length]` int32 array per field.
+
+    A row lists its tokens as `(id, segment[, side[, masked]])`, side and masked 0 unless
+    given, segment 0 for padding; rows are padded to `length` (default: the longest row)
+    with `<pad>` tokens. As in the pipeline's rows, positions count from `FIRST_POSITION`
+    within each segment (`<pad>`'s id on padding), and pair_ids equal segment_ids. `fields`
+    add or replace arrays (lang_ids, labels, pred_positions, …).
+    """
+    length = length or max(len(row) for row in rows)
+    padding = (Tokenizer.PAD_ID, 0, 0, 0)
+    table = np.array(
+        [[(*t, *padding[len(t) :]) for t in row] + [padding] * (length - len(row)) for row in rows],
+        np.int32,
+    )
+    ids, segment, side, masked = (np.ascontiguousarray(table[..., i]) for i in range(4))
+    positions = np.full_like(segment, Tokenizer.PAD_ID)
+    for b, row_segments in enumerate(segment):
+        for s in np.unique(row_segments[row_segments > 0]):
+            where = np.flatnonzero(row_segments == s)
+            positions[b, where] = FIRST_POSITION + np.arange(len(where))
+    batch = {
+        "input_ids": ids,
+        "segment_ids": segment,
+        "pair_ids": segment.copy(),
+        "side": side,
+        "is_masked": masked,
+        "positions": positions,
+    }
+    return {**batch, **fields}
+
+
+def mask_tokens(
+    row: dict[str, np.ndarray],
+    rng: np.random.Generator,
+    tokenizer,
+    *,
+    rate: float,
+    num_slots: int,
+    corruption: tuple[float, float, float] = BERT_CORRUPTION,
+) -> dict[str, np.ndarray]:
+    """`mask_row` as the pipeline calls it: `tokenizer`'s special ids, `<mask>` and vocabulary
+    size, random replacements from the first regular id (`<unk>` + 1)."""
+    return mask_row(
+        row,
+        rng,
+        rate=rate,
+        num_slots=num_slots,
+        special_ids=tokenizer.special_ids(),
+        mask_id=tokenizer.mask_id,
+        first_regular_id=Tokenizer.UNK_ID + 1,
+        vocab_size=tokenizer.vocab_size,
+        corruption=corruption,
+    )
