@@ -204,3 +204,17 @@ def test_batch_checks_name_the_key_that_set_the_rows():
         config_lib.ConfigError, match=r"'data\.per_objective\.tlm\.batch_size': 6 \(tlm\)"
     ):
         config_lib.check_batch_divides(cfg, {"data": 4, "fsdp": 1, "tensor": 1})
+
+
+@pytest.mark.parametrize(
+    "objective, key",
+    [("veco", "model.cross_attention"), ("veco_mono", "model.cross_attention"),
+     ("btmlm", "model.language_embeddings")],
+)  # fmt: skip
+def test_objectives_declared_requirements_are_enforced(objective, key):
+    cfg = config_lib.default_config()
+    cfg.objectives.mmlm, cfg.objectives[objective] = 0.0, 1.0
+    with pytest.raises(config_lib.ConfigError, match=f"config key '{re.escape(key)}'"):
+        config_lib.validate(cfg)
+    cfg.model.cross_attention = cfg.model.language_embeddings = True
+    config_lib.validate(cfg)

@@ -402,14 +402,9 @@ def validate(cfg: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
         _check(len(cfg.objectives) > 0, "objectives", "at least one objective is required")
         _check(any(w > 0 for w in cfg.objectives.values()), "objectives", "all weights are zero")
     active = {name for stage in stages(cfg) for name in stage.weights}
-    _check(
-        "btmlm" not in active
-        or cfg.model.language_embeddings
-        or cfg.btmlm.target_signal == "tag_token",
-        "model.language_embeddings",
-        "btmlm.target_signal='language_embedding' needs language embeddings: set this True, "
-        "or use btmlm.target_signal='tag_token'",
-    )
+    for name in sorted(active):  # what each enabled objective declares it cannot do without
+        for requirement in REGISTRY[name].requires:
+            _check(requirement.holds(cfg), requirement.key, requirement.message)
     _check(
         cfg.model.hidden_size % cfg.model.num_heads == 0,
         "model.hidden_size",
@@ -440,11 +435,6 @@ def validate(cfg: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
         "objectives",
         f"objectives of different model families do not mix in one run: {by_family} "
         "(replaced-token detection trains its own generator/discriminator pair)",
-    )
-    _check(
-        not ({"veco", "veco_mono"} & active) or cfg.model.cross_attention,
-        "model.cross_attention",
-        "veco needs the plug-in cross-attention: set it True",
     )
     _check(
         cfg.train.stop_at == -1 or 0 < cfg.train.stop_at <= cfg.train.steps,

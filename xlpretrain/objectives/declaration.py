@@ -26,6 +26,16 @@ FlopsFn = Callable[[ml_collections.ConfigDict, StreamSpec, StepShape], float]
 
 
 @dataclasses.dataclass(frozen=True)
+class Requirement:
+    """A setting the objective cannot train without: config validation refuses a run that
+    enables the objective without it, naming `key` with `message`."""
+
+    key: str
+    holds: Callable[[ml_collections.ConfigDict], bool]
+    message: str
+
+
+@dataclasses.dataclass(frozen=True)
 class Objective:
     """One pre-training objective. The callables take the validated run config, so an
     objective reads its own settings (`btmlm.ratio`, `xlm_e.disc_weight`, …) itself."""
@@ -36,6 +46,7 @@ class Objective:
     loss: Callable[[ml_collections.ConfigDict], LossFn]
     masks: tuple[AttentionMask, ...]  # every attention mask it runs, the main one first
     flops: FlopsFn  # training FLOPs of one step's batch of it
+    requires: tuple[Requirement, ...] = ()
 
     def stream(self, cfg: ml_collections.ConfigDict) -> StreamSpec:
         """The stream, with the run's `data.per_objective` row length for it."""

@@ -21,7 +21,7 @@ from xlpretrain.masks import AttentionMask, ExampleLayout
 from xlpretrain.model.config import ModelFamily
 from xlpretrain.model.encoder import MaskedLM
 from xlpretrain.objectives import flops
-from xlpretrain.objectives.declaration import Objective, encoder_config
+from xlpretrain.objectives.declaration import Objective, Requirement, encoder_config
 from xlpretrain.objectives.mlm import mask_meta, masked_lm, masked_lm_flops, prediction_loss
 from xlpretrain.tokenizer import Tokenizer
 
@@ -155,4 +155,12 @@ BTMLM = Objective(
         AttentionMask("btmlm", masks.btmlm, ExampleLayout.PSEUDO_TOKENS),
     ),
     btmlm_flops,
+    requires=(
+        Requirement(
+            "model.language_embeddings",
+            lambda cfg: cfg.model.language_embeddings or cfg.btmlm.target_signal == "tag_token",
+            "btmlm.target_signal='language_embedding' needs language embeddings: set this True, "
+            "or use btmlm.target_signal='tag_token'",
+        ),
+    ),
 )

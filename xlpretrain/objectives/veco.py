@@ -22,7 +22,7 @@ from xlpretrain.masks import AttentionMask, ExampleLayout
 from xlpretrain.model.config import ModelFamily
 from xlpretrain.model.encoder import MaskedLM
 from xlpretrain.objectives import flops
-from xlpretrain.objectives.declaration import Objective, encoder_config
+from xlpretrain.objectives.declaration import Objective, Requirement, encoder_config
 from xlpretrain.objectives.mlm import mask_meta, prediction_loss
 
 VARIANTS = ("acl", "iclr")
@@ -86,6 +86,11 @@ VECO_MASKS = (
     AttentionMask("veco_self", masks.mmlm, ExampleLayout.SEGMENT_PAIR),
     AttentionMask("veco_causal", masks.veco_causal, ExampleLayout.SEGMENT_PAIR),
 )
+NEEDS_CROSS_ATTENTION = Requirement(
+    "model.cross_attention",
+    lambda cfg: cfg.model.cross_attention,
+    "veco needs the plug-in cross-attention: set it True",
+)
 # VECO on bilingual pairs (x, y) = a sentence and its translation ...
 VECO = Objective(
     "veco",
@@ -94,6 +99,7 @@ VECO = Objective(
     lambda cfg: make_veco("veco", cfg.veco.variant),
     VECO_MASKS,
     veco_flops,
+    requires=(NEEDS_CROSS_ATTENTION,),
 )
 # ... and on monolingual pairs (x, y) = two adjacent segments.
 VECO_MONO = Objective(
@@ -108,4 +114,5 @@ VECO_MONO = Objective(
     lambda cfg: make_veco("veco_mono", cfg.veco.variant),
     VECO_MASKS,
     veco_flops,
+    requires=(NEEDS_CROSS_ATTENTION,),
 )
