@@ -218,3 +218,24 @@ def test_objectives_declared_requirements_are_enforced(objective, key):
         config_lib.validate(cfg)
     cfg.model.cross_attention = cfg.model.language_embeddings = True
     config_lib.validate(cfg)
+
+
+@pytest.mark.parametrize(
+    "key, bad",
+    [("btmlm.ratio", 2.0), ("btmlm.decode", "beam"), ("veco.variant", "v3"),
+     ("xlm_e.generator_width", 0.0), ("xlm_e.disc_weight", -1.0)],
+)  # fmt: skip
+def test_objective_sections_come_from_their_declarations(key, bad):
+    """An objective's own section (defaults and allowed values) is declared with it; config
+    takes it from there."""
+    from xlpretrain import objectives
+
+    declared = {o.settings.section: o.settings for o in objectives.REGISTRY.values() if o.settings}
+    cfg = config_lib.default_config()
+    assert {s: cfg[s].to_dict() for s in declared} == {
+        s: dict(settings.defaults) for s, settings in declared.items()
+    }
+    section, name = key.split(".")
+    cfg[section][name] = bad
+    with pytest.raises(config_lib.ConfigError, match=f"config key '{key}': .*got {bad!r}"):
+        config_lib.validate(cfg)

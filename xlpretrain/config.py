@@ -16,6 +16,7 @@ import ml_collections
 
 from xlpretrain.model.config import ATTENTION_IMPLS
 from xlpretrain.objectives import REGISTRY
+from xlpretrain.objectives.declaration import Settings
 
 # Objectives a config may name: each objective's declaration is the one place that says so.
 KNOWN_OBJECTIVES = tuple(REGISTRY)
@@ -143,24 +144,9 @@ def default_config() -> ml_collections.ConfigDict:
     cfg.mesh.tensor = 1
     cfg.mesh.rules = DEFAULT_LOGICAL_AXIS_RULES
 
-    cfg.btmlm = ml_collections.ConfigDict()
-    cfg.btmlm.ratio = 0.15  # placeholders per source token (ERNIE-M: 0.05-0.2)
-    cfg.btmlm.target_languages = ()  # placeholder languages; empty: every language of the run
-    # How placeholders learn their target language: its language embedding (ERNIE-M; needs
-    # model.language_embeddings) or tag tokens, the tokenization of tag_format, before them.
-    cfg.btmlm.target_signal = "language_embedding"  # language_embedding | tag_token
-    cfg.btmlm.tag_format = "<{lang}>"
-    cfg.btmlm.decode = "argmax"  # argmax | sample
-    cfg.btmlm.temperature = 1.0  # for decode=sample
-
-    cfg.veco = ml_collections.ConfigDict()
-    cfg.veco.variant = "acl"  # acl: bidirectional s stream | iclr: causal s stream (CS-MLM)
-
-    cfg.xlm_e = ml_collections.ConfigDict()
-    cfg.xlm_e.generator_layers = 4
-    cfg.xlm_e.generator_width = 1.0  # generator hidden / heads / FFN as a fraction of the model's
-    cfg.xlm_e.disc_weight = 50.0  # λ in L_G + λ·L_D
-    cfg.xlm_e.temperature = 1.0  # of the generator's softmax when sampling replacements
+    # Each objective's own section (btmlm, veco, xlm_e), as its declaration defines it.
+    for settings in objective_settings().values():
+        cfg[settings.section] = ml_collections.ConfigDict(dict(settings.defaults))
 
     cfg.init = ml_collections.ConfigDict()
     # A model to start from: a converted checkpoint folder (python -m xlpretrain.convert from-hf
@@ -186,6 +172,11 @@ class Stage:
     weights: dict[str, float]  # active objectives (weight > 0)
     trainable: str = ""  # parameter-path pattern; "" = all
     rows: dict[str, int] = dataclasses.field(default_factory=dict)  # global rows per objective
+
+
+def objective_settings() -> dict[str, Settings]:
+    """The objectives' own config sections by name (one per section, however many share it)."""
+    return {o.settings.section: o.settings for o in REGISTRY.values() if o.settings}
 
 
 def stages(cfg: ml_collections.ConfigDict) -> list[Stage]:
@@ -296,19 +287,6 @@ _RANGES: Ranges = {
     ),
     "model.num_buckets": (lambda v: v >= 4 and v % 2 == 0, "must be even and >= 4"),
     "model.max_distance": (lambda v: v >= 2, "must be >= 2"),
-    "btmlm.ratio": (lambda v: 0.0 < v <= 1.0, "must be in (0, 1]"),
-    "veco.variant": (_one_of("acl", "iclr"), "must be 'acl' or 'iclr'"),
-    "xlm_e.generator_layers": (_positive, "must be > 0"),
-    "xlm_e.generator_width": (lambda v: 0.0 < v <= 1.0, "must be in (0, 1]"),
-    "xlm_e.disc_weight": (_non_negative, "must be >= 0"),
-    "xlm_e.temperature": (_positive, "must be > 0"),
-    "btmlm.decode": (_one_of("argmax", "sample"), "must be 'argmax' or 'sample'"),
-    "btmlm.target_signal": (
-        _one_of("language_embedding", "tag_token"),
-        "must be 'language_embedding' or 'tag_token'",
-    ),
-    "btmlm.tag_format": (lambda v: "{lang}" in v, "must contain '{lang}'"),
-    "btmlm.temperature": (_positive, "must be > 0"),
     "optim.learning_rate": (_positive, "must be > 0"),
     "optim.warmup_steps": (_non_negative, "must be >= 0"),
     "optim.b1": (lambda v: 0.0 <= v < 1.0, "must be in [0, 1)"),
@@ -385,7 +363,14 @@ def validate(cfg: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     check_keys(
         cfg,
         default_config(),
-        _RANGES,
+        {
+            **_RANGES,
+            **{
+                f"{section}.{key}": allowed
+                for section, settings in objective_settings().items()
+                for key, allowed in settings.ranges.items()
+            },
+        },
         own_checks={
             "objectives.": lambda path, value: _check_weight(path, path.split(".", 1)[1], value),
             "schedule": lambda _path, _value: _check_schedule(cfg),

@@ -9,7 +9,7 @@ is a module that declares it plus one line in `objectives.REGISTRY`.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import jax
@@ -23,6 +23,20 @@ from xlpretrain.objectives.flops import StepShape
 # (params, batch, rng, model) -> (loss, metrics)
 LossFn = Callable[[Any, dict, jax.Array, Any], tuple[jax.Array, dict[str, jax.Array]]]
 FlopsFn = Callable[[ml_collections.ConfigDict, StreamSpec, StepShape], float]
+
+
+# config key within a section -> (predicate on its value, description of the allowed values)
+Ranges = Mapping[str, tuple[Callable[[Any], bool], str]]
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    """The objective's own config section, `cfg.<section>.*`: its keys with their defaults and
+    the allowed values of each. Objectives of one paper may share a section (`xlm_e`)."""
+
+    section: str
+    defaults: Mapping[str, Any]
+    ranges: Ranges = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,6 +61,7 @@ class Objective:
     masks: tuple[AttentionMask, ...]  # every attention mask it runs, the main one first
     flops: FlopsFn  # training FLOPs of one step's batch of it
     requires: tuple[Requirement, ...] = ()
+    settings: Settings | None = None
 
     def stream(self, cfg: ml_collections.ConfigDict) -> StreamSpec:
         """The stream, with the run's `data.per_objective` row length for it."""

@@ -22,7 +22,7 @@ from xlpretrain.masks import AttentionMask, ExampleLayout
 from xlpretrain.model.config import ModelFamily
 from xlpretrain.model.electra import ElectraPretrainer, generator_config
 from xlpretrain.objectives import flops
-from xlpretrain.objectives.declaration import Objective, encoder_config
+from xlpretrain.objectives.declaration import Objective, Settings, encoder_config
 from xlpretrain.objectives.mlm import mask_meta
 
 
@@ -127,6 +127,21 @@ def rtd_flops(cfg, stream: StreamSpec, shape: flops.StepShape) -> float:
     )
 
 
+XLM_E_SETTINGS = Settings(
+    "xlm_e",
+    {
+        "generator_layers": 4,
+        "generator_width": 1.0,  # generator hidden / heads / FFN as a fraction of the model's
+        "disc_weight": 50.0,  # λ in L_G + λ·L_D
+        "temperature": 1.0,  # of the generator's softmax when sampling replacements
+    },
+    {
+        "generator_layers": (lambda v: v > 0, "must be > 0"),
+        "generator_width": (lambda v: 0.0 < v <= 1.0, "must be in (0, 1]"),
+        "disc_weight": (lambda v: v >= 0, "must be >= 0"),
+        "temperature": (lambda v: v > 0, "must be > 0"),
+    },
+)
 # XLM-E's generator reads x^masked: every predicted token is `<mask>` (no 10% random/kept).
 MRTD = Objective(
     "mrtd",
@@ -135,6 +150,7 @@ MRTD = Objective(
     lambda cfg: make_mrtd(cfg.xlm_e.disc_weight, cfg.xlm_e.temperature),
     (AttentionMask("mmlm", masks.mmlm, ExampleLayout.SEGMENTS),),
     rtd_flops,
+    settings=XLM_E_SETTINGS,
 )
 TRTD = Objective(
     "trtd",
@@ -143,4 +159,5 @@ TRTD = Objective(
     lambda cfg: make_trtd(cfg.xlm_e.disc_weight, cfg.xlm_e.temperature),
     (AttentionMask("tlm", masks.tlm, ExampleLayout.PAIR),),
     rtd_flops,
+    settings=XLM_E_SETTINGS,
 )

@@ -21,7 +21,7 @@ from xlpretrain.masks import AttentionMask, ExampleLayout
 from xlpretrain.model.config import ModelFamily
 from xlpretrain.model.encoder import MaskedLM
 from xlpretrain.objectives import flops
-from xlpretrain.objectives.declaration import Objective, Requirement, encoder_config
+from xlpretrain.objectives.declaration import Objective, Requirement, Settings, encoder_config
 from xlpretrain.objectives.mlm import mask_meta, masked_lm, masked_lm_flops, prediction_loss
 from xlpretrain.tokenizer import Tokenizer
 
@@ -137,6 +137,29 @@ def btmlm_flops(cfg, stream: StreamSpec, shape: flops.StepShape) -> float:
     return flops.masked_lm(config, shape) + decode
 
 
+BTMLM_SETTINGS = Settings(
+    "btmlm",
+    {
+        "ratio": 0.15,  # placeholders per source token (ERNIE-M: 0.05-0.2)
+        "target_languages": (),  # placeholder languages; empty: every language of the run
+        # How placeholders learn their target language: its language embedding (ERNIE-M; needs
+        # model.language_embeddings) or tag tokens, the tokenization of tag_format, before them.
+        "target_signal": "language_embedding",  # language_embedding | tag_token
+        "tag_format": "<{lang}>",
+        "decode": "argmax",  # argmax | sample
+        "temperature": 1.0,  # for decode=sample
+    },
+    {
+        "ratio": (lambda v: 0.0 < v <= 1.0, "must be in (0, 1]"),
+        "target_signal": (
+            lambda v: v in ("language_embedding", "tag_token"),
+            "must be 'language_embedding' or 'tag_token'",
+        ),
+        "tag_format": (lambda v: "{lang}" in v, "must contain '{lang}'"),
+        "decode": (lambda v: v in ("argmax", "sample"), "must be 'argmax' or 'sample'"),
+        "temperature": (lambda v: v > 0, "must be > 0"),
+    },
+)
 CAMLM = Objective(
     "camlm",
     ModelFamily.MASKED_LM,
@@ -163,4 +186,5 @@ BTMLM = Objective(
             "or use btmlm.target_signal='tag_token'",
         ),
     ),
+    settings=BTMLM_SETTINGS,
 )

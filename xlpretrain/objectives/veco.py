@@ -22,7 +22,7 @@ from xlpretrain.masks import AttentionMask, ExampleLayout
 from xlpretrain.model.config import ModelFamily
 from xlpretrain.model.encoder import MaskedLM
 from xlpretrain.objectives import flops
-from xlpretrain.objectives.declaration import Objective, Requirement, encoder_config
+from xlpretrain.objectives.declaration import Objective, Requirement, Settings, encoder_config
 from xlpretrain.objectives.mlm import mask_meta, prediction_loss
 
 VARIANTS = ("acl", "iclr")
@@ -86,6 +86,11 @@ VECO_MASKS = (
     AttentionMask("veco_self", masks.mmlm, ExampleLayout.SEGMENT_PAIR),
     AttentionMask("veco_causal", masks.veco_causal, ExampleLayout.SEGMENT_PAIR),
 )
+VECO_SETTINGS = Settings(
+    "veco",
+    {"variant": "acl"},  # acl: bidirectional s stream | iclr: causal s stream (CS-MLM)
+    {"variant": (lambda v: v in VARIANTS, "must be 'acl' or 'iclr'")},
+)
 NEEDS_CROSS_ATTENTION = Requirement(
     "model.cross_attention",
     lambda cfg: cfg.model.cross_attention,
@@ -100,6 +105,7 @@ VECO = Objective(
     VECO_MASKS,
     veco_flops,
     requires=(NEEDS_CROSS_ATTENTION,),
+    settings=VECO_SETTINGS,
 )
 # ... and on monolingual pairs (x, y) = two adjacent segments.
 VECO_MONO = Objective(
@@ -115,4 +121,5 @@ VECO_MONO = Objective(
     VECO_MASKS,
     veco_flops,
     requires=(NEEDS_CROSS_ATTENTION,),
+    settings=VECO_SETTINGS,
 )
