@@ -183,29 +183,27 @@ def stages(cfg: ml_collections.ConfigDict) -> list[Stage]:
     """The run's stages; a run without `schedule` is one stage of `objectives`."""
     if not cfg.schedule:
         weights = {n: float(w) for n, w in cfg.objectives.items() if w > 0}
-        return [Stage(0, weights, cfg.train.trainable, _rows(cfg, weights, {}))]
+        rows = {n: _batch_size(cfg, n, 0)[1] for n in weights}
+        return [Stage(0, weights, cfg.train.trainable, rows)]
     result = []
-    for s in cfg.schedule:
+    for i, s in enumerate(cfg.schedule):
         weights = {n: float(w) for n, w in s["objectives"].items() if w > 0}
         result.append(
             Stage(
                 _start_step(s["start_step"], cfg.train.steps),
                 weights,
                 s.get("trainable", cfg.train.trainable),
-                _rows(cfg, weights, s.get("batch_size", {})),
+                {n: _batch_size(cfg, n, i)[1] for n in weights},
             )
         )
     return result
 
 
-def _rows(cfg: ml_collections.ConfigDict, weights: Mapping[str, float], stage_rows) -> dict:
-    """Each active objective's global rows per step: the stage's `batch_size`, else
-    `data.per_objective.NAME.batch_size`, else `data.batch_size`."""
-    return {name: _batch_size(cfg, name, stage_rows)[1] for name in weights}
-
-
-def _batch_size(cfg: ml_collections.ConfigDict, name: str, stage_rows, stage: int = 0):
-    """(the config key that sets objective `name`'s rows in a stage, the rows)."""
+def _batch_size(cfg: ml_collections.ConfigDict, name: str, stage: int) -> tuple[str, int]:
+    """(the config key that sets objective `name`'s global rows per step in stage `stage`, the
+    rows): the stage's `batch_size`, else `data.per_objective.NAME.batch_size`, else
+    `data.batch_size`."""
+    stage_rows = cfg.schedule[stage].get("batch_size", {}) if cfg.schedule else {}
     if name in stage_rows:
         return f"schedule[{stage}].batch_size.{name}", stage_rows[name]
     override = cfg.data.per_objective.get(name, {})
@@ -454,7 +452,6 @@ def check_batch_divides(cfg: ml_collections.ConfigDict, mesh_shape: Mapping[str,
 def _stream_shapes(cfg: ml_collections.ConfigDict):
     """(objective, config key of its length, length, config key of its rows, rows) of every
     objective in every stage of the run."""
-    schedule = cfg.schedule or ({"batch_size": {}},)
     for i, stage in enumerate(stages(cfg)):
         for name, rows in stage.rows.items():
             override = cfg.data.per_objective.get(name, {})
@@ -463,7 +460,7 @@ def _stream_shapes(cfg: ml_collections.ConfigDict):
                 if "max_length" in override
                 else "data.max_length"
             )
-            rows_key, _ = _batch_size(cfg, name, schedule[i].get("batch_size", {}), i)
+            rows_key, _ = _batch_size(cfg, name, i)
             yield name, length_key, override.get("max_length", cfg.data.max_length), rows_key, rows
 
 
