@@ -3,12 +3,11 @@
 import numpy as np
 import pytest
 
-from tests.tiny import mask_tokens
+from tests.tiny import mask_tokens, step_batch_builder
 from xlpretrain.data import batch as batch_lib
 from xlpretrain.data.examples import FIRST_POSITION, monolingual_row, translation_pair_row
 from xlpretrain.data.pipeline import (
     Corpus,
-    StepBatchBuilder,
     language_vocabulary,
     make_dataset,
     process_rows,
@@ -177,18 +176,8 @@ def _plain_row(length, rng, vocab):
 
 
 def _builder(corpus, tokenizer, **overrides):
-    options = dict(
-        phases=[Phase(0, {"mmlm": 8, "tlm": 8})],
-        seed=3,
-        max_length=64,
-        mono_alpha=0.3,
-        parallel_alpha=0.3,
-        pack=True,
-        reset_positions=False,
-    )
-    options.update(overrides)
     streams = {"mmlm": StreamSpec(MONO, 0.15), "tlm": StreamSpec(PARALLEL, 0.25)}
-    return StepBatchBuilder(corpus, tokenizer, streams, **options)
+    return step_batch_builder(corpus, tokenizer, streams, 8, **{"seed": 3, **overrides})
 
 
 def test_batches_are_deterministic_and_independent_of_process_count(corpus, tokenizer):

@@ -13,13 +13,13 @@ import ml_collections
 import numpy as np
 import pytest
 
-from tests.tiny import model_config
+from tests.tiny import model_config, step_batch_builder
 from xlpretrain import masks
 from xlpretrain.config import ConfigError, default_config, stage_index, stages, validate
 from xlpretrain.data.batch import SIDE_PLACEHOLDER, SIDE_SOURCE, SIDE_TAG
-from xlpretrain.data.pipeline import Corpus, StepBatchBuilder
+from xlpretrain.data.pipeline import Corpus
 from xlpretrain.data.sources import MonolingualSource
-from xlpretrain.data.streams import MONO, Phase, StreamSpec
+from xlpretrain.data.streams import MONO, StreamSpec
 from xlpretrain.masks import show
 from xlpretrain.model import MaskedLM, init_params
 from xlpretrain.objectives import ernie_m, mlm
@@ -36,17 +36,8 @@ def btmlm_batch(udhr, udhr_tokenizer_path):
     mono = MonolingualSource.from_dir(udhr / "mono", languages=["007", "008", "eng"])
     corpus = Corpus(mono, None, mono.languages)
     streams = {"btmlm": StreamSpec(MONO, 0.15, placeholder_ratio=0.2, target_languages=())}
-    builder = StepBatchBuilder(
-        corpus,
-        tokenizer,
-        streams,
-        [Phase(0, {"btmlm": 6})],
-        seed=0,
-        max_length=96,
-        mono_alpha=0.5,
-        parallel_alpha=0.5,
-        pack=True,
-        reset_positions=False,
+    builder = step_batch_builder(
+        corpus, tokenizer, streams, 6, max_length=96, mono_alpha=0.5, parallel_alpha=0.5
     )
     return builder.map(0)["btmlm"], tokenizer
 
@@ -252,18 +243,7 @@ def test_btmlm_tag_tokens_precede_the_placeholders(udhr, udhr_tokenizer_path):
     mono = MonolingualSource.from_dir(udhr / "mono", languages=["007", "eng"])
     corpus = Corpus(mono, None, mono.languages)
     streams = {"btmlm": StreamSpec(MONO, 0.15, placeholder_ratio=0.2, tag_format="<{lang}>")}
-    builder = StepBatchBuilder(
-        corpus,
-        tokenizer,
-        streams,
-        [Phase(0, {"btmlm": 4})],
-        seed=0,
-        max_length=64,
-        mono_alpha=0.5,
-        parallel_alpha=0.5,
-        pack=True,
-        reset_positions=False,
-    )
+    builder = step_batch_builder(corpus, tokenizer, streams, 4, mono_alpha=0.5, parallel_alpha=0.5)
     batch = builder.map(0)["btmlm"]
     tags = {lang: tokenizer.encode(f"<{lang}>") for lang in corpus.languages}
     for r in range(4):

@@ -10,9 +10,10 @@ import sys
 import numpy as np
 import pytest
 
-from xlpretrain.data.pipeline import Corpus, StepBatchBuilder, language_vocabulary
+from tests.tiny import step_batch_builder
+from xlpretrain.data.pipeline import Corpus, language_vocabulary
 from xlpretrain.data.sources import DataError, format_stats
-from xlpretrain.data.streams import MONO, PARALLEL, Phase, StreamSpec
+from xlpretrain.data.streams import MONO, PARALLEL, StreamSpec
 from xlpretrain.tokenizer import train_tokenizer
 
 EXTRA = "the tfds extra is not installed: pip install 'xlpretrain[tfds]'"
@@ -245,18 +246,7 @@ def test_sources_feed_the_pipeline(mono, parallel, tmp_path):
                 texts[lang].append(text)
     tokenizer = train_tokenizer(texts, tmp_path / "tok.model", 60, character_coverage=1.0)
     streams = {"mmlm": StreamSpec(MONO, 0.15), "tlm": StreamSpec(PARALLEL, 0.15)}
-    builder = StepBatchBuilder(
-        corpus,
-        tokenizer,
-        streams,
-        [Phase(0, dict.fromkeys(streams, 4))],
-        seed=0,
-        max_length=32,
-        mono_alpha=0.3,
-        parallel_alpha=0.3,
-        pack=True,
-        reset_positions=False,
-    )
+    builder = step_batch_builder(corpus, tokenizer, streams, 4, max_length=32)
     batch = builder.map(0)
     assert batch["mmlm"]["input_ids"].shape == batch["tlm"]["input_ids"].shape == (4, 32)
     assert (batch["mmlm"]["segment_ids"] > 0).any() and (batch["tlm"]["side"] == 1).any()

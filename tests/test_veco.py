@@ -11,13 +11,13 @@ import numpy as np
 import optax
 import pytest
 
-from tests.tiny import model_config
+from tests.tiny import model_config, step_batch_builder
 from xlpretrain import masks
 from xlpretrain.config import default_config, validate
 from xlpretrain.data.batch import SIDE_SOURCE, SIDE_TARGET
-from xlpretrain.data.pipeline import Corpus, StepBatchBuilder
+from xlpretrain.data.pipeline import Corpus
 from xlpretrain.data.sources import MonolingualSource, ParallelSource
-from xlpretrain.data.streams import SEGMENT_PAIRS, Phase, StreamSpec
+from xlpretrain.data.streams import SEGMENT_PAIRS, StreamSpec
 from xlpretrain.model import MaskedLM, ModelConfig, init_params
 from xlpretrain.model.layers import Embeddings
 from xlpretrain.objectives import veco
@@ -174,17 +174,14 @@ def test_segment_pair_rows(udhr, udhr_tokenizer_path):
         "veco": StreamSpec(SEGMENT_PAIRS, 0.25, max_length=48),
         "veco_mono": StreamSpec(SEGMENT_PAIRS, 0.25, mono_fraction=1.0, mono_mask_rate=0.15),
     }
-    builder = StepBatchBuilder(
+    builder = step_batch_builder(
         corpus,
         tokenizer,
         streams,
-        [Phase(0, {"veco": 4, "veco_mono": 2})],
-        seed=0,
+        {"veco": 4, "veco_mono": 2},
         max_length=96,
         mono_alpha=0.5,
         parallel_alpha=0.5,
-        pack=True,
-        reset_positions=False,
     )
     batches = builder.map(0)
     assert batches["veco"]["input_ids"].shape == (4, 48)

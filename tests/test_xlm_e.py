@@ -9,13 +9,12 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from tests.tiny import model_config
+from tests.tiny import model_config, step_batch_builder
 from xlpretrain import masks, objectives
 from xlpretrain.config import ConfigError, default_config, validate
 from xlpretrain.data.masking import BERT_CORRUPTION, MASK_ONLY
-from xlpretrain.data.pipeline import Corpus, StepBatchBuilder, language_vocabulary
+from xlpretrain.data.pipeline import Corpus, language_vocabulary
 from xlpretrain.data.sources import MonolingualSource, ParallelSource
-from xlpretrain.data.streams import Phase
 from xlpretrain.model import ModelConfig
 from xlpretrain.model.config import ModelFamily
 from xlpretrain.model.electra import ElectraPretrainer, generator_config, init_electra_params
@@ -122,18 +121,7 @@ def test_generator_slots_of_pipeline_rtd_batches_are_all_mask(udhr, udhr_tokeniz
     parallel = ParallelSource.from_dir(udhr / "parallel", pairs=[("eng", "007")])
     corpus = Corpus(mono, parallel, language_vocabulary(mono, parallel))
     streams = {name: objectives.get(name).stream(cfg) for name in ("mrtd", "trtd", "mmlm")}
-    builder = StepBatchBuilder(
-        corpus,
-        tokenizer,
-        streams,
-        [Phase(0, dict.fromkeys(streams, 8))],
-        seed=0,
-        max_length=64,
-        mono_alpha=0.3,
-        parallel_alpha=0.3,
-        pack=True,
-        reset_positions=False,
-    )
+    builder = step_batch_builder(corpus, tokenizer, streams, 8)
     shown = {"mask": 0, "random": 0, "kept": 0}
     for step in range(12):
         batches = builder.map(step)

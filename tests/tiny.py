@@ -3,14 +3,15 @@
 `run_config` is a pre-training run that trains a few steps on CPU in seconds (the fixture
 `udhr_run_config` in conftest.py binds it to the UDHR corpus and tokenizer), `model_config` the
 small encoder that model and objective unit tests build directly, `token_batch` writes token
-metadata rows by hand, and `mask_tokens` masks one row as the pipeline does. A test that needs
-another setting passes it as an override.
+metadata rows by hand, `mask_tokens` masks one row as the pipeline does, and
+`step_batch_builder` is the input pipeline over given streams without the grain plumbing. A test
+that needs another setting passes it as an override.
 """
 
 from __future__ import annotations
 
 import pathlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import ml_collections
 import numpy as np
@@ -18,6 +19,8 @@ import numpy as np
 from xlpretrain.config import default_config, validate
 from xlpretrain.data.examples import FIRST_POSITION
 from xlpretrain.data.masking import BERT_CORRUPTION, mask_row
+from xlpretrain.data.pipeline import Corpus, StepBatchBuilder
+from xlpretrain.data.streams import Phase, StreamSpec
 from xlpretrain.model.config import ModelConfig
 from xlpretrain.tokenizer import Tokenizer
 
@@ -131,3 +134,25 @@ def mask_tokens(
         vocab_size=tokenizer.vocab_size,
         corruption=corruption,
     )
+
+
+def step_batch_builder(
+    corpus: Corpus,
+    tokenizer: Tokenizer,
+    streams: Mapping[str, StreamSpec],
+    rows: Mapping[str, int] | int,
+    **options,
+) -> StepBatchBuilder:
+    """A builder drawing `rows` global rows of each stream every step (an int: of every one);
+    `options` override the pipeline settings (seed 0, rows of 64, α 0.3, packed)."""
+    rows = dict.fromkeys(streams, rows) if isinstance(rows, int) else dict(rows)
+    settings = dict(
+        phases=[Phase(0, rows)],
+        seed=0,
+        max_length=64,
+        mono_alpha=0.3,
+        parallel_alpha=0.3,
+        pack=True,
+        reset_positions=False,
+    )
+    return StepBatchBuilder(corpus, tokenizer, streams, **{**settings, **options})
