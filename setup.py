@@ -45,6 +45,9 @@ setup(
         # reads pytorch_model.bin; transformers loads the exported folders.
         "hf": ["safetensors>=0.4", "torch>=2.0", "transformers>=4.40"],
         "gpu": ["jax[cuda12]"],
+        # Compile for GPUs without one (tests/test_kernels_sm90.py, aot --topology h100:8): XLA:GPU
+        # through the CUDA plugin, whose version must equal jax's, and ptxas; no CUDA libraries.
+        "gpu-compile": ["jax-cuda12-plugin", "nvidia-cuda-nvcc-cu12"],
         "tpu": ["jax[tpu]"],
         # importlib-resources: TFDS imports it but declares it for Python < 3.9 only
         # (tensorflow/datasets#11212); building a dataset fails without it.

@@ -47,6 +47,8 @@ def test_xlmr_sizes():
         ("train.stop_at", 10_000, "'train.stop_at'"),
         ("objectives.bogus", 1.0, "'objectives.bogus': unknown objective"),
         ("model.num_heads", 5, "'model.hidden_size'"),
+        ("model.flash_tiles", "dq=48x64", "'model.flash_tiles': must be empty or KERNEL=BQxBK"),
+        ("model.flash_tiles", "bwd=64x64", "'model.flash_tiles'"),
     ],
 )
 def test_bad_values_name_the_key(path, value, message):

@@ -11,12 +11,14 @@ import numpy as np
 import pytest
 
 from xlpretrain import masks
-from xlpretrain.model import relative_position
+from xlpretrain.model import kernels, relative_position
 from xlpretrain.model.kernels import block_mask, flash
 from xlpretrain.model.relative_position import RelativeBias
 
 B, L, H, D = 2, 37, 2, 16  # 37: three 16-tiles, the last one padded
 BLOCK = 16
+TILES = flash.Tiles.uniform(BLOCK, BLOCK)
+PLATFORM = kernels.host_platform()  # interpret mode on CPU; Triton where a GPU runs the tests
 BUCKETS, MAX_DISTANCE = 32, 128
 
 
@@ -62,9 +64,9 @@ def reference(q, k, v, mask_fn, meta, bias=None, keep=None, rate=0.0):
     return jnp.einsum("bhqk,bkhd->bqhd", probs, v)
 
 
-def fused(q, k, v, mask_fn, meta, **kwargs):
+def fused(q, k, v, mask_fn, meta, tiles=TILES, **kwargs):
     return flash.attention(
-        q, k, v, mask_fn=mask_fn, q_meta=meta, k_meta=meta, block_q=BLOCK, block_k=BLOCK, **kwargs
+        q, k, v, mask_fn=mask_fn, q_meta=meta, k_meta=meta, tiles=tiles, platform=PLATFORM, **kwargs
     )
 
 
@@ -157,7 +159,7 @@ def test_dropout_does_not_depend_on_how_rows_are_split():
             mask_fn=masks.mmlm,
             q_meta={f: x[row : row + 1] for f, x in meta.items()},
             k_meta={f: x[row : row + 1] for f, x in meta.items()},
-            dropout_rate=0.5, dropout_rng=rng, row_offset=row, block_q=BLOCK, block_k=BLOCK,
+            dropout_rate=0.5, dropout_rng=rng, row_offset=row, tiles=TILES, platform=PLATFORM,
         )  # fmt: skip
         np.testing.assert_allclose(part[0], whole[row], atol=1e-6)
 
@@ -209,10 +211,36 @@ def test_a_query_that_may_see_nothing_outputs_zero():
     assert np.isfinite(np.asarray(out)).all()
 
 
-def test_block_sizes_must_be_powers_of_two():
-    meta = packed_meta()
-    with pytest.raises(ValueError, match="powers of two"):
-        flash.attention(*qkv(), mask_fn=masks.mmlm, q_meta=meta, k_meta=meta, block_q=24)
+def test_tile_settings_are_checked_and_parsed():
+    with pytest.raises(ValueError, match="block_q must be a power of two, got 24"):
+        flash.KernelTiles(24, 64)
+    with pytest.raises(ValueError, match="num_warps must be a power of two"):
+        flash.Tiles.parse("dq=64x64:w3")
+    with pytest.raises(ValueError, match="expected KERNEL=BQxBK"):
+        flash.Tiles.parse("backward=64x64")
+    with pytest.raises(ValueError, match="expected BQxBK"):
+        flash.Tiles.parse("dq=64by64")
+    tiles = flash.Tiles.parse("dq=32x64:w8:s3, dkv=64x32")
+    assert tiles.forward == flash.default_tiles(jnp.bfloat16).forward
+    assert tiles.dq == flash.KernelTiles(32, 64, num_warps=8, num_stages=3)
+    assert tiles.dkv == flash.KernelTiles(64, 32)
+    assert flash.Tiles.parse(str(tiles)) == tiles
+
+
+def test_kernels_with_different_tiles_match_the_reference():
+    """Forward, dQ and dK/dV each on its own tile shape (rows padded to the largest)."""
+    meta, tiles = packed_meta(), flash.Tiles.parse("forward=32x16 dq=16x32 dkv=32x32")
+    table = jnp.asarray(np.random.default_rng(3).normal(size=(BUCKETS, H)), jnp.float32)
+
+    def with_bias(attend):
+        return lambda q, k, v, table: attend(q, k, v, RelativeBias(table, None, BUCKETS, 128))
+
+    assert_same_value_and_grads(
+        with_bias(lambda q, k, v, b: fused(q, k, v, masks.camlm, meta, tiles, bias=b)),
+        with_bias(lambda q, k, v, b: reference(q, k, v, masks.camlm, meta, bias=b)),
+        (*qkv(), table),
+        atol=5e-5,
+    )
 
 
 def test_sharded_step_with_the_fused_kernel_equals_one_device():
@@ -274,7 +302,7 @@ def test_heads_over_tensor_under_shard_map_equal_one_device(mesh_shape):
     def f(q, k, v):
         out = dot_product_attention(
             q, k, v, mask_fn=masks.camlm, q_meta=meta, k_meta=meta, impl="pallas",
-            deterministic=False, dropout_rate=0.3, dropout_rng=jax.random.key(0),
+            deterministic=False, dropout_rate=0.3, dropout_rng=jax.random.key(0), platform=PLATFORM,
         )  # fmt: skip
         return jnp.sum(out * cotangent)
 

@@ -240,6 +240,7 @@ def test_attention_dropout_path_matches_reference_when_nothing_dropped():
             dropout_rng=rng,
             dropout_rate=rate,
             deterministic=rng is None,
+            platform="cpu",
         )
 
     ref = attend(0.0, None)
@@ -251,7 +252,8 @@ def test_cudnn_attention_refuses_cpu():
     x = jnp.zeros((1, 4, 2, 8))
     meta = {"segment_ids": jnp.ones((1, 4), jnp.int32)}
     with pytest.raises(ValueError, match="GPU"):
-        dot_product_attention(x, x, x, mask_fn=masks.mmlm, q_meta=meta, k_meta=meta, impl="cudnn")
+        dot_product_attention(x, x, x, mask_fn=masks.mmlm, q_meta=meta, k_meta=meta, impl="cudnn",
+                              platform="cpu")  # fmt: skip
 
 
 def test_config_from_run_config():

@@ -1,5 +1,5 @@
 """Ahead-of-time sizing: `python -m xlpretrain.aot --config configs/X.py
-(--devices N | --topology v5p:4x4x4) [--mesh DATA,FSDP,TENSOR] [--json]`.
+(--devices N | --topology v5p:4x4x4 | --topology h100:8) [--mesh DATA,FSDP,TENSOR] [--json]`.
 
 Compiles the config's train step (its last stage) for a mesh without that hardware — the state
 and batch abstract (`setup_training(materialize=False)`), nothing allocated — and reports
@@ -11,6 +11,9 @@ of the compiled program (arguments, outputs, temporaries: activations and worksp
 - `--topology NAME`: a Cloud TPU slice (`jax.experimental.topologies`, e.g. `v5p:2x2x2` is 8
   chips, `v4:2x2x2`), compiled by XLA:TPU itself on this host, which needs only `libtpu`
   (`pip install -e ".[tpu]"`), not a TPU; attention `auto` then compiles the splash kernel.
+  Or GPUs (`h100:8` is one host of 8, `h200:2x8` two hosts; `xlpretrain.gpu_targets`), compiled
+  by XLA:GPU, Triton kernels and ptxas included, with the CUDA plugin and ptxas
+  (`pip install -e ".[gpu-compile]"`), not a GPU; `auto` then compiles the Triton kernel.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ DEVICE_MEMORY_GIB = {
     "H100 80GB": 80e9 / GIB,
     "H200 141GB": 141e9 / GIB,
     "A100 40GB": 40e9 / GIB,
+    "A100 80GB": 80e9 / GIB,
     "TPU v4 (32 GiB)": 32.0,
     "TPU v5e (16 GiB)": 16.0,
     "TPU v5p (95 GiB)": 95.0,
@@ -47,9 +51,14 @@ def _shard_bytes(tree) -> int:
 
 
 def topology_devices(name: str) -> list:
-    """The devices of TPU topology ``name`` (e.g. "v5p:2x2x2"), for compiling, not running."""
+    """The devices of topology ``name``, for compiling, not running: a TPU slice ("v5p:2x2x2")
+    or GPUs ("h100:8", "h200:2x8")."""
     from jax.experimental import topologies
 
+    from xlpretrain import gpu_targets
+
+    if name.partition(":")[0] in gpu_targets.GPUS:
+        return gpu_targets.topology_devices(name)
     try:
         return list(topologies.get_topology_desc(topology_name=name, platform="tpu").devices)
     except Exception as error:  # noqa: BLE001 - a missing plugin and a bad name both land here
@@ -67,7 +76,6 @@ def size_step(cfg, devices: int | list) -> dict:
     from xlpretrain import bench
     from xlpretrain import objectives as objectives_lib
     from xlpretrain.config import stages, validate
-    from xlpretrain.model import kernels
     from xlpretrain.sharding import make_mesh
     from xlpretrain.step import setup_training
 
@@ -79,26 +87,27 @@ def size_step(cfg, devices: int | list) -> dict:
     platform = devices[0].platform
     run_stages = stages(cfg)
     everything = {n: objectives_lib.get(n) for stage in run_stages for n in stage.weights}
-    model, init_params = objectives_lib.build_model(cfg, everything, num_languages=8)
+    model, init_params = objectives_lib.build_model(
+        cfg, everything, num_languages=8, kernel_platform=platform
+    )
     mesh = make_mesh(cfg.mesh.data, cfg.mesh.fsdp, cfg.mesh.tensor, devices)
-    with kernels.compiling_for(platform):
-        training = setup_training(cfg, model, init_params, mesh, everything, materialize=False)
-        batch = bench.abstract_step_batch(cfg, run_stages[-1], training.batch_sharding)
-        lowered = training.step_fns[-1].lower(training.state, batch)
-        refused = False
-        try:
-            analysis = lowered.compile().memory_analysis()
-            arguments = analysis.argument_size_in_bytes
-            outputs_not_donated = analysis.output_size_in_bytes - analysis.alias_size_in_bytes
-            temp = analysis.temp_size_in_bytes
-        except jax.errors.JaxRuntimeError as error:
-            # XLA:TPU refuses a program larger than the chip, saying how much it needs.
-            needed = re.search(r"HLO temporaries \(([\d.]+)G\)", str(error))
-            if "RESOURCE_EXHAUSTED" not in str(error) or needed is None:
-                raise
-            temp, refused = float(needed.group(1)) * 1e9, True
-            arguments = _shard_bytes((training.state, batch))
-            outputs_not_donated = 0
+    training = setup_training(cfg, model, init_params, mesh, everything, materialize=False)
+    batch = bench.abstract_step_batch(cfg, run_stages[-1], training.batch_sharding)
+    lowered = training.step_fns[-1].lower(training.state, batch)
+    refused = False
+    try:
+        analysis = lowered.compile().memory_analysis()
+        arguments = analysis.argument_size_in_bytes
+        outputs_not_donated = analysis.output_size_in_bytes - analysis.alias_size_in_bytes
+        temp = analysis.temp_size_in_bytes
+    except jax.errors.JaxRuntimeError as error:
+        # XLA:TPU refuses a program larger than the chip, saying how much it needs.
+        needed = re.search(r"HLO temporaries \(([\d.]+)G\)", str(error))
+        if "RESOURCE_EXHAUSTED" not in str(error) or needed is None:
+            raise
+        temp, refused = float(needed.group(1)) * 1e9, True
+        arguments = _shard_bytes((training.state, batch))
+        outputs_not_donated = 0
     peak = arguments + outputs_not_donated + temp
     kind = getattr(devices[0], "device_kind", platform)
     return {
@@ -116,8 +125,8 @@ def size_step(cfg, devices: int | list) -> dict:
         "fits": {name: peak / GIB <= memory for name, memory in DEVICE_MEMORY_GIB.items()},
         "note": f"XLA:TPU refused to compile for {kind}: its temporaries exceed the chip's memory"
         if refused
-        else f"compiled by XLA:TPU for {kind}"
-        if platform == "tpu"
+        else f"compiled by XLA:{'TPU' if platform == 'tpu' else 'GPU'} for {kind}"
+        if platform in ("tpu", "gpu")
         else "XLA:CPU program on fake devices; a GPU/TPU compile differs in fusion and layout",
     }
 
@@ -143,7 +152,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--config", required=True, help="configs/NAME.py[:ARG]")
     target = parser.add_mutually_exclusive_group(required=True)
     target.add_argument("--devices", type=int, help="fake CPU devices of the target mesh")
-    target.add_argument("--topology", help="TPU topology to compile for, e.g. v5p:2x2x2")
+    target.add_argument(
+        "--topology", help="TPU or GPU topology to compile for, e.g. v5p:2x2x2 or h100:8"
+    )
     parser.add_argument("--mesh", help="DATA,FSDP,TENSOR (one may be -1); default: the config's")
     parser.add_argument("--json", action="store_true")
     args, overrides = parser.parse_known_args(argv)

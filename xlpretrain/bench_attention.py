@@ -18,6 +18,7 @@ import numpy as np
 
 from xlpretrain import masks
 from xlpretrain.data.batch import SIDE_PLACEHOLDER, SIDE_TARGET
+from xlpretrain.model import kernels
 from xlpretrain.model.attention import dot_product_attention
 from xlpretrain.model.kernels.block_mask import classify_tiles, pad_meta, skipped_fraction
 
@@ -73,7 +74,10 @@ def time_attention(
     mask_fn = _mask_fn(mask_name)
 
     def loss(q, k, v):
-        out = dot_product_attention(q, k, v, mask_fn=mask_fn, q_meta=meta, k_meta=meta, impl=impl)
+        out = dot_product_attention(
+            q, k, v, mask_fn=mask_fn, q_meta=meta, k_meta=meta, impl=impl,
+            platform=kernels.host_platform(),
+        )  # fmt: skip
         return jnp.sum(out.astype(jnp.float32))
 
     try:

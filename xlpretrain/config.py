@@ -15,6 +15,7 @@ from typing import Any
 import ml_collections
 
 from xlpretrain.model.config import ATTENTION_IMPLS
+from xlpretrain.model.kernels import flash
 from xlpretrain.objectives import REGISTRY
 from xlpretrain.objectives.declaration import Settings
 
@@ -125,6 +126,9 @@ def default_config() -> ml_collections.ConfigDict:
     cfg.model.remat = "none"  # none | full | dots
     cfg.model.scan_layers = True
     cfg.model.attention = "xla"  # xla | cudnn | pallas (fused mask-function kernel) | splash | auto
+    # The fused kernel's launch shape per kernel, e.g. "forward=64x64:w4:s2 dq=64x32:w4:s2"
+    # (KERNEL=BQxBK[:wWARPS][:sSTAGES]; unnamed kernels keep the default); empty: the default.
+    cfg.model.flash_tiles = ""
     # MLM loss: the [predictions, vocab] logits are built this many predictions at a time
     # (recomputed in the backward pass); 0 = all at once.
     cfg.model.loss_chunk = 1024
@@ -238,6 +242,14 @@ def _probability(v: Any) -> bool:
     return 0.0 <= v <= 1.0
 
 
+def _flash_tiles(text: str) -> bool:
+    try:
+        flash.Tiles.parse(text)
+    except ValueError:
+        return False
+    return True
+
+
 def _one_of(*choices: str) -> Callable[[Any], bool]:
     return lambda v: v in choices
 
@@ -278,6 +290,11 @@ _RANGES: Ranges = {
     "model.attention": (
         _one_of(*ATTENTION_IMPLS),
         f"must be one of {', '.join(ATTENTION_IMPLS)}",
+    ),
+    "model.flash_tiles": (
+        _flash_tiles,
+        "must be empty or KERNEL=BQxBK[:wWARPS][:sSTAGES] entries, KERNEL one of forward, dq, "
+        "dkv, sizes and warps powers of two (e.g. 'forward=64x64:w4:s2 dq=64x32')",
     ),
     "model.relative_position": (
         _one_of("none", "bucketed", "gated"),

@@ -94,7 +94,9 @@ def write(model: Pretrained, path: str | os.PathLike) -> None:
         )
     path = new_folder(path)
     path.mkdir(parents=True)
-    (path / MODEL_JSON).write_text(json.dumps(dataclasses.asdict(model.config), indent=2) + "\n")
+    fields = dataclasses.asdict(model.config)
+    del fields["kernel_platform"]  # the reading host's, not the writer's
+    (path / MODEL_JSON).write_text(json.dumps(fields, indent=2) + "\n")
     with ocp.PyTreeCheckpointer() as checkpointer:
         checkpointer.save(path / PARAMS_DIR, model.params)
     if model.tokenizer is not None:

@@ -68,7 +68,9 @@ FIXED_HF_SETTINGS = {
     "add_cross_attention": False,
 }
 # ModelConfig fields that say how to compute, not what: they never block an export.
-RUNTIME_FIELDS = ("dtype", "remat", "scan_layers", "attention_impl")
+RUNTIME_FIELDS = (
+    "dtype", "remat", "scan_layers", "attention_impl", "kernel_platform", "flash_tiles",
+)  # fmt: skip
 # Why an export refuses a model option; the error names both.
 OPTION_REASONS = {
     "num_languages": "num_languages > 0 means XLM-style language embeddings",

@@ -37,12 +37,12 @@ HEADS_AXIS = "tensor"
 log = logging.getLogger("xlpretrain")
 
 
-def resolve_impl(impl: str, backend: str | None = None) -> str:
+def resolve_impl(impl: str, platform: str) -> str:
     """``auto`` → our kernel on GPUs, splash on TPUs, XLA on CPUs (where both kernels run only
     in interpret mode: a checker, not a fast path)."""
     if impl != "auto":
         return impl
-    return {"gpu": "pallas", "tpu": "splash"}.get(backend or kernels.platform(), "xla")
+    return {"gpu": "pallas", "tpu": "splash"}.get(kernels.check_platform(platform), "xla")
 
 
 @functools.cache
@@ -63,36 +63,45 @@ def dot_product_attention(
     dropout_rate: float = 0.0,
     deterministic: bool = True,
     impl: str = "xla",
+    platform: str,
+    flash_tiles: str = "",
 ) -> jax.Array:
     """Softmax attention over ``[B, L, H, D]`` inputs; returns ``[B, Lq, H, D]``.
 
     ``bias`` (a relative-position score modification) is added to the logits. Logits and
-    softmax are float32 whatever the input dtype.
+    softmax are float32 whatever the input dtype. ``platform`` ('cpu', 'gpu', 'tpu') is what
+    the program is compiled for: it picks ``auto`` and builds the kernels for it.
+    ``flash_tiles``: the fused kernel's launch shapes (``flash.Tiles.parse``), if not the default.
     """
-    impl = resolve_impl(impl)
+    impl = resolve_impl(impl, platform)
     dropout = not deterministic and dropout_rate > 0.0
     if dropout and dropout_rng is None:
         raise ValueError("attention dropout is active but no dropout_rng was given")
     if impl == "splash":
         reason = splash.unsupported(mask_fn, q.shape[1], k.shape[1], bias is not None, dropout)
         if reason is None:
-            return _per_device(_splash_kernel(mask_fn), q, k, v, q_meta, k_meta, None, None)
+            kernel = _splash_kernel(mask_fn, platform)
+            return _per_device(kernel, q, k, v, q_meta, k_meta, None, None)
         _log_fallback(getattr(mask_fn, "__name__", repr(mask_fn)), reason)
         impl = "xla"
     if impl == "pallas":
-        if kernels.platform() == "tpu":
+        if platform == "tpu":
             raise ValueError(
                 "attention_impl='pallas' is the Triton kernel (GPU, or interpret mode on CPU); "
                 "on TPU use attention_impl='splash' or 'auto'"
             )
-        kernel = _flash_kernel(mask_fn, dropout_rate if dropout else 0.0, q.shape[2])
+        tiles = None
+        if flash_tiles:
+            tiles = flash.Tiles.parse(flash_tiles, base=flash.default_tiles(q.dtype))
+        kernel = _flash_kernel(mask_fn, dropout_rate if dropout else 0.0, q.shape[2], platform,
+                               tiles)  # fmt: skip
         return _per_device(kernel, q, k, v, q_meta, k_meta, bias, dropout_rng)
     mask = masks.materialize(mask_fn, q_meta, k_meta)
     dense_bias = None
     if bias is not None:
         dense_bias = bias.materialize(q_meta["positions"], k_meta["positions"])
     if impl == "cudnn":
-        if kernels.platform() != "gpu":
+        if platform != "gpu":
             raise ValueError("attention_impl='cudnn' needs a GPU; use attention_impl='xla'")
         if q.dtype not in (jnp.bfloat16, jnp.float16):
             raise ValueError(f"attention_impl='cudnn' needs bfloat16/float16 inputs, got {q.dtype}")
@@ -112,21 +121,24 @@ def dot_product_attention(
     return _attention_with_dropout(q, k, v, mask, dense_bias, dropout_rng, dropout_rate)
 
 
-def _flash_kernel(mask_fn: masks.MaskFn, dropout_rate: float, total_heads: int):
+def _flash_kernel(mask_fn, dropout_rate: float, total_heads: int, platform: str, tiles):
     def run(q, k, v, q_meta, k_meta, bias, dropout_rng, offsets):
         return flash.attention(
             q, k, v, mask_fn=mask_fn, q_meta=q_meta, k_meta=k_meta, bias=bias,
             dropout_rate=dropout_rate, dropout_rng=dropout_rng, row_offset=offsets[0],
-            head_offset=offsets[1], total_heads=total_heads,
+            head_offset=offsets[1], total_heads=total_heads, tiles=tiles, platform=platform,
         )  # fmt: skip
 
     return run
 
 
-def _splash_kernel(mask_fn: masks.MaskFn):
+def _splash_kernel(mask_fn: masks.MaskFn, platform: str):
     def run(q, k, v, q_meta, k_meta, bias, dropout_rng, offsets):
         del k_meta, bias, dropout_rng, offsets  # a segment mask; no bias, no dropout
-        return splash.attention(q, k, v, mask_fn=mask_fn, segment_ids=q_meta["segment_ids"])
+        segment_ids = q_meta["segment_ids"]
+        return splash.attention(
+            q, k, v, mask_fn=mask_fn, segment_ids=segment_ids, platform=platform
+        )
 
     return run
 
@@ -260,6 +272,8 @@ class MultiHeadAttention(nn.Module):
             dropout_rate=rate,
             deterministic=deterministic,
             impl=cfg.attention_impl,
+            platform=cfg.kernel_platform,
+            flash_tiles=cfg.flash_tiles,
         )
         return nn.DenseGeneral(
             features=cfg.hidden_size,

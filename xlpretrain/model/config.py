@@ -6,6 +6,8 @@ import enum
 import jax.numpy as jnp
 import ml_collections
 
+from xlpretrain.model import kernels
+
 DTYPES = ("float32", "bfloat16")
 REMAT = ("none", "full", "dots")
 RELATIVE_POSITIONS = ("none", "bucketed", "gated")
@@ -50,10 +52,19 @@ class ModelConfig:
     remat: str = "none"
     scan_layers: bool = True
     attention_impl: str = "xla"
+    # What the fused kernels are built for ('cpu': interpret mode, 'gpu': Triton, 'tpu'); empty:
+    # this host's. Fixed here so it is part of the traced function (see ``model.kernels``).
+    kernel_platform: str = ""
+    # The fused kernel's tiles, warps and stages per kernel (``flash.Tiles.parse``); empty:
+    # ``flash.default_tiles(dtype)``.
+    flash_tiles: str = ""
     loss_chunk: int = 1024  # predictions per vocabulary-projection chunk of the MLM loss
     initializer_range: float = 0.02
 
     def __post_init__(self) -> None:
+        if not self.kernel_platform:
+            object.__setattr__(self, "kernel_platform", kernels.host_platform())
+        kernels.check_platform(self.kernel_platform)
         for name, allowed in (
             ("dtype", DTYPES),
             ("remat", REMAT),
@@ -79,11 +90,14 @@ class ModelConfig:
         return jnp.dtype(self.dtype)
 
     @classmethod
-    def from_run_config(cls, model: ml_collections.ConfigDict, num_languages: int) -> "ModelConfig":
+    def from_run_config(
+        cls, model: ml_collections.ConfigDict, num_languages: int, kernel_platform: str = ""
+    ) -> "ModelConfig":
         """Builds from a run config's validated ``model`` section.
 
         ``num_languages`` (the run's language vocabulary) sizes the language-embedding table
         when ``model.language_embeddings`` is on; it is a property of the data, not the config.
+        ``kernel_platform``: the platform the step is compiled for, if not this host's.
         """
         return cls(
             vocab_size=model.vocab_size,
@@ -105,5 +119,7 @@ class ModelConfig:
             remat=model.remat,
             scan_layers=model.scan_layers,
             attention_impl=model.attention,
+            kernel_platform=kernel_platform,
+            flash_tiles=model.flash_tiles,
             loss_chunk=model.loss_chunk,
         )

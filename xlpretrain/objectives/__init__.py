@@ -51,10 +51,14 @@ def model_family(objectives: Mapping[str, Objective]) -> ModelFamily:
 
 
 def build_model(
-    cfg: ml_collections.ConfigDict, objectives: Mapping[str, Objective], num_languages: int
+    cfg: ml_collections.ConfigDict,
+    objectives: Mapping[str, Objective],
+    num_languages: int,
+    kernel_platform: str = "",
 ) -> tuple[nn.Module, Callable[[jax.Array], dict]]:
-    """The module the objectives train and its (boxed) parameter initialiser."""
-    config = ModelConfig.from_run_config(cfg.model, num_languages)
+    """The module the objectives train and its (boxed) parameter initialiser; its kernels are
+    built for ``kernel_platform`` ('cpu', 'gpu', 'tpu'; empty: this host's)."""
+    config = ModelConfig.from_run_config(cfg.model, num_languages, kernel_platform)
     if model_family(objectives) is ModelFamily.ELECTRA:
         generator = generator_config(config, cfg.xlm_e.generator_layers, cfg.xlm_e.generator_width)
         return ElectraPretrainer(config, generator), functools.partial(

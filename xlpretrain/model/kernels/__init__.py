@@ -1,32 +1,28 @@
 """Fused attention kernels (``flash``: Pallas/Triton; ``splash``: JAX's TPU kernel), and the
-platform they are built for.
+platform each call is built for.
 
-The platform is normally the default backend's. Ahead-of-time compilation for a TPU topology
-from a CPU host (``python -m xlpretrain.aot --topology``) names it instead, so ``auto`` picks the
-TPU kernel and the kernel is compiled for the TPU rather than interpreted for the host.
+Every kernel call names its platform: ``cpu`` (Pallas interpret mode, a checker), ``gpu``
+(Triton) or ``tpu`` (Mosaic). A model fixes it when it is built (``ModelConfig.kernel_platform``,
+the host's by default; ``python -m xlpretrain.aot`` names another), so it is part of the traced
+function's identity. Ambient state would not be: JAX's trace cache keys on the function and its
+static arguments, so a function traced once in interpret mode and lowered again "for a GPU"
+would silently reuse the interpreted trace.
 """
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
-from collections.abc import Iterator
-
 import jax
 
-_TARGET: contextvars.ContextVar[str | None] = contextvars.ContextVar("platform", default=None)
+PLATFORMS = ("cpu", "gpu", "tpu")
 
 
-def platform() -> str:
-    """'cpu', 'gpu' or 'tpu': what the traced program will run on."""
-    return _TARGET.get() or jax.default_backend()
+def host_platform() -> str:
+    """'cpu', 'gpu' or 'tpu': the platform of this process's default backend."""
+    backend = jax.default_backend()
+    return "gpu" if backend in ("cuda", "rocm") else backend
 
 
-@contextlib.contextmanager
-def compiling_for(target: str) -> Iterator[None]:
-    """Traces inside the block are for ``target`` (e.g. 'tpu'), whatever this host has."""
-    token = _TARGET.set(target)
-    try:
-        yield
-    finally:
-        _TARGET.reset(token)
+def check_platform(platform: str) -> str:
+    if platform not in PLATFORMS:
+        raise ValueError(f"kernel platform {platform!r}; expected one of {PLATFORMS}")
+    return platform

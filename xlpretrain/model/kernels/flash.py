@@ -35,6 +35,103 @@ from xlpretrain.model.relative_position import RelativeBias, relative_position_b
 META_FIELDS = ("segment_ids", "pair_ids", "side", "positions", "is_masked")
 
 
+KERNELS = ("forward", "dq", "dkv")
+
+
+@dataclasses.dataclass(frozen=True)
+class KernelTiles:
+    """One kernel's launch shape: its ``[block_q, block_k]`` tile, and Triton's warps per
+    program and software-pipeline stages. Registers per thread grow with the tile over
+    ``num_warps``; past 255 ptxas spills to local memory, which costs far more than a smaller
+    tile (``tests/test_kernels_sm90.py`` checks the defaults never spill on sm_90a)."""
+
+    block_q: int
+    block_k: int
+    num_warps: int = 4
+    num_stages: int = 2
+
+    def __post_init__(self) -> None:
+        for name in ("block_q", "block_k", "num_warps"):
+            value = getattr(self, name)
+            if value < 1 or value & (value - 1):
+                raise ValueError(f"attention tile {name} must be a power of two, got {value}")
+        if self.num_stages < 1:
+            raise ValueError(f"attention tile num_stages must be ≥ 1, got {self.num_stages}")
+
+    def __str__(self) -> str:
+        return f"{self.block_q}x{self.block_k}:w{self.num_warps}:s{self.num_stages}"
+
+    @classmethod
+    def parse(cls, text: str) -> KernelTiles:
+        """``BQxBK[:wWARPS][:sSTAGES]``, e.g. ``64x128:w8:s3``."""
+        try:
+            shape, *options = text.split(":")
+            block_q, block_k = (int(x) for x in shape.split("x"))
+            settings = {"w": "num_warps", "s": "num_stages"}
+            extra = {settings[o[0]]: int(o[1:]) for o in options}
+        except (ValueError, KeyError, IndexError):
+            expected = "expected BQxBK[:wWARPS][:sSTAGES], e.g. 64x128:w8:s3"
+            raise ValueError(f"attention tiles {text!r}: {expected}") from None
+        return cls(block_q, block_k, **extra)
+
+
+@dataclasses.dataclass(frozen=True)
+class Tiles:
+    """Launch shapes of the forward, dQ and dK/dV kernels, which may differ: dQ and dK/dV
+    hold two accumulators each and loop over opposite sides."""
+
+    forward: KernelTiles
+    dq: KernelTiles
+    dkv: KernelTiles
+
+    @classmethod
+    def uniform(cls, block_q: int, block_k: int, num_warps: int = 4, num_stages: int = 2):
+        tiles = KernelTiles(block_q, block_k, num_warps, num_stages)
+        return cls(tiles, tiles, tiles)
+
+    def __str__(self) -> str:
+        return " ".join(f"{name}={getattr(self, name)}" for name in KERNELS)
+
+    @classmethod
+    def parse(cls, text: str, base: Tiles | None = None) -> Tiles:
+        """``KERNEL=BQxBK[:wW][:sS]`` entries (KERNEL: forward, dq, dkv) separated by spaces or
+        commas; kernels not named keep ``base``'s (default: those for bfloat16 inputs)."""
+        tiles = {name: getattr(base or default_tiles(jnp.bfloat16), name) for name in KERNELS}
+        for entry in text.replace(",", " ").split():
+            name, _, value = entry.partition("=")
+            if name not in KERNELS or not value:
+                raise ValueError(
+                    f"attention tiles entry {entry!r}: expected KERNEL=BQxBK[:wW][:sS] with "
+                    f"KERNEL one of {KERNELS}"
+                )
+            tiles[name] = KernelTiles.parse(value)
+        return cls(**tiles)
+
+    def fitted(self, q_len: int, k_len: int) -> Tiles:
+        """Each tile no larger than the rows need (a power of two ≥ 16)."""
+
+        def fit(block: int, length: int) -> int:
+            return min(block, max(16, pl.next_power_of_2(length)))
+
+        return Tiles(*(
+            dataclasses.replace(t, block_q=fit(t.block_q, q_len), block_k=fit(t.block_k, k_len))
+            for t in (self.forward, self.dq, self.dkv)
+        ))  # fmt: skip
+
+
+# Spill-free on sm_90a for every registered mask with either relative bias and dropout at
+# head_dim 64 (tests/test_kernels_sm90.py); why these, in docs/performance.md. The backward
+# kernels hold two [block, head_dim] float32 accumulators beside their inputs: 32-row tiles on
+# the accumulated side for 16-bit inputs, 32 × 32 for float32 ones, whose tiles are twice the size.
+_TILES_16BIT = Tiles(KernelTiles(64, 64), KernelTiles(32, 64), KernelTiles(64, 32))
+_TILES_32BIT = Tiles(KernelTiles(32, 64), KernelTiles(32, 32), KernelTiles(32, 32))
+
+
+def default_tiles(dtype) -> Tiles:
+    """The launch shapes for inputs of ``dtype``."""
+    return _TILES_32BIT if jnp.dtype(dtype).itemsize > 2 else _TILES_16BIT
+
+
 @dataclasses.dataclass(frozen=True)
 class _Static:
     """Everything the kernels specialise on (hashable: it is a custom_vjp static argument)."""
@@ -43,8 +140,7 @@ class _Static:
     fields: tuple[str, ...]
     q_len: int
     k_len: int
-    block_q: int
-    block_k: int
+    tiles: Tiles
     sm_scale: float
     has_bias: bool
     has_scale: bool
@@ -54,12 +150,14 @@ class _Static:
     interpret: bool
 
     @property
-    def q_pad(self) -> int:
-        return pl.cdiv(self.q_len, self.block_q) * self.block_q
+    def q_pad(self) -> int:  # a multiple of every kernel's query tile (powers of two)
+        block = max(t.block_q for t in (self.tiles.forward, self.tiles.dq, self.tiles.dkv))
+        return pl.cdiv(self.q_len, block) * block
 
     @property
     def k_pad(self) -> int:
-        return pl.cdiv(self.k_len, self.block_k) * self.block_k
+        block = max(t.block_k for t in (self.tiles.forward, self.tiles.dq, self.tiles.dkv))
+        return pl.cdiv(self.k_len, block) * block
 
 
 # --- pieces shared by the three kernels ------------------------------------------------------
@@ -193,7 +291,7 @@ class _Inputs:
 def _forward_kernel(st: _Static, *refs):
     r = _Inputs(st, refs, ("q", "k", "v", "seed", "tiles"))
     o_ref, lse_ref = r.outputs
-    bq, bk = st.block_q, st.block_k
+    bq, bk = st.tiles.forward.block_q, st.tiles.forward.block_k
     q_start = pl.program_id(2) * bq
     q = r.q[...]
     q_meta = r.q_meta_at(st, slice(None))
@@ -236,7 +334,7 @@ def _forward_kernel(st: _Static, *refs):
 
 def _dq_kernel(st: _Static, *refs):
     r = _Inputs(st, refs, ("q", "k", "v", "do", "lse", "delta", "seed", "tiles"))
-    bq, bk = st.block_q, st.block_k
+    bq, bk = st.tiles.dq.block_q, st.tiles.dq.block_k
     q_start = pl.program_id(2) * bq
     q, do, lse, delta = r.q[...], r.do[...], r.lse[...], r.delta[...]
     q_meta = r.q_meta_at(st, slice(None))
@@ -261,9 +359,12 @@ def _dq_kernel(st: _Static, *refs):
                 if st.has_scale:
                     d_scale = d_scale + jnp.sum(ds * tile.d, axis=1)
                     ds = ds * scale[:, None]
-                for n in range(st.num_buckets):
+
+                def add_bucket(n, d_table):
                     total = jnp.sum(jnp.where(tile.buckets == n, ds, 0.0))
-                    d_table = d_table + jnp.where(buckets_iota == n, total, 0.0)
+                    return d_table + jnp.where(buckets_iota == n, total, 0.0)
+
+                d_table = lax.fori_loop(0, st.num_buckets, add_bucket, d_table)
             return dq, d_scale, d_table
 
         return _visit(r.tiles[j], update, carry)
@@ -285,7 +386,7 @@ def _dq_kernel(st: _Static, *refs):
 def _dkv_kernel(st: _Static, *refs):
     r = _Inputs(st, refs, ("q", "k", "v", "do", "lse", "delta", "seed", "tiles"))
     dk_ref, dv_ref = r.outputs
-    bq, bk = st.block_q, st.block_k
+    bq, bk = st.tiles.dkv.block_q, st.tiles.dkv.block_k
     k_start = pl.program_id(2) * bk
     k, v = r.k[...], r.v[...]
     k_meta = r.k_meta_at(st, slice(None))
@@ -318,19 +419,18 @@ def _dkv_kernel(st: _Static, *refs):
 # --- pallas_call plumbing --------------------------------------------------------------------
 
 
-def _compiler_params(st: _Static):
-    """Triton launch settings on a GPU (untuned: no GPU has run this kernel yet)."""
+def _compiler_params(st: _Static, kt: KernelTiles):
     if st.interpret:
         return None
     from jax.experimental.pallas import triton as plgpu
 
-    return plgpu.CompilerParams(num_warps=4, num_stages=2)
+    return plgpu.CompilerParams(num_warps=kt.num_warps, num_stages=kt.num_stages)
 
 
-def _specs(st: _Static, head_dim: int, over_q: bool, backward: bool):
+def _specs(st: _Static, kt: KernelTiles, head_dim: int, over_q: bool, backward: bool):
     """BlockSpecs of a kernel's inputs, in ``_Inputs`` order. The grid is (batch, head, tile
     of the gridded side); the looped-over side is passed whole and sliced in the kernel."""
-    bq, bk, q_pad, k_pad = st.block_q, st.block_k, st.q_pad, st.k_pad
+    bq, bk, q_pad, k_pad = kt.block_q, kt.block_k, st.q_pad, st.k_pad
     q_tile = (bq if over_q else q_pad, lambda b, h, i: (b, h, i if over_q else 0, 0))
     k_tile = (k_pad if over_q else bk, lambda b, h, i: (b, h, 0 if over_q else i, 0))
 
@@ -360,7 +460,7 @@ def _specs(st: _Static, head_dim: int, over_q: bool, backward: bool):
     return specs
 
 
-def _call(st: _Static, kernel, grid, in_specs, out_specs, out_shape, *args):
+def _call(st: _Static, kt: KernelTiles, kernel, grid, in_specs, out_specs, out_shape, *args):
     return pl.pallas_call(
         functools.partial(kernel, st),
         grid=grid,
@@ -368,7 +468,7 @@ def _call(st: _Static, kernel, grid, in_specs, out_specs, out_shape, *args):
         out_specs=out_specs,
         out_shape=out_shape,
         interpret=st.interpret,
-        compiler_params=_compiler_params(st),
+        compiler_params=_compiler_params(st, kt),
     )(*args)
 
 
@@ -378,7 +478,8 @@ def _optional(st: _Static, table, scale) -> list:
 
 def _forward(st: _Static, q, k, v, table, scale, seed, q_meta, k_meta, tiles):
     batch, heads, _, head_dim = q.shape
-    bq = st.block_q
+    kt = st.tiles.forward
+    bq = kt.block_q
     out_specs = [
         pl.BlockSpec((None, None, bq, head_dim), lambda b, h, i: (b, h, i, 0)),
         pl.BlockSpec((None, None, bq), lambda b, h, i: (b, h, i)),
@@ -388,9 +489,9 @@ def _forward(st: _Static, q, k, v, table, scale, seed, q_meta, k_meta, tiles):
         jax.ShapeDtypeStruct(q.shape[:3], jnp.float32),
     ]
     return _call(
-        st, _forward_kernel, (batch, heads, st.q_pad // bq),
-        _specs(st, head_dim, over_q=True, backward=False), out_specs, out_shape,
-        q, k, v, seed, tiles, *_optional(st, table, scale), *q_meta, *k_meta,
+        st, kt, _forward_kernel, (batch, heads, st.q_pad // bq),
+        _specs(st, kt, head_dim, over_q=True, backward=False), out_specs, out_shape,
+        q, k, v, seed, tiles["forward"], *_optional(st, table, scale), *q_meta, *k_meta,
     )  # fmt: skip
 
 
@@ -407,7 +508,7 @@ def _flash_fwd(st: _Static, q, k, v, table, scale, seed, q_meta, k_meta, tiles):
 def _flash_bwd(st: _Static, residuals, do):
     q, k, v, table, scale, seed, q_meta, k_meta, tiles, out, lse = residuals
     batch, heads, _, head_dim = q.shape
-    bq, bk = st.block_q, st.block_k
+    bq, bk = st.tiles.dq.block_q, st.tiles.dkv.block_k
     delta = jnp.sum(do.astype(jnp.float32) * out.astype(jnp.float32), axis=-1)
     common = (q, k, v, do, lse, delta, seed)
     extra = (*_optional(st, table, scale), *q_meta, *k_meta)
@@ -424,9 +525,9 @@ def _flash_bwd(st: _Static, residuals, do):
         dq_specs.append(pl.BlockSpec((None, None, bq), lambda b, h, i: (b, h, i)))
         dq_shapes.append(jax.ShapeDtypeStruct(q.shape[:3], jnp.float32))
     dq_out = _call(
-        st, _dq_kernel, (batch, heads, st.q_pad // bq),
-        _specs(st, head_dim, over_q=True, backward=True), dq_specs, dq_shapes,
-        *common, tiles, *extra,
+        st, st.tiles.dq, _dq_kernel, (batch, heads, st.q_pad // bq),
+        _specs(st, st.tiles.dq, head_dim, over_q=True, backward=True), dq_specs, dq_shapes,
+        *common, tiles["dq"], *extra,
     )  # fmt: skip
     dq = dq_out[0]
     d_table = dq_out[1].sum(axis=(0, 2)) if st.has_bias else None
@@ -434,24 +535,15 @@ def _flash_bwd(st: _Static, residuals, do):
 
     kv_spec = pl.BlockSpec((None, None, bk, head_dim), lambda b, h, i: (b, h, i, 0))
     dk, dv = _call(
-        st, _dkv_kernel, (batch, heads, st.k_pad // bk),
-        _specs(st, head_dim, over_q=False, backward=True), [kv_spec, kv_spec],
+        st, st.tiles.dkv, _dkv_kernel, (batch, heads, st.k_pad // bk),
+        _specs(st, st.tiles.dkv, head_dim, over_q=False, backward=True), [kv_spec, kv_spec],
         [jax.ShapeDtypeStruct(k.shape, k.dtype), jax.ShapeDtypeStruct(v.shape, v.dtype)],
-        *common, jnp.swapaxes(tiles, 1, 2), *extra,
+        *common, jnp.swapaxes(tiles["dkv"], 1, 2), *extra,
     )  # fmt: skip
     return dq, dk, dv, d_table, d_scale, None, None, None, None
 
 
 _flash.defvjp(_flash_fwd, _flash_bwd)
-
-
-def _block(requested: int | None, length: int) -> int:
-    """The tile size: as requested, else 128, shrunk (to a power of two ≥ 16) for short rows."""
-    if requested is not None:
-        if requested < 1 or requested & (requested - 1):
-            raise ValueError(f"attention block sizes must be powers of two, got {requested}")
-        return requested
-    return min(128, max(16, pl.next_power_of_2(length)))
 
 
 def attention(
@@ -468,18 +560,22 @@ def attention(
     row_offset: jax.Array | int = 0,
     head_offset: jax.Array | int = 0,
     total_heads: int | None = None,
-    block_q: int | None = None,
-    block_k: int | None = None,
-    interpret: bool | None = None,
+    tiles: Tiles | None = None,
+    platform: str,
 ) -> jax.Array:
     """Softmax attention over ``[B, L, H, D]`` inputs under ``mask_fn``; returns ``[B, Lq, H, D]``.
 
     ``q_meta``/``k_meta`` hold the ``[B, L]`` integer metadata of ``META_FIELDS`` the mask
     reads. ``row_offset``/``head_offset`` place this shard's rows and heads among
     ``total_heads`` (under ``shard_map``), so dropout does not depend on the sharding.
-    ``interpret`` defaults to True on a CPU (Pallas interpret mode: the same kernels, run by
-    XLA).
+    ``tiles``: each kernel's launch shape (default ``default_tiles(q.dtype)``), shrunk for
+    short rows.
+    ``platform``: 'gpu' compiles the kernels with Triton, 'cpu' runs them in Pallas interpret
+    mode (the same kernels, executed by XLA: a checker).
     """
+    if kernels.check_platform(platform) == "tpu":
+        raise ValueError("the fused kernel is Triton (GPU) or interpret mode (CPU); on a TPU use "
+                         "attention 'splash' or 'auto'")  # fmt: skip
     if dropout_rate > 0.0 and dropout_rng is None:
         raise ValueError("attention dropout is active but no dropout_rng was given")
     q_len, k_len = q.shape[1], k.shape[1]
@@ -489,15 +585,14 @@ def attention(
         fields=tuple(f for f in META_FIELDS if f in q_meta),
         q_len=q_len,
         k_len=k_len,
-        block_q=_block(block_q, q_len),
-        block_k=_block(block_k, k_len),
+        tiles=(tiles or default_tiles(q.dtype)).fitted(q_len, k_len),
         sm_scale=1.0 / math.sqrt(head_dim),
         has_bias=bias is not None,
         has_scale=bias is not None and bias.scale is not None,
         num_buckets=bias.num_buckets if bias is not None else 0,
         max_distance=bias.max_distance if bias is not None else 0,
         dropout_rate=float(dropout_rate),
-        interpret=kernels.platform() == "cpu" if interpret is None else interpret,
+        interpret=platform == "cpu",
     )
     missing = [f for f in st.fields if f not in k_meta]
     if missing or (st.has_bias and "positions" not in st.fields):
@@ -512,10 +607,16 @@ def attention(
 
     q_meta_p = pad_meta({f: q_meta[f].astype(jnp.int32) for f in st.fields}, st.q_pad)
     k_meta_p = pad_meta({f: k_meta[f].astype(jnp.int32) for f in st.fields}, st.k_pad)
-    tiles = classify_tiles(
-        mask_fn, q_meta_p, k_meta_p, q_len=q_len, k_len=k_len,
-        block_q=st.block_q, block_k=st.block_k,
-    )  # fmt: skip
+    classified = {}  # kernels with the same tile shape share a classification
+    for name in KERNELS:
+        kt = getattr(st.tiles, name)
+        if (kt.block_q, kt.block_k) not in classified:
+            classified[kt.block_q, kt.block_k] = classify_tiles(
+                mask_fn, q_meta_p, k_meta_p, q_len=q_len, k_len=k_len,
+                block_q=kt.block_q, block_k=kt.block_k,
+            )  # fmt: skip
+    tiles = {n: classified[getattr(st.tiles, n).block_q, getattr(st.tiles, n).block_k]
+             for n in KERNELS}  # fmt: skip
     seed_bits = (
         jax.random.randint(dropout_rng, (), 0, jnp.iinfo(jnp.int32).max)
         if st.dropout_rate > 0.0

@@ -69,13 +69,12 @@ def attention(
     *,
     mask_fn: masks.MaskFn,
     segment_ids: jax.Array,
-    interpret: bool | None = None,
+    platform: str,
 ) -> jax.Array:
     """``[B, L, H, D]`` attention under a mask of ``SEGMENT_MASKS``; ``segment_ids`` ``[B, L]``.
-    ``interpret`` defaults to True off TPU (the kernel then runs in Pallas interpret mode)."""
+    Off ``platform='tpu'`` the kernel runs in Pallas interpret mode."""
     batch, length, heads, head_dim = q.shape
-    if interpret is None:
-        interpret = kernels.platform() != "tpu"
+    interpret = kernels.check_platform(platform) != "tpu"
     from jax.experimental.pallas.ops.tpu.splash_attention.splash_attention_kernel import (
         SegmentIds,
     )

@@ -1,0 +1,99 @@
+"""The fused attention compiled for an H100 (sm_90a) on this CPU host, as XLA:GPU compiles it
+for the GPU: Pallas→Triton lowering, Triton's passes, ptxas and the SM's limits. Interpret mode
+(tests/test_flash_attention.py) checks the arithmetic; this checks that the GPU accepts the
+kernels, and that at the default tiles no kernel spills registers to local memory.
+
+Needs the CUDA plugin and ptxas, not a GPU: ``pip install -e ".[gpu-compile]"``. Without them
+the module is skipped, unless XLPRETRAIN_REQUIRE_GPU_COMPILE=1 (set by .ci/run), which makes
+their absence a failure. ``pytest -k sm90`` runs these alone.
+"""
+
+import dataclasses
+import functools
+import os
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+from xlpretrain import gpu_targets, masks
+from xlpretrain.model import MaskedLM, ModelConfig
+from xlpretrain.model.kernels import flash, gpu_compile
+
+try:
+    gpu_targets.topology_devices("h100:1")
+except ValueError as error:
+    if os.environ.get("XLPRETRAIN_REQUIRE_GPU_COMPILE") == "1":
+        raise
+    pytest.skip(str(error), allow_module_level=True)
+
+Case = gpu_compile.FlashCase
+CASES = [
+    # Every mask as the common path runs it, and at its heaviest: float32 (twice the registers
+    # per tile), XLM-E's gated bias, dropout, a length that is not a multiple of any tile.
+    *(Case(m, "none", "bfloat16", 512, 0.0) for m in masks.MASKS),
+    *(Case(m, "gated", "float32", 300, 0.1) for m in masks.MASKS),
+    Case("camlm", "gated", "bfloat16", 512, 0.1),
+    Case("camlm", "bucketed", "bfloat16", 512, 0.0),
+    Case("tlm", "bucketed", "float32", 300, 0.0),
+    Case("mmlm", "none", "float32", 512, 0.1),
+]
+
+
+@functools.cache
+def compiled(case: Case, tiles: flash.Tiles | None = None):
+    return gpu_compile.compile_for_gpu(case.gradient(tiles), case.abstract_args())
+
+
+@pytest.mark.parametrize("case", CASES, ids=str)
+def test_sm90_every_kernel_compiles_without_spills_at_the_default_tiles(case):
+    _, reports = compiled(case)
+    assert sorted(r.name for r in reports) == sorted(gpu_compile.FLASH_KERNELS)
+    limit = gpu_targets.GPUS["h100"].shared_memory_per_block_optin
+    for report in reports:
+        assert report.spill_stores == 0 and report.spill_loads == 0, f"{case}: {report}"
+        assert 0 < report.shared_memory <= limit, f"{case}: {report}"
+        assert report.registers <= 255
+
+
+def test_sm90_tiles_that_spill_are_reported():
+    """The check above can fail: 128 × 128 tiles (the old default) spill in every kernel."""
+    _, reports = compiled(
+        Case("camlm", "gated", "bfloat16", 512, 0.1), flash.Tiles.uniform(128, 128)
+    )
+    assert all(r.spill_stores > 0 and r.registers == 255 for r in reports), reports
+
+
+def test_sm90_tiles_larger_than_shared_memory_are_refused():
+    """256 × 256 tiles need more shared memory than an H100 SM has: interpret mode runs them,
+    the GPU compile refuses them."""
+    case = Case("mmlm", "none", "bfloat16", 512, 0.0)
+    with pytest.raises(jax.errors.JaxRuntimeError, match="Shared memory size limit exceeded"):
+        gpu_compile.compile_for_gpu(
+            case.gradient(flash.Tiles.uniform(256, 256)), case.abstract_args()
+        )
+
+
+def test_sm90_the_kernel_platform_is_part_of_the_traced_function():
+    """A forward traced for the CPU (interpret mode) is not what a GPU compile gets: the
+    platform lives in the model config, a static argument, so the GPU build traces anew and
+    its program holds the Triton kernels."""
+    config = ModelConfig(vocab_size=64, hidden_size=32, num_layers=1, num_heads=2, mlp_dim=32,
+                         max_positions=40, attention_impl="pallas")  # fmt: skip
+    assert config.kernel_platform == "cpu"
+
+    def apply(config, params, tokens):
+        return MaskedLM(config).apply(params, tokens, tokens + 2, mask_fn=masks.mmlm,
+                                      mask_meta={"segment_ids": jnp.ones_like(tokens)})  # fmt: skip
+
+    forward = jax.jit(apply, static_argnums=0)
+    tokens = jnp.ones((2, 16), jnp.int32)
+    params = jax.eval_shape(
+        lambda: MaskedLM(config).init(jax.random.key(0), tokens, tokens + 2, mask_fn=masks.mmlm,
+                                      mask_meta={"segment_ids": tokens})
+    )  # fmt: skip
+    on_cpu = forward.trace(config, params, tokens).lower().as_text()
+    assert "triton" not in on_cpu
+    gpu_config = dataclasses.replace(config, kernel_platform="gpu")
+    lowered = forward.trace(gpu_config, params, tokens).lower(lowering_platforms=("cuda",))
+    assert lowered.as_text().count("__gpu$xla.gpu.triton") >= 1
