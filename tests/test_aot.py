@@ -4,6 +4,7 @@ follows the shardings."""
 import importlib.util
 import json
 import math
+import os
 import subprocess
 import sys
 
@@ -90,3 +91,50 @@ def test_cli_topology_without_libtpu_says_what_to_install():
     assert result.returncode == 2
     assert "--topology v5p:2x2x2: no TPU topology" in result.stderr
     assert "pip install -e '.[tpu]'" in result.stderr
+
+
+def test_gpu_topology_names_are_checked():
+    from xlpretrain import gpu_targets
+
+    spec, hosts, per_host = gpu_targets.parse_topology("h200:2x8")
+    assert (spec.name, hosts, per_host) == ("NVIDIA H200", 2, 8)
+    assert gpu_targets.parse_topology("h100")[1:] == (1, 1)
+    with pytest.raises(ValueError, match="unknown GPU 'v100'"):
+        gpu_targets.parse_topology("v100:8")
+    with pytest.raises(ValueError, match="expected GPU:N or GPU:HOSTSxN"):
+        gpu_targets.parse_topology("h100:eight")
+    assert "cuda_compute_capability { major: 9 minor: 0 }" in spec.target_config()
+
+
+def test_sm90_cli_compiles_for_8_h100s_without_a_gpu():
+    """XLA:GPU compiles the step for one 8-GPU host here, the fused kernels with Triton and
+    ptxas (attention auto picks them for a GPU), and reports how ptxas built them."""
+    from xlpretrain import gpu_targets
+
+    try:
+        gpu_targets.topology_devices("h100:1")
+    except ValueError as error:
+        if os.environ.get("XLPRETRAIN_REQUIRE_GPU_COMPILE") == "1":
+            raise
+        pytest.skip(str(error))
+    result = aot_cli("--topology", "h100:8", "--mesh", "1,-1,1", "--json",
+                     "--config.model.attention=auto")  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+    assert report["devices"] == 8 and report["device_kind"] == "NVIDIA H100 80GB HBM3"
+    assert report["mesh"] == {"data": 1, "fsdp": 8, "tensor": 1}
+    assert report["note"] == "compiled by XLA:GPU for NVIDIA H100 80GB HBM3"
+    assert report["peak_gib"] > 0 and report["fits"]["H100 80GB"]
+    names = {k["name"].split("__")[0] for k in report["kernels"]}  # XLA numbers repeats: __1
+    assert names == {"_dkv_kernel", "_dq_kernel", "_forward_kernel"}, names
+    assert all(k["spill_stores"] == 0 for k in report["kernels"]), report["kernels"]
+    bad = aot_cli("--topology", "v100:8")
+    assert bad.returncode == 2 and "GPU topologies are h100, h200, a100" in bad.stderr
+
+
+def test_kernels_cli_names_an_unknown_gpu():
+    result = subprocess.run(
+        [sys.executable, "-m", "xlpretrain.aot", "--kernels", "v100"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert result.returncode == 2 and "unknown GPU 'v100'" in result.stderr

@@ -28,16 +28,7 @@ except ValueError as error:
     pytest.skip(str(error), allow_module_level=True)
 
 Case = gpu_compile.FlashCase
-CASES = [
-    # Every mask as the common path runs it, and at its heaviest: float32 (twice the registers
-    # per tile), XLM-E's gated bias, dropout, a length that is not a multiple of any tile.
-    *(Case(m, "none", "bfloat16", 512, 0.0) for m in masks.MASKS),
-    *(Case(m, "gated", "float32", 300, 0.1) for m in masks.MASKS),
-    Case("camlm", "gated", "bfloat16", 512, 0.1),
-    Case("camlm", "bucketed", "bfloat16", 512, 0.0),
-    Case("tlm", "bucketed", "float32", 300, 0.0),
-    Case("mmlm", "none", "float32", 512, 0.1),
-]
+CASES = gpu_compile.checked_cases()
 
 
 @functools.cache

@@ -1,5 +1,6 @@
 """Ahead-of-time sizing: `python -m xlpretrain.aot --config configs/X.py
-(--devices N | --topology v5p:4x4x4 | --topology h100:8) [--mesh DATA,FSDP,TENSOR] [--json]`.
+(--devices N | --topology v5p:4x4x4 | --topology h100:8) [--mesh DATA,FSDP,TENSOR] [--json]`,
+and the fused attention's kernels alone: `python -m xlpretrain.aot --kernels h100 [--tiles S]`.
 
 Compiles the config's train step (its last stage) for a mesh without that hardware — the state
 and batch abstract (`setup_training(materialize=False)`), nothing allocated — and reports
@@ -14,16 +15,21 @@ of the compiled program (arguments, outputs, temporaries: activations and worksp
   Or GPUs (`h100:8` is one host of 8, `h200:2x8` two hosts; `xlpretrain.gpu_targets`), compiled
   by XLA:GPU, Triton kernels and ptxas included, with the CUDA plugin and ptxas
   (`pip install -e ".[gpu-compile]"`), not a GPU; `auto` then compiles the Triton kernel.
+- `--kernels GPU`: the forward and gradient of the fused attention for every case CI checks
+  (`gpu_compile.checked_cases`), compiled for that GPU, as a markdown table of each kernel's
+  registers, spills and shared memory; `--tiles` (`flash.Tiles.parse`) tries other tiles.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import os
 import re
 import sys
+from collections.abc import Iterator
 
 GIB = 2**30
 # Memory per device (GiB as the vendors state it, in GB → GiB).
@@ -64,7 +70,8 @@ def topology_devices(name: str) -> list:
     except Exception as error:  # noqa: BLE001 - a missing plugin and a bad name both land here
         raise ValueError(
             f"--topology {name}: no TPU topology ({type(error).__name__}: {error}); it needs "
-            "libtpu (pip install -e '.[tpu]') and a name like v5p:2x2x2 or v4:2x2x2"
+            "libtpu (pip install -e '.[tpu]') and a name like v5p:2x2x2 or v4:2x2x2; GPU "
+            f"topologies are {', '.join(gpu_targets.GPUS)} (e.g. h100:8)"
         ) from error
 
 
@@ -94,9 +101,15 @@ def size_step(cfg, devices: int | list) -> dict:
     training = setup_training(cfg, model, init_params, mesh, everything, materialize=False)
     batch = bench.abstract_step_batch(cfg, run_stages[-1], training.batch_sharding)
     lowered = training.step_fns[-1].lower(training.state, batch)
-    refused = False
+    refused, kernels = False, None
     try:
-        analysis = lowered.compile().memory_analysis()
+        if platform == "gpu":  # and how ptxas built the fused attention's kernels
+            from xlpretrain.model.kernels import gpu_compile
+
+            compiled, kernels = gpu_compile.compile_with_report(lowered)
+        else:
+            compiled = lowered.compile()
+        analysis = compiled.memory_analysis()
         arguments = analysis.argument_size_in_bytes
         outputs_not_donated = analysis.output_size_in_bytes - analysis.alias_size_in_bytes
         temp = analysis.temp_size_in_bytes
@@ -123,12 +136,32 @@ def size_step(cfg, devices: int | list) -> dict:
         "outputs_not_donated_gib": outputs_not_donated / GIB,
         "peak_gib": peak / GIB,
         "fits": {name: peak / GIB <= memory for name, memory in DEVICE_MEMORY_GIB.items()},
+        "kernels": None if kernels is None else [dataclasses.asdict(k) for k in kernels],
         "note": f"XLA:TPU refused to compile for {kind}: its temporaries exceed the chip's memory"
         if refused
         else f"compiled by XLA:{'TPU' if platform == 'tpu' else 'GPU'} for {kind}"
         if platform in ("tpu", "gpu")
         else "XLA:CPU program on fake devices; a GPU/TPU compile differs in fusion and layout",
     }
+
+
+def kernel_table(gpu: str, tiles_spec: str = "") -> Iterator[str]:
+    """Markdown rows: each kernel of each checked case as ptxas built it for ``gpu``."""
+    import jax.numpy as jnp
+
+    from xlpretrain.model.kernels import flash, gpu_compile
+
+    yield "| case | kernel | tile | registers | spill stores | shared memory |"
+    yield "| --- | --- | --- | --- | --- | --- |"
+    for case in gpu_compile.checked_cases():
+        default = flash.default_tiles(jnp.dtype(case.dtype), case.head_dim)
+        tiles = flash.Tiles.parse(tiles_spec, default) if tiles_spec else None
+        used = (tiles or default).fitted(case.length, case.length)
+        _, reports = gpu_compile.compile_for_gpu(case.gradient(tiles), case.abstract_args(), gpu)
+        for r in reports:
+            tile = getattr(used, r.name.strip("_").removesuffix("_kernel"))
+            yield (f"| {case} | {r.name} | {tile} | {r.registers} | {r.spill_stores} B | "
+                   f"{r.shared_memory // 1024} KiB |")  # fmt: skip
 
 
 def format_report(report: dict) -> str:
@@ -142,6 +175,11 @@ def format_report(report: dict) -> str:
         f"(activations, workspace) {report['temporaries_gib']:.2f} GiB + new outputs "
         f"{report['outputs_not_donated_gib']:.2f} GiB = peak {report['peak_gib']:.2f} GiB",
         "fits: " + ", ".join(f"{n} {'yes' if ok else 'NO'}" for n, ok in report["fits"].items()),
+        *(
+            f"kernel {k['name']}: {k['registers']} registers, {k['spill_stores']} B spilled, "
+            f"{k['shared_memory'] / 1024:.0f} KiB shared memory"
+            for k in report["kernels"] or ()
+        ),
         f"({report['note']})",
     ]
     return "\n".join(lines)
@@ -149,8 +187,10 @@ def format_report(report: dict) -> str:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m xlpretrain.aot", description=__doc__)
-    parser.add_argument("--config", required=True, help="configs/NAME.py[:ARG]")
+    parser.add_argument("--config", help="configs/NAME.py[:ARG]")
     target = parser.add_mutually_exclusive_group(required=True)
+    target.add_argument("--kernels", metavar="GPU", help="the fused kernels alone, e.g. h100")
+    parser.add_argument("--tiles", default="", help="--kernels: flash tiles, e.g. dq=64x64:w8")
     target.add_argument("--devices", type=int, help="fake CPU devices of the target mesh")
     target.add_argument(
         "--topology", help="TPU or GPU topology to compile for, e.g. v5p:2x2x2 or h100:8"
@@ -168,6 +208,15 @@ def main(argv: list[str] | None = None) -> None:
     os.environ["JAX_PLATFORMS"] = "cpu"
     # Compiling touches no TPU, so two sizing runs (or one beside a test) may share libtpu.
     os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
+    if args.kernels:
+        try:
+            for row in kernel_table(args.kernels, args.tiles):
+                print(row, flush=True)
+        except ValueError as error:
+            parser.exit(2, f"python -m xlpretrain.aot: {error}\n")
+        return
+    if not args.config:
+        parser.error("--config is required with --devices or --topology")
     from absl import flags
     from ml_collections import config_flags
 

@@ -28,12 +28,6 @@ class GpuSpec:
     memory_bandwidth: int  # bytes / s
     clock_ghz: float
 
-    @property
-    def arch(self) -> str:
-        """ptxas's target: sm_90a on Hopper (its wgmma and TMA instructions), else sm_XY."""
-        major, minor = self.compute_capability
-        return f"sm_{major}{minor}{'a' if major == 9 else ''}"
-
     def target_config(self) -> str:
         """The ``GpuTargetConfig`` text proto XLA:GPU compiles against."""
         major, minor = self.compute_capability
@@ -78,7 +72,6 @@ GPUS: dict[str, GpuSpec] = {
         2039040000000, 1.41,
     ),
 }  # fmt: skip
-
 
 
 def install_hint() -> str:

@@ -92,7 +92,8 @@ def dot_product_attention(
             )
         tiles = None
         if flash_tiles:
-            tiles = flash.Tiles.parse(flash_tiles, base=flash.default_tiles(q.dtype))
+            base = flash.default_tiles(q.dtype, q.shape[-1])
+            tiles = flash.Tiles.parse(flash_tiles, base=base)
         kernel = _flash_kernel(mask_fn, dropout_rate if dropout else 0.0, q.shape[2], platform,
                                tiles)  # fmt: skip
         return _per_device(kernel, q, k, v, q_meta, k_meta, bias, dropout_rng)

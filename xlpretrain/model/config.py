@@ -56,7 +56,7 @@ class ModelConfig:
     # this host's. Fixed here so it is part of the traced function (see ``model.kernels``).
     kernel_platform: str = ""
     # The fused kernel's tiles, warps and stages per kernel (``flash.Tiles.parse``); empty:
-    # ``flash.default_tiles(dtype)``.
+    # ``flash.default_tiles(dtype, head_dim)``.
     flash_tiles: str = ""
     loss_chunk: int = 1024  # predictions per vocabulary-projection chunk of the MLM loss
     initializer_range: float = 0.02

@@ -119,17 +119,24 @@ class Tiles:
         ))  # fmt: skip
 
 
-# Spill-free on sm_90a for every registered mask with either relative bias and dropout at
-# head_dim 64 (tests/test_kernels_sm90.py); why these, in docs/performance.md. The backward
-# kernels hold two [block, head_dim] float32 accumulators beside their inputs: 32-row tiles on
-# the accumulated side for 16-bit inputs, 32 × 32 for float32 ones, whose tiles are twice the size.
-_TILES_16BIT = Tiles(KernelTiles(64, 64), KernelTiles(32, 64), KernelTiles(64, 32))
-_TILES_32BIT = Tiles(KernelTiles(32, 64), KernelTiles(32, 32), KernelTiles(32, 32))
+# Spill-free on sm_90a for every registered mask with either relative bias and dropout
+# (tests/test_kernels_sm90.py); why these, in docs/performance.md. The backward kernels hold two
+# [block, head_dim] float32 accumulators beside their inputs, and dQ the bias table's gradient:
+# 32 rows on the accumulated side, fewer for float32 inputs (twice the registers per tile) and
+# for heads wider than 64.
+_TILES_16BIT = Tiles(KernelTiles(64, 64), KernelTiles(32, 32), KernelTiles(64, 32))
+_TILES_16BIT_WIDE = Tiles(KernelTiles(64, 32), KernelTiles(32, 32), KernelTiles(32, 32))
+_TILES_32BIT = Tiles(KernelTiles(32, 64), KernelTiles(32, 32), KernelTiles(32, 16))
+# float32 with heads wider than 64 spills at every tile tried (16 × 16: 20 B in dK/dV).
+_TILES_32BIT_WIDE = Tiles(KernelTiles(32, 32), KernelTiles(16, 32), KernelTiles(16, 16))
 
 
-def default_tiles(dtype) -> Tiles:
-    """The launch shapes for inputs of ``dtype``."""
-    return _TILES_32BIT if jnp.dtype(dtype).itemsize > 2 else _TILES_16BIT
+def default_tiles(dtype, head_dim: int = 64) -> Tiles:
+    """The launch shapes for inputs of ``dtype`` and heads of ``head_dim``."""
+    wide = head_dim > 64
+    if jnp.dtype(dtype).itemsize > 2:
+        return _TILES_32BIT_WIDE if wide else _TILES_32BIT
+    return _TILES_16BIT_WIDE if wide else _TILES_16BIT
 
 
 @dataclasses.dataclass(frozen=True)
@@ -568,8 +575,8 @@ def attention(
     ``q_meta``/``k_meta`` hold the ``[B, L]`` integer metadata of ``META_FIELDS`` the mask
     reads. ``row_offset``/``head_offset`` place this shard's rows and heads among
     ``total_heads`` (under ``shard_map``), so dropout does not depend on the sharding.
-    ``tiles``: each kernel's launch shape (default ``default_tiles(q.dtype)``), shrunk for
-    short rows.
+    ``tiles``: each kernel's launch shape (default ``default_tiles(q.dtype, head_dim)``),
+    shrunk for short rows.
     ``platform``: 'gpu' compiles the kernels with Triton, 'cpu' runs them in Pallas interpret
     mode (the same kernels, executed by XLA: a checker).
     """
@@ -585,7 +592,7 @@ def attention(
         fields=tuple(f for f in META_FIELDS if f in q_meta),
         q_len=q_len,
         k_len=k_len,
-        tiles=(tiles or default_tiles(q.dtype)).fitted(q_len, k_len),
+        tiles=(tiles or default_tiles(q.dtype, head_dim)).fitted(q_len, k_len),
         sm_scale=1.0 / math.sqrt(head_dim),
         has_bias=bias is not None,
         has_scale=bias is not None and bias.scale is not None,

@@ -102,9 +102,16 @@ def compile_for_gpu(
     """``jax.jit(fn)`` compiled for one ``gpu`` (``gpu_targets.GPUS``) on abstract ``args``
     (``jax.ShapeDtypeStruct`` trees), and a report of each kernel whose name starts with one of
     ``kernels``. Raises what XLA, Triton or ptxas raise for a kernel the GPU cannot run."""
-    spec, _, _ = gpu_targets.parse_topology(gpu)
     (device,) = gpu_targets.topology_devices(f"{gpu}:1")
     lowered = jax.jit(fn).trace(*_shard_on(device, list(args))).lower()
+    return compile_with_report(lowered, kernels)
+
+
+def compile_with_report(
+    lowered: jax.stages.Lowered, kernels: Sequence[str] = FLASH_KERNELS
+) -> tuple[jax.stages.Compiled, list[KernelReport]]:
+    """Compiles a program lowered for a GPU (``gpu_targets`` devices, or a real one) and reports
+    its kernels named ``kernels*`` as ptxas built them."""
     with tempfile.TemporaryDirectory(prefix="xlpretrain-gpu-compile-") as dump:
         # A compilation-cache hit would skip the compile, and with it the dump we read.
         cache = jax.config.jax_enable_compilation_cache
@@ -113,17 +120,31 @@ def compile_for_gpu(
             compiled = lowered.compile(compiler_options={"xla_dump_to": dump})
         finally:
             jax.config.update("jax_enable_compilation_cache", cache)
-        reports = _read_dump(pathlib.Path(dump), spec.arch, tuple(kernels))
+        reports = _read_dump(pathlib.Path(dump), tuple(kernels))
     return compiled, reports
 
 
-def _read_dump(dump: pathlib.Path, arch: str, kernels: tuple[str, ...]) -> list[KernelReport]:
+def _arch(target_config: str) -> str:
+    """ptxas's -arch from the compute capability XLA compiled for (sm_90a on Hopper)."""
+    capability = re.search(
+        r"cuda_compute_capability\s*\{\s*major:\s*(\d+)(?:\s*minor:\s*(\d+))?", target_config
+    )
+    if capability is None:
+        raise ValueError("XLA's dump names no CUDA compute capability")
+    major, minor = int(capability.group(1)), int(capability.group(2) or 0)
+    return f"sm_{major}{minor}{'a' if major == 9 else ''}"
+
+
+def _read_dump(dump: pathlib.Path, kernels: tuple[str, ...]) -> list[KernelReport]:
     launches = {}
     for thunks in dump.glob("*thunk_sequence.txt"):
         for match in _THUNK.finditer(thunks.read_text()):
             if match.group("name").startswith(kernels):
                 launches[match.group("name")] = match
-    usage = {}
+    if not launches:
+        return []
+    (target,) = dump.glob("*gpu_target_config.pbtxt")
+    arch, usage = _arch(target.read_text()), {}
     for ptx in sorted(dump.glob("*.ptx")):
         if any(name in launches for name in _ENTRY.findall(ptx.read_text())):
             usage.update(ptxas_usage(ptx, arch))
@@ -162,7 +183,8 @@ class FlashCase:
     max_distance: int = 128
 
     def __str__(self) -> str:
-        return f"{self.mask}/{self.bias}/{self.dtype}/L{self.length}/dropout{self.dropout}"
+        return (f"{self.mask}/{self.bias}/{self.dtype}/L{self.length}/dropout{self.dropout}"
+                f"/d{self.head_dim}")  # fmt: skip
 
     def loss(self, tiles=None, platform: str = "gpu") -> Callable:
         """``loss(q, k, v, table, gate_u, gate_v, gate_w, meta)``: the sum of the fused
@@ -206,3 +228,25 @@ class FlashCase:
 
 
 META_FIELDS = ("segment_ids", "pair_ids", "side", "positions", "is_masked")
+
+
+def checked_cases() -> list[FlashCase]:
+    """The configurations every kernel change is compiled for (tests/test_kernels_sm90.py):
+    every mask as the papers' configs run it (bf16, attention dropout), and at its heaviest:
+    float32 inputs (twice the registers per tile), XLM-E's gated bias, dropout, a length no tile
+    divides; then the other biases and no dropout."""
+    from xlpretrain import masks
+
+    return [
+        *(FlashCase(m, "none", "bfloat16", 512, 0.1) for m in masks.MASKS),
+        *(FlashCase(m, "gated", "float32", 300, 0.1) for m in masks.MASKS),
+        FlashCase("mmlm", "none", "bfloat16", 512, 0.0),
+        FlashCase("camlm", "gated", "bfloat16", 512, 0.1),
+        FlashCase("camlm", "bucketed", "bfloat16", 512, 0.0),
+        FlashCase("tlm", "bucketed", "float32", 300, 0.0),
+        FlashCase("mmlm", "none", "float32", 512, 0.1),
+        # Other head widths: the tiny configs' 32 (float32), and 128 (bf16).
+        FlashCase("mmlm", "none", "float32", 128, 0.1, heads=4, head_dim=32),
+        FlashCase("camlm", "gated", "float32", 300, 0.1, heads=4, head_dim=32),
+        FlashCase("camlm", "gated", "bfloat16", 300, 0.1, heads=4, head_dim=128),
+    ]
