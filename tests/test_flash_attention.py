@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from xlpretrain import masks
+from xlpretrain import bench_gpu, masks
 from xlpretrain.model import kernels, relative_position
 from xlpretrain.model.kernels import block_mask, flash
 from xlpretrain.model.relative_position import RelativeBias
@@ -52,16 +52,8 @@ def qkv(seed: int = 1):
     return tuple(jnp.asarray(rng.normal(size=(B, L, H, D)), jnp.float32) for _ in range(3))
 
 
-def reference(q, k, v, mask_fn, meta, bias=None, keep=None, rate=0.0):
-    """Plain XLA: materialised mask, bias and dropout."""
-    logits = jnp.einsum("bqhd,bkhd->bhqk", q, k) / np.sqrt(D)
-    if bias is not None:
-        logits = logits + bias.materialize(meta["positions"], meta["positions"])
-    allowed = masks.materialize(mask_fn, meta)
-    probs = jax.nn.softmax(jnp.where(allowed, logits, -1e30), axis=-1)
-    if keep is not None:
-        probs = jnp.where(keep, probs / (1.0 - rate), 0.0)
-    return jnp.einsum("bhqk,bkhd->bqhd", probs, v)
+# Plain XLA with the mask, bias and dropout materialised (the GPU suite checks against it too).
+reference = bench_gpu.reference_attention
 
 
 def fused(q, k, v, mask_fn, meta, tiles=TILES, **kwargs):

@@ -3,7 +3,8 @@
 `--peer` also times Hugging Face's PyTorch XLM-R step on the same shapes (`bench_peer`);
 `--pipeline` times the input pipeline alone on the config's corpus, so the step's tokens/s can be
 checked against what the data can feed; `--attention` runs the per-mask attention
-micro-benchmark instead (`bench_attention`).
+micro-benchmark instead (`bench_attention`); `--suite gpu --out DIR` runs everything a GPU
+session measures, on `configs/xlmr.py:base`, and writes DIR (`bench_gpu`; no `--config`).
 
 Times the jitted step of the config's model, objectives, batch and mesh on synthetic full rows
 (no padding, the configured masking rate), so the number is the step's, not the input
@@ -24,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import sys
 import tempfile
 import time
 
@@ -257,6 +259,10 @@ def benchmark(cfg, steps: int, warmup: int, peak_tflops: float = 0.0) -> dict:
 
 def main(argv: list[str]) -> None:
     del argv
+    if FLAGS.suite:
+        from xlpretrain import bench_gpu  # it imports this module
+
+        sys.exit(bench_gpu.main(FLAGS.out, FLAGS.steps, FLAGS.warmup))
     if FLAGS.attention:
         model = FLAGS.config.model
         report = attention_benchmark(
@@ -341,7 +347,22 @@ def define_flags() -> None:
     flags.DEFINE_list("attention_lengths", ["512", "2048"], "Row lengths for --attention.")
     flags.DEFINE_integer("attention_batch", 8, "Rows for --attention.")
     flags.DEFINE_integer("attention_repeats", 10, "Timed calls per --attention row.")
-    flags.mark_flags_as_required(["config"])
+    flags.DEFINE_enum(
+        "suite",
+        None,
+        ["gpu"],
+        "Run a whole suite instead (gpu: kernel check, tile sweep, step, "
+        "peer and attention timings on configs/xlmr.py:base; xlpretrain/bench_gpu.py).",
+    )
+    flags.DEFINE_string("out", "", "--suite: the folder for suite.json, performance.md, suite.log.")
+    flags.register_multi_flags_validator(
+        ["config", "suite"],
+        lambda f: f["config"] is not None or f["suite"] is not None,
+        "--config is required (unless --suite is given)",
+    )
+    flags.register_multi_flags_validator(
+        ["suite", "out"], lambda f: f["suite"] is None or bool(f["out"]), "--suite needs --out DIR"
+    )
 
 
 FLAGS = flags.FLAGS

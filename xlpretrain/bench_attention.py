@@ -31,15 +31,17 @@ def unmasked(q: masks.Meta, k: masks.Meta) -> jax.Array:
     return (q["segment_ids"] >= 0) & (k["segment_ids"] >= 0)
 
 
-def row_meta(objective: str, rows: int, length: int, rng: np.random.Generator) -> dict:
-    """``[rows, length]`` metadata as the objective's stream packs it: units of 64 to
+def row_meta(
+    objective: str, rows: int, length: int, rng: np.random.Generator, min_unit: int = 64
+) -> dict:
+    """``[rows, length]`` metadata as the objective's stream packs it: units of ``min_unit`` to
     length/2 tokens until the row is full (the rest padding)."""
     meta = {name: np.zeros((rows, length), np.int32) for name in
             ("segment_ids", "pair_ids", "side", "positions", "is_masked")}  # fmt: skip
     for row in range(rows):
         start, unit = 0, 0
         while start < length - 16:
-            size = min(int(rng.integers(64, max(65, length // 2))), length - start)
+            size = min(int(rng.integers(min_unit, max(min_unit + 1, length // 2))), length - start)
             unit += 1
             span = slice(start, start + size)
             meta["segment_ids"][row, span] = unit
