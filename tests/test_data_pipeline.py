@@ -3,7 +3,8 @@
 import numpy as np
 import pytest
 
-from tests.tiny import mask_tokens, step_batch_builder
+from tests.tiny import mask_tokens, run_config, step_batch_builder
+from xlpretrain import train
 from xlpretrain.data import batch as batch_lib
 from xlpretrain.data.examples import FIRST_POSITION, monolingual_row, translation_pair_row
 from xlpretrain.data.pipeline import (
@@ -45,6 +46,75 @@ def test_language_probabilities_follow_alpha():
     assert language_probabilities({"a": 100, "b": 1}, 0.0) == {"a": 0.5, "b": 0.5}
     with pytest.raises(ValueError, match="no examples"):
         language_probabilities({"a": 0}, 0.3)
+
+
+# Skewed corpora: lines per language (monolingual) and per pair (parallel, English to each).
+SKEWED = {"007": 600, "008": 60, "009": 6}
+
+
+@pytest.fixture(scope="module")
+def skewed_corpus(udhr, tmp_path_factory):
+    """UDHR lines of three languages (and their English pairs) repeated to `SKEWED` sizes."""
+    root = tmp_path_factory.mktemp("skewed")
+    (root / "mono").mkdir()
+    (root / "parallel").mkdir()
+    for lang, lines in SKEWED.items():
+        text = (udhr / "mono" / f"{lang}.txt").read_text().splitlines()
+        pairs = (udhr / "parallel" / f"eng-{lang}.tsv").read_text().splitlines()
+        (root / "mono" / f"{lang}.txt").write_text(
+            "\n".join(text[i % len(text)] for i in range(lines))
+        )
+        (root / "parallel" / f"eng-{lang}.tsv").write_text(
+            "\n".join(pairs[i % len(pairs)] for i in range(lines))
+        )
+    return root
+
+
+def skewed_shares(alpha: float) -> np.ndarray:
+    """p_l = n_l^α / Σ_k n_k^α over `SKEWED`, written out here rather than imported."""
+    sizes = np.array(list(SKEWED.values()), float)
+    return sizes**alpha / (sizes**alpha).sum()
+
+
+def drawn_languages(cfg, steps: int) -> dict[str, np.ndarray]:
+    """The language of every row the run's pipeline builds in `steps` steps, per objective:
+    the one language of an MMLM row, the non-English side of a TLM row."""
+    corpus = train.load_corpus(cfg, train.input_sources(cfg))
+    builder = train.batch_builder(cfg, corpus, Tokenizer.load(cfg.tokenizer.path))
+    drawn = {"mmlm": [], "tlm": []}
+    for step in range(steps):
+        for name, batch in builder.map(step).items():
+            for ids, segments in zip(batch["lang_ids"], batch["segment_ids"], strict=True):
+                langs = {corpus.languages[i] for i in ids[segments > 0]} - {"eng"}
+                assert len(langs) == 1, langs
+                drawn[name].append(langs.pop())
+    return {name: np.array(langs) for name, langs in drawn.items()}
+
+
+@pytest.mark.parametrize("mono_alpha, parallel_alpha", [(0.3, 1.0), (1.0, 0.3)])
+def test_rows_are_drawn_by_the_configured_alphas(
+    skewed_corpus, udhr_tokenizer_path, mono_alpha, parallel_alpha
+):
+    """The empirical language shares of the rows built follow p_l ∝ n_l^α with each stream's
+    configured α (`data.mono_alpha`, `data.parallel_alpha`): every share within 5 standard
+    errors of p_l, and the other α's p_l outside that band for some language."""
+    cfg = run_config(
+        skewed_corpus,
+        udhr_tokenizer_path,
+        objectives={"mmlm": 1.0, "tlm": 1.0},
+        data__mono_alpha=mono_alpha,
+        data__parallel_alpha=parallel_alpha,
+    )
+    drawn = drawn_languages(cfg, steps=150)
+    for name, alpha in (("mmlm", mono_alpha), ("tlm", parallel_alpha)):
+        rows = len(drawn[name])
+        assert rows >= 500, rows
+        share = np.array([np.mean(drawn[name] == lang) for lang in SKEWED])
+        p = skewed_shares(alpha)
+        tolerance = 5 * np.sqrt(p * (1 - p) / rows)  # 5 standard errors of a share
+        np.testing.assert_array_less(np.abs(share - p), tolerance, err_msg=f"{name}, α={alpha}")
+        other = skewed_shares(1.3 - alpha)  # the other of 0.3 and 1.0
+        assert (np.abs(share - other) > tolerance).any(), name
 
 
 @pytest.mark.parametrize("pack", [True, False])

@@ -110,6 +110,89 @@ def test_padding_carries_no_discriminator_loss():
     assert 0.0 <= float(metrics["replaced_rate/mrtd"]) <= 2 / 6
 
 
+class KnownLogits:
+    """An `ElectraPretrainer` whose outputs are given: the generator puts `peak` on chosen
+    tokens (so its samples are those tokens), the discriminator returns `disc_logits`. The RTD
+    loss of given logits and labels can then be computed by hand."""
+
+    def __init__(self, samples, disc_logits, vocab_size, peak=40.0):
+        self.generator = jax.nn.one_hot(samples, vocab_size) * peak
+        self.disc_logits = jnp.asarray(disc_logits, jnp.float32)
+        self.corrupted = None
+
+    def apply(self, variables, *args, method, **kwargs):
+        if method is ElectraPretrainer.generator_hidden:
+            return jnp.zeros((*args[0].shape, 4))
+        if method is ElectraPretrainer.generator_logits:
+            return self.generator
+        assert method is ElectraPretrainer.discriminator_logits
+        self.corrupted = args[0]
+        return self.disc_logits
+
+
+def _bce(logit, label):
+    return np.log1p(np.exp(-logit)) if label else np.log1p(np.exp(logit))
+
+
+# Two rows: 6 and 4 real tokens, then padding; slots at 2, 4 (row 0) and 1 (row 1).
+RTD_IDS = np.array([[0, 5, MASK, 7, MASK, 2, 1, 1], [0, MASK, 8, 2, 1, 1, 1, 1]])
+RTD_SEGMENTS = (np.array([[6], [4]]) > np.arange(8)).astype(int)
+RTD_BATCH = {
+    "input_ids": RTD_IDS,
+    "positions": np.where(RTD_SEGMENTS > 0, np.arange(8) + 2, 1),
+    "segment_ids": RTD_SEGMENTS,
+    "pair_ids": RTD_SEGMENTS,
+    "side": np.zeros_like(RTD_IDS),
+    "is_masked": (RTD_IDS == MASK).astype(int),
+    "labels": np.array([[0, 0, 9, 0, 12, 0, 0, 0], [0, 12, 0, 0, 0, 0, 0, 0]]),
+    "lang_ids": np.zeros_like(RTD_IDS),
+    "pred_positions": np.array([[2, 4], [1, 0]]),
+    "pred_labels": np.array([[9, 12], [12, 0]]),
+    "pred_weights": np.array([[1.0, 1.0], [1.0, 0.0]], np.float32),
+}
+
+
+def test_discriminator_loss_is_the_mean_over_every_real_token():
+    """XLM-E (and ELECTRA): L_D sums the sigmoid cross-entropy over every non-padding token of
+    the corrupted input, original or replaced, masked or not, and divides by their number;
+    padding carries none. A sample equal to the original is labelled original."""
+    rng = np.random.default_rng(0)
+    disc_logits = rng.normal(size=RTD_IDS.shape) * 2
+    # Row 0 samples 9 at slot 2 (the original: not replaced) and 30 at slot 4; row 1 samples
+    # 17 at slot 1; row 1's second slot is empty.
+    model = KnownLogits([[9, 30], [17, 3]], disc_logits, CFG.vocab_size)
+    cfg = default_config()
+    _, metrics = objectives.get("mrtd").loss(cfg)(PARAMS, RTD_BATCH, jax.random.key(0), model)
+    np.testing.assert_array_equal(
+        model.corrupted, [[0, 5, 9, 7, 30, 2, 1, 1], [0, 17, 8, 2, 1, 1, 1, 1]]
+    )
+    replaced = {(0, 4), (1, 1)}
+    real = [(r, t) for r in range(2) for t in range(8) if RTD_SEGMENTS[r, t]]
+    want = np.mean([_bce(disc_logits[r, t], (r, t) in replaced) for r, t in real])
+    np.testing.assert_allclose(float(metrics["loss/mrtd"]), want, rtol=1e-6)
+    assert float(metrics["replaced_rate/mrtd"]) == pytest.approx(2 / 10)
+    slots_only = np.mean([_bce(disc_logits[r, t], (r, t) in replaced) for r, t in [*replaced]])
+    assert abs(slots_only - want) > 0.1  # the test tells the two definitions apart
+
+
+def test_lambda_is_50_by_default_and_in_every_shipped_xlm_e_config():
+    """Table 6 of XLM-E: L = L_G + 50 · L_D, the declared default and every shipped config's."""
+    assert default_config().xlm_e.disc_weight == 50.0
+    for size in ("tiny", "base"):
+        assert xlm_e_configs.get_config(size).xlm_e.disc_weight == 50.0, size
+    model = KnownLogits([[9, 30], [17, 3]], np.ones(RTD_IDS.shape), CFG.vocab_size)
+    for name in ("mrtd", "trtd"):
+        total, metrics = objectives.get(name).loss(default_config())(
+            PARAMS, RTD_BATCH, jax.random.key(0), model
+        )
+        generator = "gen_mlm" if name == "mrtd" else "gen_tlm"
+        np.testing.assert_allclose(
+            float(total),
+            float(metrics[f"loss/{generator}"]) + 50.0 * float(metrics[f"loss/{name}"]),
+            rtol=1e-6,
+        )
+
+
 def test_generator_slots_of_pipeline_rtd_batches_are_all_mask(udhr, udhr_tokenizer_path):
     """XLM-E's x^masked replaces every token of M with [MASK]; MLM streams keep 80/10/10."""
     cfg = default_config()
