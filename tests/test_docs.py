@@ -436,6 +436,24 @@ def test_site_builds_strict(tmp_path: pathlib.Path) -> None:
     )
 
 
+def test_every_guard_in_the_rules_table_exists() -> None:
+    """docs/objectives.md names the test guarding each rule (`tests/x.py::name`, or `::name`
+    for the file named before it in the cell): each must be a test function of that file."""
+    table = (REPO / "docs" / "objectives.md").read_text().split("## Which test guards which rule")
+    assert len(table) == 2, "docs/objectives.md has no rules table"
+    missing, named = [], 0
+    for line in table[1].split("\n## ")[0].splitlines():
+        path = None
+        for file, name in re.findall(r"`(tests/[\w/]+\.py)?(?:::(\w+))?`", line):
+            path = file or path
+            if name:
+                named += 1
+                source = (REPO / path).read_text()
+                if not re.search(rf"^def {name}\(", source, re.M):
+                    missing.append(f"{path}::{name}")
+    assert named > 20 and not missing, f"tests named in the table but not defined: {missing}"
+
+
 def test_markers_are_well_formed() -> None:
     """Every skip says why; a marker that cannot be read would silently run or skip a block."""
     problems = [f"{b.path}:{b.line}: {b.problem}" for b in BLOCKS if b.problem]
