@@ -14,10 +14,10 @@ import xlpretrain
 from xlpretrain import masks, objectives
 from xlpretrain.api import Model, hf_positions
 from xlpretrain.checkpoint import Checkpointer
-from xlpretrain.config import stages
 from xlpretrain.convert import folder
 from xlpretrain.model.config import ModelConfig
 from xlpretrain.model.encoder import MaskedLM
+from xlpretrain.plan import RunPlan
 from xlpretrain.tokenizer import train_tokenizer
 
 TEXTS = {
@@ -60,7 +60,7 @@ def xlm_e_workdir(path, tokenizer=None, **model):
         vocab_size=CONFIG.vocab_size, hidden_size=CONFIG.hidden_size, mlp_dim=CONFIG.mlp_dim
     )
     cfg.model.update(model)
-    active = {name: objectives.get(name) for stage in stages(cfg) for name in stage.weights}
+    active = RunPlan.from_config(cfg).objectives
     module, init = objectives.build_model(cfg, active, num_languages=0)
     rng = np.random.default_rng(1)
     params = jax.tree.map(

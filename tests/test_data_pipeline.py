@@ -16,6 +16,7 @@ from xlpretrain.data.pipeline import (
 from xlpretrain.data.sampling import language_probabilities
 from xlpretrain.data.sources import MonolingualSource, ParallelSource
 from xlpretrain.data.streams import MONO, PARALLEL, Phase, StreamSpec
+from xlpretrain.plan import RunPlan
 from xlpretrain.tokenizer import Tokenizer
 
 BOS, PAD, EOS = Tokenizer.BOS_ID, Tokenizer.PAD_ID, Tokenizer.EOS_ID
@@ -79,8 +80,9 @@ def skewed_shares(alpha: float) -> np.ndarray:
 def drawn_languages(cfg, steps: int) -> dict[str, np.ndarray]:
     """The language of every row the run's pipeline builds in `steps` steps, per objective:
     the one language of an MMLM row, the non-English side of a TLM row."""
-    corpus = train.load_corpus(cfg, train.input_sources(cfg))
-    builder = train.batch_builder(cfg, corpus, Tokenizer.load(cfg.tokenizer.path))
+    plan = RunPlan.from_config(cfg)
+    corpus = train.load_corpus(cfg, plan.sources())
+    builder = train.batch_builder(cfg, plan, corpus, Tokenizer.load(cfg.tokenizer.path))
     drawn = {"mmlm": [], "tlm": []}
     for step in range(steps):
         for name, batch in builder.map(step).items():

@@ -15,7 +15,7 @@ import pytest
 
 from tests.tiny import model_config, step_batch_builder
 from xlpretrain import masks
-from xlpretrain.config import ConfigError, default_config, stage_index, stages, validate
+from xlpretrain.config import ConfigError, default_config, stages, validate
 from xlpretrain.data.batch import SIDE_PLACEHOLDER, SIDE_SOURCE, SIDE_TAG
 from xlpretrain.data.pipeline import Corpus
 from xlpretrain.data.sources import MonolingualSource
@@ -23,6 +23,7 @@ from xlpretrain.data.streams import MONO, StreamSpec
 from xlpretrain.masks import show
 from xlpretrain.model import MaskedLM, init_params
 from xlpretrain.objectives import ernie_m, mlm
+from xlpretrain.plan import RunPlan
 from xlpretrain.tokenizer import Tokenizer
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -175,7 +176,8 @@ def test_schedule_validation_and_stage_lookup():
     run_stages = stages(cfg)
     assert [s.start_step for s in run_stages] == [0, cfg.train.steps // 2]
     assert set(run_stages[1].weights) == {"mmlm", "tlm", "camlm", "btmlm"}
-    assert stage_index(run_stages, 1) == 0 and stage_index(run_stages, 100) == 1
+    plan = RunPlan.from_config(cfg)
+    assert plan.stage_index(1) == 0 and plan.stage_index(100) == 1
     cfg.train.steps = 60  # the fractional boundary follows the run's length
     assert stages(cfg)[1].start_step == 30
 

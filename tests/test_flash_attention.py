@@ -257,8 +257,8 @@ def test_sharded_step_with_the_fused_kernel_equals_one_device():
     model = MaskedLM(config)
     boxed = init_params(config, jax.random.key(0))
     params = nn.unbox(boxed)
-    batch = synthetic_batch(8, 24, StreamSpec(PARALLEL, 0.3), config.vocab_size,
-                            np.random.default_rng(0))  # fmt: skip
+    stream = StreamSpec(PARALLEL, 0.3, max_length=24)
+    batch = synthetic_batch(8, stream, config.vocab_size, np.random.default_rng(0))
     batch["side"][:, 11:] = 1
     batch["segment_ids"][:, -3:] = batch["is_masked"][:, -3:] = 0  # some padding
 

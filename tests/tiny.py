@@ -144,12 +144,14 @@ def step_batch_builder(
     **options,
 ) -> StepBatchBuilder:
     """A builder drawing `rows` global rows of each stream every step (an int: of every one);
-    `options` override the pipeline settings (seed 0, rows of 64, α 0.3, packed)."""
+    `max_length` (default 64) is the row length of streams that do not set their own;
+    `options` override the pipeline settings (seed 0, α 0.3, packed)."""
     rows = dict.fromkeys(streams, rows) if isinstance(rows, int) else dict(rows)
+    max_length = options.pop("max_length", 64)
+    streams = {n: s if s.max_length else s.at_length(max_length) for n, s in streams.items()}
     settings = dict(
         phases=[Phase(0, rows)],
         seed=0,
-        max_length=64,
         mono_alpha=0.3,
         parallel_alpha=0.3,
         pack=True,

@@ -80,9 +80,9 @@ def size_step(cfg, devices: int | list) -> dict:
     CPU devices, or the devices of a TPU topology (`topology_devices`)."""
     import jax
 
-    from xlpretrain import bench
     from xlpretrain import objectives as objectives_lib
-    from xlpretrain.config import stages, validate
+    from xlpretrain.config import validate
+    from xlpretrain.plan import RunPlan
     from xlpretrain.sharding import make_mesh
     from xlpretrain.step import setup_training
 
@@ -92,15 +92,15 @@ def size_step(cfg, devices: int | list) -> dict:
             raise ValueError(f"--devices {devices}: only {jax.device_count()} devices are visible")
         devices = jax.devices()[:devices]
     platform = devices[0].platform
-    run_stages = stages(cfg)
-    everything = {n: objectives_lib.get(n) for stage in run_stages for n in stage.weights}
+    plan = RunPlan.from_config(cfg)
+    last = len(plan.stages) - 1  # a staged run's last stage: every objective it adds
     model, init_params = objectives_lib.build_model(
-        cfg, everything, num_languages=8, kernel_platform=platform
+        cfg, plan.objectives, num_languages=8, kernel_platform=platform
     )
     mesh = make_mesh(cfg.mesh.data, cfg.mesh.fsdp, cfg.mesh.tensor, devices)
-    training = setup_training(cfg, model, init_params, mesh, everything, materialize=False)
-    batch = bench.abstract_step_batch(cfg, run_stages[-1], training.batch_sharding)
-    lowered = training.step_fns[-1].lower(training.state, batch)
+    training = setup_training(cfg, plan, model, init_params, mesh, materialize=False)
+    batch = plan.abstract_batches(last, training.batch_sharding)
+    lowered = training.step_fns[last].lower(training.state, batch)
     refused, kernels = False, None
     try:
         if platform == "gpu":  # and how ptxas built the fused attention's kernels
@@ -127,7 +127,7 @@ def size_step(cfg, devices: int | list) -> dict:
         "devices": len(devices),
         "device_kind": kind,
         "mesh": dict(mesh.shape),
-        "objectives": sorted(run_stages[-1].weights),
+        "objectives": sorted(plan.stages[last].weights),
         "parameters_gib": _shard_bytes(training.state.params) / GIB,
         "optimizer_gib": _shard_bytes(training.state.opt_state) / GIB,
         "batch_gib": _shard_bytes(batch) / GIB,

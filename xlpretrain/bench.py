@@ -38,7 +38,7 @@ from xlpretrain import objectives as objectives_lib
 from xlpretrain import train
 from xlpretrain.bench_attention import attention_benchmark, format_attention
 from xlpretrain.bench_peer import format_peer, peer_benchmark
-from xlpretrain.config import Stage, stages, validate
+from xlpretrain.config import validate
 from xlpretrain.data.batch import (
     PREDICTION_FIELDS,
     SIDE_PLACEHOLDER,
@@ -47,8 +47,9 @@ from xlpretrain.data.batch import (
     Batch,
 )
 from xlpretrain.data.pipeline import make_dataset
-from xlpretrain.data.streams import SEGMENT_PAIRS, StreamSpec, max_placeholders, max_predictions
+from xlpretrain.data.streams import SEGMENT_PAIRS, StreamSpec, max_predictions
 from xlpretrain.objectives.flops import FLOP_FORMULA, StepShape
+from xlpretrain.plan import RunPlan
 from xlpretrain.sharding import global_batch, make_mesh
 from xlpretrain.step import setup_training
 from xlpretrain.tokenizer import Tokenizer
@@ -70,14 +71,14 @@ EOS = Tokenizer.EOS_ID
 
 
 def synthetic_batch(
-    rows: int, length: int, stream: StreamSpec, vocab_size: int, rng: np.random.Generator
+    rows: int, stream: StreamSpec, vocab_size: int, rng: np.random.Generator
 ) -> Batch:
-    """Full rows `<s> … </s>` of regular ids with `mask_rate` of them predicted (followed by
-    BTMLM placeholders when the stream has them)."""
+    """Full rows `<s> … </s>` of regular ids at the stream's row length, `mask_rate` of them
+    predicted (followed by BTMLM placeholders when the stream has them); every field has the
+    shape the pipeline gives it (`StreamSpec.batch_shapes`)."""
     if stream.placeholder_ratio > 0:
-        return _with_placeholders(rows, length, stream, vocab_size, rng)
-    mask_rate = stream.mask_rate
-    slots = max_predictions(length, mask_rate)
+        return _with_placeholders(rows, stream, vocab_size, rng)
+    length = stream.max_length
     batch = {name: np.zeros((rows, length), dtype) for name, dtype in TOKEN_FIELDS.items()}
     batch["input_ids"] = rng.integers(4, vocab_size - 1, (rows, length)).astype(np.int32)
     batch["input_ids"][:, 0], batch["input_ids"][:, -1] = Tokenizer.BOS_ID, EOS
@@ -90,28 +91,32 @@ def synthetic_batch(
         batch["segment_ids"][:, half:] = 2
         batch["side"][:, half:] = SIDE_TARGET
     regular = np.flatnonzero(~np.isin(batch["input_ids"][0], [Tokenizer.BOS_ID, EOS]))
+    masked = max_predictions(length, stream.mask_rate)
     chosen = rng.permuted(np.tile(regular, (rows, 1)), axis=1)
-    chosen = np.sort(chosen[:, :slots], axis=1).astype(np.int32)
-    batch["pred_positions"] = chosen
-    batch["pred_labels"] = np.take_along_axis(batch["input_ids"], chosen, axis=1)
-    batch["pred_weights"] = np.ones((rows, slots), PREDICTION_FIELDS["pred_weights"])
+    chosen = np.sort(chosen[:, :masked], axis=1).astype(np.int32)
     np.put_along_axis(batch["is_masked"], chosen, 1, axis=1)
-    np.put_along_axis(batch["labels"], chosen, batch["pred_labels"], axis=1)
+    labels = np.take_along_axis(batch["input_ids"], chosen, axis=1)
+    np.put_along_axis(batch["labels"], chosen, labels, axis=1)
     batch["label_weights"] = batch["is_masked"].astype(np.float32)
+    for name, value in (("pred_positions", chosen), ("pred_labels", labels), ("pred_weights", 1)):
+        batch[name] = np.zeros((rows, stream.prediction_slots), PREDICTION_FIELDS[name])
+        batch[name][:, :masked] = value
     return batch
 
 
 def _with_placeholders(
-    rows: int, length: int, stream: StreamSpec, vocab_size: int, rng: np.random.Generator
+    rows: int, stream: StreamSpec, vocab_size: int, rng: np.random.Generator
 ) -> Batch:
-    ratio = stream.placeholder_ratio
+    length, ratio = stream.max_length, stream.placeholder_ratio
     source = int((length - 2) / (1 + ratio))
     count = min(math.ceil(ratio * source), length - source - 2)
-    plain = dataclasses.replace(stream, placeholder_ratio=0.0)
-    batch = synthetic_batch(rows, source + 2, plain, vocab_size, rng)
-    extra = length - source - 2
+    plain = dataclasses.replace(stream, placeholder_ratio=0.0, max_length=source + 2)
+    batch = synthetic_batch(rows, plain, vocab_size, rng)
+    extra_slots = stream.prediction_slots - plain.prediction_slots
     for name in TOKEN_FIELDS:
-        batch[name] = np.pad(batch[name], ((0, 0), (0, extra)))
+        batch[name] = np.pad(batch[name], ((0, 0), (0, length - source - 2)))
+    for name in PREDICTION_FIELDS:
+        batch[name] = np.pad(batch[name], ((0, 0), (0, extra_slots)))
     tail = slice(source + 2, source + 2 + count)
     batch["input_ids"][:, source + 2 :] = Tokenizer.PAD_ID
     batch["input_ids"][:, tail] = vocab_size - 1
@@ -120,27 +125,11 @@ def _with_placeholders(
     batch["segment_ids"][:, tail] = batch["pair_ids"][:, tail] = 1
     batch["side"][:, tail] = SIDE_PLACEHOLDER
     batch["source_ids"] = batch["input_ids"].copy()
-    slots = max_placeholders(length, ratio)
-    batch["placeholder_positions"] = np.zeros((rows, slots), np.int32)
+    batch["placeholder_positions"] = np.zeros((rows, stream.placeholder_slots), np.int32)
     batch["placeholder_positions"][:, :count] = np.arange(source + 2, source + 2 + count)
-    batch["placeholder_weights"] = np.zeros((rows, slots), np.float32)
+    batch["placeholder_weights"] = np.zeros((rows, stream.placeholder_slots), np.float32)
     batch["placeholder_weights"][:, :count] = 1.0
     return batch
-
-
-def abstract_step_batch(cfg, stage: Stage, sharding) -> dict:
-    """A step's batches in `stage` as shapes and dtypes with `sharding` (for ahead-of-time
-    compiling): the synthetic rows' fields at each objective's global rows and length."""
-    batches = {}
-    for name, rows in stage.rows.items():
-        stream = objectives_lib.get(name).stream(cfg)
-        length = stream.max_length or cfg.data.max_length
-        one_row = synthetic_batch(1, length, stream, cfg.model.vocab_size, np.random.default_rng(0))
-        batches[name] = {
-            field: jax.ShapeDtypeStruct((rows, *value.shape[1:]), value.dtype, sharding=sharding)
-            for field, value in one_row.items()
-        }
-    return batches
 
 
 def pipeline_benchmark(cfg, steps: int, workdir: str) -> dict:
@@ -148,10 +137,11 @@ def pipeline_benchmark(cfg, steps: int, workdir: str) -> dict:
     mask → pack → grain with `data.num_workers` and `data.prefetch`): row slots per second,
     comparable with the step's tokens/s, and the share of slots holding real tokens."""
     validate(cfg)
-    corpus = train.load_corpus(cfg, train.input_sources(cfg))
+    plan = RunPlan.from_config(cfg)
+    corpus = train.load_corpus(cfg, plan.sources())
     tokenizer = train.load_tokenizer(cfg, workdir, corpus, None)
     dataset = make_dataset(
-        train.batch_builder(cfg, corpus, tokenizer),
+        train.batch_builder(cfg, plan, corpus, tokenizer),
         steps + 1,
         num_workers=cfg.data.num_workers,
         prefetch=cfg.data.prefetch,
@@ -184,26 +174,21 @@ def peak_flops(device: jax.Device, override_tflops: float) -> float | None:
 
 def benchmark(cfg, steps: int, warmup: int, peak_tflops: float = 0.0) -> dict:
     validate(cfg)
-    run_stages = stages(cfg)
-    everything = {n: objectives_lib.get(n) for stage in run_stages for n in stage.weights}
-    active = {n: everything[n] for n in run_stages[-1].weights}  # a staged run's last stage
-    model, init_params = objectives_lib.build_model(cfg, everything, num_languages=8)
+    plan = RunPlan.from_config(cfg)
+    last = len(plan.stages) - 1  # a staged run's last stage
+    active = plan.stage_objectives(last)
+    model, init_params = objectives_lib.build_model(cfg, plan.objectives, num_languages=8)
     mesh = make_mesh(cfg.mesh.data, cfg.mesh.fsdp, cfg.mesh.tensor)
-    training = setup_training(cfg, model, init_params, mesh, everything)
-    step_fn = training.step_fns[-1]
+    training = setup_training(cfg, plan, model, init_params, mesh)
+    step_fn = training.step_fns[last]
     rng = np.random.default_rng(0)
-    streams = {name: obj.stream(cfg) for name, obj in active.items()}
+    streams = plan.streams
     shapes = {  # (global rows, length) per objective
-        name: (run_stages[-1].rows[name], s.max_length or cfg.data.max_length)
-        for name, s in streams.items()
+        name: (rows, streams[name].max_length) for name, rows in plan.stages[last].rows.items()
     }
     local = {
         name: synthetic_batch(
-            shapes[name][0] // jax.process_count(),
-            shapes[name][1],
-            streams[name],
-            cfg.model.vocab_size,
-            rng,
+            shapes[name][0] // jax.process_count(), streams[name], cfg.model.vocab_size, rng
         )
         for name in active
     }

@@ -220,11 +220,6 @@ def _start_step(value: int | float, steps: int) -> int:
     return int(round(value * steps)) if isinstance(value, float) else value
 
 
-def stage_index(all_stages: list[Stage], step: int) -> int:
-    """The stage that logged step `step` (1-based) belongs to."""
-    return max(i for i, s in enumerate(all_stages) if s.start_step <= step)
-
-
 def _check(cond: bool, key: str, message: str) -> None:
     if not cond:
         raise ConfigError(f"config key '{key}': {message}")
@@ -471,14 +466,13 @@ def _stream_shapes(cfg: ml_collections.ConfigDict):
     objective in every stage of the run."""
     for i, stage in enumerate(stages(cfg)):
         for name, rows in stage.rows.items():
-            override = cfg.data.per_objective.get(name, {})
             length_key = (
                 f"data.per_objective.{name}.max_length"
-                if "max_length" in override
+                if "max_length" in cfg.data.per_objective.get(name, {})
                 else "data.max_length"
             )
             rows_key, _ = _batch_size(cfg, name, i)
-            yield name, length_key, override.get("max_length", cfg.data.max_length), rows_key, rows
+            yield name, length_key, REGISTRY[name].stream(cfg).max_length, rows_key, rows
 
 
 def _check_weight(path: str, name: str, value: Any) -> None:

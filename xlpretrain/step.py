@@ -19,14 +19,15 @@ import ml_collections
 import optax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from xlpretrain.config import ConfigError, Stage, stages
-from xlpretrain.objectives.declaration import LossFn, Objective
+from xlpretrain.config import ConfigError
+from xlpretrain.objectives.declaration import LossFn
 from xlpretrain.optim import (
     learning_rate_schedule,
     make_optimizer,
     restart_moments,
     trainable_mask,
 )
+from xlpretrain.plan import RunPlan
 from xlpretrain.sharding import batch_sharding, logical_shardings, under_mesh
 
 Batches = dict[str, dict[str, jax.Array]]
@@ -128,13 +129,13 @@ def make_train_step(
 
 @dataclasses.dataclass
 class Training:
-    """A run's initial state, its shardings and the compiled step, on one mesh."""
+    """A run's initial state, its shardings and the compiled step of each of the plan's stages,
+    on one mesh."""
 
     mesh: Mesh
     state: TrainState
     state_shardings: TrainState
     batch_sharding: NamedSharding
-    stages: list[Stage]
     step_fns: list[Callable[[TrainState, Batches], tuple[TrainState, dict[str, jax.Array]]]]
     # Applied before the first step of a stage whose `trainable` differs from the previous
     # stage's (optim.restart_moments).
@@ -143,10 +144,10 @@ class Training:
 
 def setup_training(
     cfg: ml_collections.ConfigDict,
+    plan: RunPlan,
     model: nn.Module,
     init_params: Callable[[jax.Array], Any],
     mesh: Mesh,
-    objectives: Mapping[str, Objective],
     materialize: bool = True,
 ) -> Training:
     """Initialises the state directly into its shardings (no host copy of the parameters)
@@ -157,7 +158,7 @@ def setup_training(
     lower and compile the steps ahead of time (`xlpretrain.aot`) without the memory.
     """
     rules = [tuple(rule) for rule in cfg.mesh.rules]
-    run_stages = stages(cfg)
+    run_stages = plan.stages
     # One optimizer per stage (each freezes its own parameters), all with the same state.
     optimizers = [make_optimizer(cfg, stage.trainable) for stage in run_stages]
     optimizer = optimizers[0]
@@ -203,7 +204,7 @@ def setup_training(
     for stage, stage_optimizer in zip(run_stages, optimizers, strict=True):
         step = make_train_step(
             model,
-            {name: objectives[name].loss(cfg) for name in stage.weights},
+            {name: plan.objectives[name].loss(cfg) for name in stage.weights},
             stage.weights,
             stage_optimizer,
             learning_rate_schedule(cfg),
@@ -223,6 +224,4 @@ def setup_training(
         out_shardings=state_shardings,
         donate_argnums=0,
     )
-    return Training(
-        mesh, state, state_shardings, batch_sharding(mesh), run_stages, step_fns, restart
-    )
+    return Training(mesh, state, state_shardings, batch_sharding(mesh), step_fns, restart)

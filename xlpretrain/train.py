@@ -26,21 +26,16 @@ from ml_collections import config_flags
 from xlpretrain import distributed, warm_start
 from xlpretrain import objectives as objectives_lib
 from xlpretrain.checkpoint import Checkpointer, CheckpointError, abstract_with_shardings
-from xlpretrain.config import (
-    ConfigError,
-    check_batch_divides,
-    stage_index,
-    stages,
-    validate,
-)
+from xlpretrain.config import ConfigError, check_batch_divides, validate
 from xlpretrain.convert import folder as convert_folder
 from xlpretrain.data import demo_corpus
 from xlpretrain.data.pipeline import Corpus, StepBatchBuilder, language_vocabulary, make_dataset
 from xlpretrain.data.sampling import format_sampling_table
 from xlpretrain.data.sources import MonolingualSource, ParallelSource, format_stats
-from xlpretrain.data.streams import MONO, PARALLEL, Phase
+from xlpretrain.data.streams import MONO, PARALLEL
 from xlpretrain.divergence import BadStepGuard, DivergenceError
 from xlpretrain.metrics import MetricsWriter, progress_line
+from xlpretrain.plan import RunPlan
 from xlpretrain.preemption import PreemptionWatch
 from xlpretrain.sharding import global_batch, make_mesh
 from xlpretrain.step import Training, TrainState, setup_training
@@ -236,6 +231,7 @@ class Trainer:
     """Everything a run builds before its first step; `run()` drives it."""
 
     cfg: ml_collections.ConfigDict
+    plan: RunPlan
     workdir: str
     training: Training
     builder: StepBatchBuilder
@@ -251,8 +247,8 @@ def build(
     check_workdir(workdir)
     mesh = make_mesh(cfg.mesh.data, cfg.mesh.fsdp, cfg.mesh.tensor, devices)
     check_batch_divides(cfg, mesh.shape)
-    active = {n: objectives_lib.get(n) for stage in stages(cfg) for n in stage.weights}
-    corpus = load_corpus(cfg, input_sources(cfg))
+    plan = RunPlan.from_config(cfg)
+    corpus = load_corpus(cfg, plan.sources())
     _check_languages(workdir, corpus.languages)
     checkpointer = Checkpointer(
         os.path.join(workdir, "checkpoints"),
@@ -269,10 +265,10 @@ def build(
         with open(os.path.join(workdir, "config.json"), "w") as f:
             f.write(cfg.to_json_best_effort(indent=2))
 
-    model, init_params = objectives_lib.build_model(cfg, active, len(corpus.languages))
+    model, init_params = objectives_lib.build_model(cfg, plan.objectives, len(corpus.languages))
     if jax.process_index() == 0:
-        convert_folder.record_family(workdir, objectives_lib.model_family(active))
-    training = setup_training(cfg, model, init_params, mesh, active)
+        convert_folder.record_family(workdir, objectives_lib.model_family(plan.objectives))
+    training = setup_training(cfg, plan, model, init_params, mesh)
     check_free_space(workdir, training.state, cfg.train.keep_checkpoints)
     if pretrained is not None:
         fresh = jax.device_get(training.state.params)
@@ -280,37 +276,25 @@ def build(
         params = jax.device_put(params, training.state_shardings.params)
         training = dataclasses.replace(training, state=training.state.replace(params=params))
 
-    builder = batch_builder(cfg, corpus, tokenizer)
+    builder = batch_builder(cfg, plan, corpus, tokenizer)
     for title, counts, probabilities in _sampling_tables(builder, corpus):
         for line in format_sampling_table(counts, probabilities, title):
             log.info("%s", line)
 
-    return Trainer(cfg, workdir, training, builder, checkpointer)
-
-
-def input_sources(cfg: ml_collections.ConfigDict) -> set[str]:
-    """The corpus kinds (monolingual, parallel) the run's streams read."""
-    return set().union(*(stream.sources() for stream in input_streams(cfg).values()))
-
-
-def input_streams(cfg: ml_collections.ConfigDict) -> dict:
-    """The example stream of every objective the run trains, in any stage."""
-    run_stages = stages(cfg)
-    active = {n: objectives_lib.get(n) for stage in run_stages for n in stage.weights}
-    return {name: obj.stream(cfg) for name, obj in active.items()}
+    return Trainer(cfg, plan, workdir, training, builder, checkpointer)
 
 
 def batch_builder(
-    cfg: ml_collections.ConfigDict, corpus: Corpus, tokenizer: Tokenizer
+    cfg: ml_collections.ConfigDict, plan: RunPlan, corpus: Corpus, tokenizer: Tokenizer
 ) -> StepBatchBuilder:
-    """This process's step-batch builder: the whole input pipeline but the grain plumbing."""
+    """This process's step-batch builder for the plan's streams and stages, with the config's
+    sampling and packing settings: the whole input pipeline but the grain plumbing."""
     return StepBatchBuilder(
         corpus,
         tokenizer,
-        input_streams(cfg),
-        [Phase(stage.start_step, stage.rows) for stage in stages(cfg)],
+        plan.streams,
+        plan.phases,
         seed=cfg.train.seed,
-        max_length=cfg.data.max_length,
         mono_alpha=cfg.data.mono_alpha,
         parallel_alpha=cfg.data.parallel_alpha,
         pack=cfg.data.pack,
@@ -335,12 +319,6 @@ def _profile_window(spec: str) -> tuple[int, int] | None:
         return None
     start, end = spec.split(":")
     return int(start), int(end)
-
-
-def _starts_training_others(run_stages: list, step: int) -> bool:
-    """Whether ``step`` is the first of a stage that trains other parameters than the last."""
-    stage, before = stage_index(run_stages, step), stage_index(run_stages, step - 1)
-    return stage != before and run_stages[stage].trainable != run_stages[before].trainable
 
 
 def run(trainer: Trainer) -> TrainState:
@@ -386,8 +364,8 @@ def run(trainer: Trainer) -> TrainState:
                 tokens_since_log += jax.process_count() * sum(
                     int(np.count_nonzero(b["segment_ids"])) for b in local.values()
                 )
-                stage = stage_index(training.stages, step)
-                if step > 1 and _starts_training_others(training.stages, step):
+                stage = trainer.plan.stage_index(step)
+                if step > 1 and trainer.plan.starts_training_others(step):
                     log.info("stage %d trains other parameters: Adam's moments restart", stage)
                     state = training.restart_moments(state)
                 step_fn = training.step_fns[stage]
@@ -404,7 +382,7 @@ def run(trainer: Trainer) -> TrainState:
                     now = time.perf_counter()
                     scalars["tokens_per_s"] = tokens_since_log / max(now - last_log_time, 1e-9)
                     scalars.pop("finite")
-                    if len(training.stages) > 1:
+                    if len(trainer.plan.stages) > 1:
                         scalars["stage"] = stage
                     writer.write(step, scalars)
                     if first_log_time is None:

@@ -31,6 +31,25 @@ PREDICTION_FIELDS: dict[str, type] = {
     "pred_weights": np.float32,
 }
 
+# BTMLM's fields: the unmasked source ids [batch, length], the placeholder slots [batch, S].
+PLACEHOLDER_FIELDS: dict[str, type] = {
+    "placeholder_positions": np.int32,
+    "placeholder_weights": np.float32,
+}
+
+
+def field_shapes(
+    rows: int, length: int, prediction_slots: int, placeholder_slots: int = 0
+) -> dict[str, tuple[tuple[int, ...], type]]:
+    """(shape, dtype) of each field of a batch: the contract in numbers."""
+    shapes = {name: ((rows, length), dtype) for name, dtype in TOKEN_FIELDS.items()}
+    shapes.update({n: ((rows, prediction_slots), d) for n, d in PREDICTION_FIELDS.items()})
+    if placeholder_slots:
+        shapes["source_ids"] = ((rows, length), np.int32)
+        shapes.update({n: ((rows, placeholder_slots), d) for n, d in PLACEHOLDER_FIELDS.items()})
+    return shapes
+
+
 SIDE_SOURCE = 0  # source side of a pair, or monolingual text
 SIDE_TARGET = 1
 SIDE_PLACEHOLDER = 2

@@ -34,7 +34,6 @@ from xlpretrain.data.streams import (
     SEGMENT_PAIRS,
     Phase,
     StreamSpec,
-    max_placeholders,
     phase_index,
 )
 from xlpretrain.tokenizer import Tokenizer
@@ -70,7 +69,6 @@ class StepBatchBuilder(grain.transforms.Map):
         phases: Sequence[Phase],
         *,
         seed: int,
-        max_length: int,
         mono_alpha: float,
         parallel_alpha: float,
         pack: bool,
@@ -81,11 +79,13 @@ class StepBatchBuilder(grain.transforms.Map):
         unknown = sorted({name for p in phases for name in p.rows} - set(streams))
         if unknown:
             raise ValueError(f"phases draw streams {unknown} that have no StreamSpec")
+        unresolved = sorted(name for name, spec in streams.items() if spec.max_length <= 0)
+        if unresolved:
+            raise ValueError(f"streams {unresolved} have no row length (StreamSpec.at_length)")
         self.corpus = corpus
         self.tokenizer = tokenizer
         self.streams = dict(streams)
         self.seed = seed
-        self.max_lengths = {n: spec.max_length or max_length for n, spec in streams.items()}
         self.pack = pack
         self.reset_positions = reset_positions
         self.phases = sorted(phases, key=lambda p: p.start_step)
@@ -139,7 +139,7 @@ class StepBatchBuilder(grain.transforms.Map):
         return Placeholders(
             spec.placeholder_ratio,
             tuple(self.corpus.lang_id(t) for t in targets),
-            max_placeholders(self.max_lengths[name], spec.placeholder_ratio),
+            spec.placeholder_slots,
             tags,
         )
 
@@ -175,7 +175,7 @@ class StepBatchBuilder(grain.transforms.Map):
     def _row(self, name: str, spec: StreamSpec, step: int, row: int) -> Batch:
         stream_id = zlib.crc32(name.encode())  # adding an objective leaves others' streams alone
         rng = np.random.default_rng([self.seed, stream_id, step, row])
-        length = self.max_lengths[name]
+        length = spec.max_length
         rate = spec.mask_rate
         if spec.kind == SEGMENT_PAIRS and rng.random() < spec.mono_fraction:
             rate = spec.mono_mask_rate
@@ -194,7 +194,7 @@ class StepBatchBuilder(grain.transforms.Map):
             unmasked,
             rng,
             rate=rate,
-            num_slots=spec.slots(length),
+            num_slots=spec.prediction_slots,
             special_ids=self._special_ids,
             mask_id=self.tokenizer.mask_id,
             first_regular_id=Tokenizer.UNK_ID + 1,

@@ -11,6 +11,7 @@ import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 
+from xlpretrain.data.batch import field_shapes
 from xlpretrain.data.masking import BERT_CORRUPTION, Corruption, check_corruption
 
 MONO = "mono"  # rows of monolingual segments
@@ -40,13 +41,17 @@ class StreamSpec:
     tag_format: str = ""  # e.g. "<{lang}>": tag tokens before the placeholders; "": none
     mono_fraction: float = 0.0  # SEGMENT_PAIRS: share of rows from adjacent monolingual lines
     mono_mask_rate: float = 0.15  # SEGMENT_PAIRS: the rate of monolingual rows
-    max_length: int = 0  # this stream's row length; 0: the run's data.max_length
+    max_length: int = 0  # this stream's row length (0 until a run resolves it)
     corruption: Corruption = BERT_CORRUPTION  # predicted tokens: (<mask>, random, kept) shares
 
     def __post_init__(self) -> None:
         if self.kind not in STREAM_KINDS:
             raise ValueError(f"stream kind {self.kind!r}: expected one of {STREAM_KINDS}")
         check_corruption(self.corruption)
+
+    def at_length(self, max_length: int) -> StreamSpec:
+        """This stream with rows of `max_length` tokens."""
+        return dataclasses.replace(self, max_length=max_length)
 
     def sources(self) -> set[str]:
         """The corpora (MONO, PARALLEL) this stream reads."""
@@ -58,10 +63,28 @@ class StreamSpec:
             if used
         }
 
-    def slots(self, max_length: int) -> int:
-        """Prediction slots per row at `max_length`."""
+    @property
+    def prediction_slots(self) -> int:
+        """Prediction slots per row: room for the highest mask rate the stream's rows use."""
         rates = [self.mask_rate] + ([self.mono_mask_rate] if self.mono_fraction > 0 else [])
-        return max_predictions(max_length, max(rates))
+        return max_predictions(self._length(), max(rates))
+
+    @property
+    def placeholder_slots(self) -> int:
+        """BTMLM placeholder slots per row; 0 for a stream without placeholders."""
+        if self.placeholder_ratio <= 0:
+            return 0
+        return max_placeholders(self._length(), self.placeholder_ratio)
+
+    def batch_shapes(self, rows: int) -> dict[str, tuple[tuple[int, ...], type]]:
+        """(shape, dtype) of every field of a batch of `rows` rows of this stream: what the
+        pipeline builds, the benchmark synthesises and ahead-of-time compiling assumes."""
+        return field_shapes(rows, self._length(), self.prediction_slots, self.placeholder_slots)
+
+    def _length(self) -> int:
+        if self.max_length <= 0:
+            raise ValueError(f"{self.kind} stream: its row length is not resolved (max_length=0)")
+        return self.max_length
 
 
 @dataclasses.dataclass(frozen=True)

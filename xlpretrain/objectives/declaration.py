@@ -64,9 +64,10 @@ class Objective:
     settings: Settings | None = None
 
     def stream(self, cfg: ml_collections.ConfigDict) -> StreamSpec:
-        """The stream, with the run's `data.per_objective` row length for it."""
+        """The stream at its row length in the run: `data.per_objective.NAME.max_length`, else
+        `data.max_length` (the one place a row's length is resolved)."""
         override = cfg.data.per_objective.get(self.name, {})
-        return dataclasses.replace(self.stream_spec(cfg), max_length=override.get("max_length", 0))
+        return self.stream_spec(cfg).at_length(override.get("max_length", cfg.data.max_length))
 
 
 def encoder_config(cfg: ml_collections.ConfigDict) -> ModelConfig:

@@ -1,0 +1,114 @@
+"""The run plan: every shipped config's batches have one shape, whoever builds them.
+
+The plan's shapes (what `aot` compiles for: `RunPlan.abstract_batches`), the benchmark's
+synthetic batch and the input pipeline's real batch agree field for field, in every stage of
+every shipped pre-training config — rows shrunk to keep the pipeline quick.
+"""
+
+import importlib.util
+import pathlib
+
+import jax
+import numpy as np
+import pytest
+
+from xlpretrain import bench, train
+from xlpretrain.config import validate
+from xlpretrain.data.streams import MONO, SEGMENT_PAIRS, StreamSpec
+from xlpretrain.plan import RunPlan
+
+CONFIGS = pathlib.Path(__file__).resolve().parents[1] / "configs"
+SHIPPED = [
+    ("demo.py", ""),
+    ("veco.py", "tiny:mono_mask_rate=0.3"),  # veco_mono masks more than the parallel rate
+    *(("xlmr.py", size) for size in ("tiny", "base", "large")),
+    *(("ernie_m.py", size) for size in ("tiny", "base", "large")),
+    *(("veco.py", size) for size in ("tiny", "small", "large")),
+    *(("xlm_e.py", size) for size in ("tiny", "base")),
+]
+
+
+def shipped_config(file: str, arg: str):
+    """`configs/FILE:ARG`; `ARG:KEY=VALUE` also sets `data.KEY`."""
+    arg, _, setting = arg.partition(":")
+    spec = importlib.util.spec_from_file_location(file.removesuffix(".py"), CONFIGS / file)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    cfg = module.get_config(arg) if arg else module.get_config()
+    if setting:
+        key, value = setting.split("=")
+        cfg.data[key] = float(value)
+    return cfg
+
+
+def shrunk(cfg, corpus: pathlib.Path, tokenizer: pathlib.Path):
+    """`cfg` with every objective's rows per step at one micro-batch row per accumulation
+    step, reading `corpus` with `tokenizer`: the lengths, rates and stages unchanged."""
+    rows = cfg.train.grad_accum
+    cfg.data.batch_size = rows
+    for override in cfg.data.per_objective.values():
+        if "batch_size" in override:
+            override.batch_size = rows
+    cfg.schedule = tuple(
+        {**stage, "batch_size": dict.fromkeys(stage["batch_size"], rows)}
+        if "batch_size" in stage
+        else stage
+        for stage in cfg.schedule
+    )
+    cfg.data.update(mono_dir=str(corpus / "mono"), parallel_dir=str(corpus / "parallel"))
+    cfg.tokenizer.path = str(tokenizer)
+    return validate(cfg)
+
+
+def shapes(batches) -> dict:
+    return {
+        name: {field: (tuple(v.shape), np.dtype(v.dtype)) for field, v in batch.items()}
+        for name, batch in batches.items()
+    }
+
+
+@pytest.mark.parametrize("file, arg", SHIPPED, ids=[f"{f}:{a}" for f, a in SHIPPED])
+def test_plan_bench_and_pipeline_batches_have_one_shape(file, arg, udhr, udhr_tokenizer_path):
+    cfg = shrunk(shipped_config(file, arg), udhr, udhr_tokenizer_path)
+    plan = RunPlan.from_config(cfg)
+    corpus = train.load_corpus(cfg, plan.sources())
+    builder = train.batch_builder(cfg, plan, corpus, train.Tokenizer.load(cfg.tokenizer.path))
+    sharding = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+    rng = np.random.default_rng(0)
+    for index, stage in enumerate(plan.stages):
+        planned = {
+            name: {field: (shape, np.dtype(dtype)) for field, (shape, dtype) in fields.items()}
+            for name, fields in plan.batch_shapes(index).items()
+        }
+        assert set(planned) == set(stage.weights)
+        assert shapes(plan.abstract_batches(index, sharding)) == planned
+        real = builder.map(stage.start_step)  # dataset index k is logged step k + 1
+        assert shapes(real) == planned, f"stage {index}"
+        synthetic = {
+            name: bench.synthetic_batch(rows, plan.streams[name], cfg.model.vocab_size, rng)
+            for name, rows in stage.rows.items()
+        }
+        assert shapes(synthetic) == planned, f"stage {index}"
+
+
+def test_a_stream_with_two_mask_rates_has_slots_for_the_higher():
+    """VECO's segment pairs mask monolingual rows at their own rate: the slots fit the higher
+    one, in the pipeline and the benchmark alike (the benchmark once sized the lower)."""
+    stream = StreamSpec(SEGMENT_PAIRS, 0.15, mono_fraction=0.5, mono_mask_rate=0.3, max_length=40)
+    assert stream.prediction_slots == 12  # ⌈0.3 · 40⌉
+    batch = bench.synthetic_batch(2, stream, 100, np.random.default_rng(0))
+    assert batch["pred_weights"].shape == (2, 12)
+    assert batch["pred_weights"].sum(1).tolist() == [6, 6]  # ⌈0.15 · 40⌉ predicted
+
+
+def test_a_stream_needs_its_length_before_it_has_shapes():
+    with pytest.raises(ValueError, match="row length is not resolved"):
+        StreamSpec(MONO, 0.15).batch_shapes(4)
+
+
+def test_stage_lookup_and_unfreezing():
+    cfg = shipped_config("veco.py", "tiny")
+    plan = RunPlan.from_config(validate(cfg))
+    second = plan.stages[1].start_step
+    assert [plan.stage_index(s) for s in (1, second - 1, second)] == [0, 0, 1]
+    assert plan.starts_training_others(second) and not plan.starts_training_others(second + 1)

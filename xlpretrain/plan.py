@@ -1,0 +1,76 @@
+"""The run plan: what a validated config means for training, resolved once.
+
+The stages (objectives, weights, trainable parameters, global rows per objective) and every
+objective's stream at its row length, hence its prediction and placeholder slots and every
+batch's shapes. The trainer, the step, the input pipeline, `bench` and `aot` read the plan and
+never re-derive these from the raw config, so the batch `aot` sizes is the batch training feeds.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+
+import jax
+import ml_collections
+
+from xlpretrain import objectives as objectives_lib
+from xlpretrain.config import Stage, stages
+from xlpretrain.data.streams import Phase, StreamSpec, phase_index
+from xlpretrain.objectives.declaration import Objective
+
+FieldShapes = dict[str, tuple[tuple[int, ...], type]]
+
+
+@dataclasses.dataclass(frozen=True)
+class RunPlan:
+    stages: tuple[Stage, ...]
+    objectives: Mapping[str, Objective]  # every objective some stage trains
+    streams: Mapping[str, StreamSpec]  # each one's stream, its row length resolved
+
+    @classmethod
+    def from_config(cls, cfg: ml_collections.ConfigDict) -> RunPlan:
+        """The plan of a validated config."""
+        run_stages = tuple(stages(cfg))
+        active = {name: objectives_lib.get(name) for s in run_stages for name in s.weights}
+        return cls(run_stages, active, {name: o.stream(cfg) for name, o in active.items()})
+
+    @property
+    def phases(self) -> list[Phase]:
+        """The stages as the input pipeline sees them: from which step on which rows are drawn."""
+        return [Phase(stage.start_step, stage.rows) for stage in self.stages]
+
+    def stage_index(self, step: int) -> int:
+        """The stage that logged step `step` (1-based) belongs to."""
+        return phase_index(self.phases, step)
+
+    def starts_training_others(self, step: int) -> bool:
+        """Whether `step` is the first of a stage that trains other parameters than the last."""
+        stage, before = self.stage_index(step), self.stage_index(step - 1)
+        return stage != before and self.stages[stage].trainable != self.stages[before].trainable
+
+    def stage_objectives(self, stage: int) -> dict[str, Objective]:
+        return {name: self.objectives[name] for name in self.stages[stage].weights}
+
+    def sources(self) -> set[str]:
+        """The corpus kinds (monolingual, parallel) the run's streams read."""
+        return set().union(*(stream.sources() for stream in self.streams.values()))
+
+    def batch_shapes(self, stage: int) -> dict[str, FieldShapes]:
+        """(shape, dtype) of every field of a step's global batch in `stage`, per objective."""
+        return {
+            name: self.streams[name].batch_shapes(rows)
+            for name, rows in self.stages[stage].rows.items()
+        }
+
+    def abstract_batches(
+        self, stage: int, sharding: jax.sharding.Sharding
+    ) -> dict[str, dict[str, jax.ShapeDtypeStruct]]:
+        """`batch_shapes(stage)` as placed arrays' stand-ins, for compiling ahead of time."""
+        return {
+            name: {
+                field: jax.ShapeDtypeStruct(shape, dtype, sharding=sharding)
+                for field, (shape, dtype) in fields.items()
+            }
+            for name, fields in self.batch_shapes(stage).items()
+        }
