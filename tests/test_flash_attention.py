@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from xlpretrain import bench_gpu, masks
+from xlpretrain.config import DEFAULT_LOGICAL_AXIS_RULES as RULES
 from xlpretrain.model import kernels, relative_position
 from xlpretrain.model.kernels import block_mask, flash
 from xlpretrain.model.relative_position import RelativeBias
@@ -244,7 +245,6 @@ def test_sharded_step_with_the_fused_kernel_equals_one_device():
     import flax.linen as nn
 
     from xlpretrain.bench import synthetic_batch
-    from xlpretrain.config import DEFAULT_LOGICAL_AXIS_RULES
     from xlpretrain.data.streams import PARALLEL, StreamSpec
     from xlpretrain.model import MaskedLM, ModelConfig, init_params
     from xlpretrain.objectives import ernie_m
@@ -268,10 +268,12 @@ def test_sharded_step_with_the_fused_kernel_equals_one_device():
     grad_fn = jax.value_and_grad(loss)
     one_device = jax.jit(grad_fn)(params, batch)
     mesh = make_mesh(2, 2, 2)
-    shardings = logical_shardings(boxed, mesh, DEFAULT_LOGICAL_AXIS_RULES)
-    sharded_fn = under_mesh(mesh, grad_fn)
+    shardings = logical_shardings(boxed, mesh, RULES)
+    sharded_fn = under_mesh(mesh, RULES, grad_fn)
     assert "shard_map" in str(jax.make_jaxpr(sharded_fn)(params, batch))
-    sharded = jax.jit(sharded_fn, in_shardings=(shardings, batch_sharding(mesh)))(params, batch)
+    sharded = jax.jit(sharded_fn, in_shardings=(shardings, batch_sharding(mesh, RULES)))(
+        params, batch
+    )
     np.testing.assert_allclose(sharded[0], one_device[0], rtol=1e-5)
     flat_sharded = jax.tree_util.tree_leaves_with_path(sharded[1])
     for (path, got), want in zip(flat_sharded, jax.tree.leaves(one_device[1]), strict=True):
@@ -301,8 +303,8 @@ def test_heads_over_tensor_under_shard_map_equal_one_device(mesh_shape):
     grad_fn = jax.value_and_grad(f, argnums=(0, 1, 2))
     want = jax.jit(grad_fn)(q, k, v)
     mesh = make_mesh(*mesh_shape)
-    rows = batch_sharding(mesh)
-    got = jax.jit(under_mesh(mesh, grad_fn), in_shardings=(rows,) * 3)(q, k, v)
+    rows = batch_sharding(mesh, RULES)
+    got = jax.jit(under_mesh(mesh, RULES, grad_fn), in_shardings=(rows,) * 3)(q, k, v)
     np.testing.assert_allclose(got[0], want[0], rtol=1e-5)
     for g, w in zip(got[1], want[1], strict=True):
         np.testing.assert_allclose(g, w, atol=1e-5)

@@ -13,6 +13,7 @@ import pytest
 
 from tests.tiny import token_batch
 from xlpretrain import masks
+from xlpretrain.config import DEFAULT_LOGICAL_AXIS_RULES as RULES
 from xlpretrain.model import MaskedLM, ModelConfig, dot_product_attention, init_params
 
 CFG = ModelConfig(
@@ -334,8 +335,8 @@ def test_cross_entropy_per_device_equals_one_device(vocab):
     want = jax.jit(loss(chunked_cross_entropy))(h, table, bias)
     mesh = make_mesh(2, 2, 2)
     vocab_rows = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("tensor"))
-    shardings = (batch_sharding(mesh), vocab_rows if vocab % 2 == 0 else None, None)
-    got = jax.jit(under_mesh(mesh, loss(cross_entropy_per_device)), in_shardings=shardings)(
+    shardings = (batch_sharding(mesh, RULES), vocab_rows if vocab % 2 == 0 else None, None)
+    got = jax.jit(under_mesh(mesh, RULES, loss(cross_entropy_per_device)), in_shardings=shardings)(
         h, table, bias
     )
     (got_loss, got_correct), got_grads = got

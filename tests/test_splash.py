@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from xlpretrain import masks
+from xlpretrain.config import DEFAULT_LOGICAL_AXIS_RULES as RULES
 from xlpretrain.model.attention import dot_product_attention
 from xlpretrain.model.kernels import splash
 
@@ -88,9 +89,9 @@ def test_splash_under_shard_map_equals_one_device():
     grad_fn = jax.value_and_grad(f, (0, 1, 2))
     want = jax.jit(grad_fn)(q, k, v)
     mesh = make_mesh(4, 1, 2)
-    sharded = under_mesh(mesh, grad_fn)
+    sharded = under_mesh(mesh, RULES, grad_fn)
     assert "shard_map" in str(jax.make_jaxpr(sharded)(q, k, v))
-    rows = batch_sharding(mesh)
+    rows = batch_sharding(mesh, RULES)
     got = jax.jit(sharded, in_shardings=(rows,) * 3)(q, k, v)
     np.testing.assert_allclose(got[0], want[0], rtol=1e-5)
     for g, w in zip(got[1], want[1], strict=True):

@@ -22,9 +22,11 @@ from xlpretrain.objectives.declaration import Settings
 # Objectives a config may name: each objective's declaration is the one place that says so.
 KNOWN_OBJECTIVES = tuple(REGISTRY)
 
+# Logical axis → mesh axes, for parameters and activations alike (xlpretrain.sharding).
 DEFAULT_LOGICAL_AXIS_RULES = (
     ("batch", ("data", "fsdp")),
     ("length", None),
+    ("activation_embed", None),  # the residual stream's hidden axis between layers
     ("embed", "fsdp"),
     ("mlp", "tensor"),
     ("heads", "tensor"),

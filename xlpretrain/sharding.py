@@ -1,12 +1,16 @@
 """Device mesh and sharding by name.
 
-Parameters carry logical axis names (`embed`, `mlp`, `heads`, …); configurable rules map them to
-the mesh axes `data`, `fsdp` and `tensor`. The batch is split over (`data`, `fsdp`), so FSDP
-shards parameters *and* data over the same devices, as in MaxText.
+Parameters and activations carry logical axis names (`batch`, `length`, `embed`, `heads`, `kv`,
+`mlp`, `vocab`, …); the run's rules (`mesh.rules`) map them to the mesh axes `data`, `fsdp` and
+`tensor`. By default the batch is split over (`data`, `fsdp`), so FSDP shards parameters *and*
+data over the same devices, as in MaxText. Model code names logical axes only: under the train
+step's mesh and rules (`under_mesh`) `constrain` places activations and `logical_spec` gives the
+kernels' and the loss's `shard_map` specs, so moving an axis is a change of rules alone.
 """
 
 from __future__ import annotations
 
+import contextvars
 import functools
 import math
 from collections.abc import Callable, Sequence
@@ -17,9 +21,11 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 MESH_AXES = ("data", "fsdp", "tensor")
-BATCH_AXES = ("data", "fsdp")
 
 Rules = Sequence[tuple[str, str | tuple[str, ...] | None]]
+# The rules of the step being traced (`under_mesh`). Flax's own rules context is left unset:
+# under it Flax constrains parameters inside its initialisers, which breaks `DenseGeneral`.
+_RULES: contextvars.ContextVar[Rules] = contextvars.ContextVar("logical_axis_rules", default=())
 
 
 def mesh_shape(data: int, fsdp: int, tensor: int, num_devices: int) -> tuple[int, int, int]:
@@ -51,32 +57,69 @@ def make_mesh(data: int, fsdp: int, tensor: int, devices: Sequence[jax.Device] |
     return Mesh(np.asarray(devices).reshape(shape), MESH_AXES)
 
 
-def under_mesh(mesh: Mesh, fn: Callable) -> Callable:
-    """``fn`` traced with ``mesh`` as the abstract mesh, so the per-device kernels inside it
-    (fused attention) can ``jax.shard_map`` over the mesh's axes by name."""
+def under_mesh(mesh: Mesh, rules: Rules, fn: Callable) -> Callable:
+    """``fn`` traced with ``mesh`` as the abstract mesh and ``rules`` as the logical axis rules,
+    so the model's activations and per-device kernels are placed by name (``constrain``,
+    ``logical_spec``)."""
 
     @functools.wraps(fn)
     def traced(*args, **kwargs):
-        with jax.sharding.use_abstract_mesh(mesh.abstract_mesh):
-            return fn(*args, **kwargs)
+        token = _RULES.set(tuple(rules))
+        try:
+            with jax.sharding.use_abstract_mesh(mesh.abstract_mesh):
+                return fn(*args, **kwargs)
+        finally:
+            _RULES.reset(token)
 
     return traced
 
 
-def batch_sharding(mesh: Mesh) -> NamedSharding:
-    """Leading (batch) axis over data × fsdp; the rest replicated."""
-    return NamedSharding(mesh, PartitionSpec(BATCH_AXES))
+def batch_sharding(mesh: Mesh, rules: Rules) -> NamedSharding:
+    """Leading (batch) axis where the rules put ``batch``; the rest replicated."""
+    return NamedSharding(mesh, PartitionSpec(nn.logical_to_mesh_axes(("batch",), rules)[0]))
 
 
-def _fit(spec: PartitionSpec, shape: tuple[int, ...], mesh: Mesh) -> PartitionSpec:
-    """Drops mesh axes that do not divide a dimension, so odd sizes (a 8002-piece vocabulary)
-    replicate that dimension instead of failing."""
+def _names(axes) -> tuple[str, ...]:
+    return (axes,) if isinstance(axes, str) else tuple(axes or ())
+
+
+def _fit(spec: PartitionSpec, shape: tuple[int, ...], mesh) -> PartitionSpec:
+    """Drops mesh axes that do not divide a dimension (that dimension replicates)."""
     fitted = []
     for dim, axes in zip(shape, tuple(spec) + (None,) * (len(shape) - len(spec)), strict=True):
-        names = (axes,) if isinstance(axes, str) else tuple(axes or ())
-        size = math.prod(mesh.shape[n] for n in names)
-        fitted.append(axes if names and dim % size == 0 else None)
+        size = math.prod(mesh.shape[n] for n in _names(axes))
+        fitted.append(axes if _names(axes) and dim % size == 0 else None)
     return PartitionSpec(*fitted)
+
+
+def logical_spec(logical: Sequence[str | None], shape: Sequence[int] | None = None):
+    """The mesh ``PartitionSpec`` of ``logical`` axis names under the current rules and abstract
+    mesh (``under_mesh``), or None outside them. With ``shape``, mesh axes that do not divide
+    their dimension are dropped."""
+    mesh, rules = jax.sharding.get_abstract_mesh(), _RULES.get()
+    if mesh.empty or not rules:
+        return None
+    spec = nn.logical_to_mesh_axes(tuple(logical), rules)
+    return spec if shape is None else _fit(spec, tuple(shape), mesh)
+
+
+def mesh_axes(logical: str) -> tuple[str, ...]:
+    """The mesh axes the current rules put logical axis ``logical`` on (none outside a mesh)."""
+    spec = logical_spec((logical,))
+    return () if spec is None else _names(spec[0])
+
+
+def axes_size(axes: Sequence[str]) -> int:
+    """Devices along ``axes`` of the current abstract mesh."""
+    mesh = jax.sharding.get_abstract_mesh()
+    return math.prod(mesh.shape[a] for a in axes)
+
+
+def constrain(x: jax.Array, logical: Sequence[str | None]) -> jax.Array:
+    """``x`` placed as the rules map its ``logical`` axes (dimensions they do not divide stay
+    whole); unchanged outside a mesh."""
+    spec = logical_spec(logical, x.shape)
+    return x if spec is None else jax.lax.with_sharding_constraint(x, spec)
 
 
 def logical_shardings(boxed_tree, mesh: Mesh, rules: Rules):

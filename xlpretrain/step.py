@@ -212,8 +212,8 @@ def setup_training(
         )
         step_fns.append(
             jax.jit(  # compiled when its stage is first reached
-                under_mesh(mesh, step),
-                in_shardings=(state_shardings, batch_sharding(mesh)),
+                under_mesh(mesh, rules, step),
+                in_shardings=(state_shardings, batch_sharding(mesh, rules)),
                 out_shardings=(state_shardings, replicated),
                 donate_argnums=0,
             )
@@ -224,4 +224,4 @@ def setup_training(
         out_shardings=state_shardings,
         donate_argnums=0,
     )
-    return Training(mesh, state, state_shardings, batch_sharding(mesh), step_fns, restart)
+    return Training(mesh, state, state_shardings, batch_sharding(mesh, rules), step_fns, restart)

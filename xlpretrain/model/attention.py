@@ -12,9 +12,10 @@ traced as a value, so each distinct mask compiles its own program. Implementatio
   exactly; other calls fall back to ``xla`` (logged once, with the reason).
 - ``auto``: ``pallas`` on GPUs, ``splash`` on TPUs, ``xla`` on CPUs.
 
-Under a mesh (``jax.sharding.use_abstract_mesh``, set by the train step) the fused kernels run
-under ``jax.shard_map`` over the batch axes (and heads over ``tensor``): a kernel is a
-per-device program, so each device attends over its own rows with no communication.
+Under a mesh and logical axis rules (``sharding.under_mesh``, set by the train step) the fused
+kernels run under ``jax.shard_map`` over the mesh axes the rules give ``batch`` (and ``heads``):
+a kernel is a per-device program, so each device attends over its own rows and heads with no
+communication. The projections are placed as ``(batch, length, heads, kv)``.
 """
 
 import functools
@@ -26,14 +27,12 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import PartitionSpec
 
-from xlpretrain import masks
+from xlpretrain import masks, sharding
 from xlpretrain.model import kernels, relative_position
 from xlpretrain.model.config import ModelConfig
 from xlpretrain.model.kernels import flash, splash
 from xlpretrain.model.relative_position import RelativeBias
-from xlpretrain.sharding import BATCH_AXES
 
-HEADS_AXIS = "tensor"
 log = logging.getLogger("xlpretrain")
 
 
@@ -146,39 +145,35 @@ def _splash_kernel(mask_fn: masks.MaskFn, platform: str):
 
 def _per_device(kernel, q, k, v, q_meta, k_meta, bias, dropout_rng) -> jax.Array:
     """``kernel(q, k, v, q_meta, k_meta, bias, dropout_rng, (row offset, head offset))``
-    under ``shard_map`` over the batch (and heads) when a mesh is set and divides them;
-    otherwise as is (GSPMD then handles any sharding)."""
+    under ``shard_map`` over the mesh axes of ``batch`` (and ``heads``) when the rules shard
+    them and they divide; otherwise as is (GSPMD then handles any sharding)."""
     fields = [f for f in flash.META_FIELDS if f in q_meta]
     q_meta = {f: q_meta[f] for f in fields}
     k_meta = {f: k_meta[f] for f in fields}
-    mesh = jax.sharding.get_abstract_mesh()
-    if mesh.empty or not set(BATCH_AXES) <= set(mesh.axis_names):
+    batch = sharding.mesh_axes("batch")
+    if not batch or sharding.axes_size(batch) == 1 or q.shape[0] % sharding.axes_size(batch):
         return kernel(q, k, v, q_meta, k_meta, bias, dropout_rng, (0, 0))
-    shards = math.prod(mesh.shape[a] for a in BATCH_AXES)
-    if shards == 1 or q.shape[0] % shards:
-        return kernel(q, k, v, q_meta, k_meta, bias, dropout_rng, (0, 0))
-    heads = None
-    if HEADS_AXIS in mesh.axis_names and q.shape[2] % mesh.shape[HEADS_AXIS] == 0:
-        heads = HEADS_AXIS
-    rows = PartitionSpec(BATCH_AXES)
-    qkv = PartitionSpec(BATCH_AXES, None, heads, None)
+    heads = sharding.mesh_axes("heads")
+    heads = heads if heads and q.shape[2] % sharding.axes_size(heads) == 0 else None
+    rows = PartitionSpec(batch)
+    qkv = PartitionSpec(batch, None, heads, None)
     bias_spec = None
     if bias is not None:
         bias_spec = RelativeBias(
             PartitionSpec(None, heads),  # replicated over rows: its gradient is psum-med
-            None if bias.scale is None else PartitionSpec(BATCH_AXES, heads, None),
+            None if bias.scale is None else PartitionSpec(batch, heads, None),
             bias.num_buckets,
             bias.max_distance,
         )
 
     def per_device(q, k, v, q_meta, k_meta, bias, dropout_rng):
-        row_offset = jax.lax.axis_index(BATCH_AXES) * q.shape[0]
+        row_offset = jax.lax.axis_index(batch) * q.shape[0]
         head_offset = 0 if heads is None else jax.lax.axis_index(heads) * q.shape[2]
         return kernel(q, k, v, q_meta, k_meta, bias, dropout_rng, (row_offset, head_offset))
 
     return jax.shard_map(
         per_device,
-        mesh=mesh,
+        mesh=jax.sharding.get_abstract_mesh(),
         in_specs=(qkv, qkv, qkv, rows, rows, bias_spec, PartitionSpec()),
         out_specs=qkv,
         check_vma=False,
@@ -253,9 +248,10 @@ class MultiHeadAttention(nn.Module):
                 name=name,
             )
 
-        q = projection("query")(inputs_q)
-        k = projection("key")(inputs_kv)
-        v = projection("value")(inputs_kv)
+        heads = ("batch", "length", "heads", "kv")
+        q = sharding.constrain(projection("query")(inputs_q), heads)
+        k = sharding.constrain(projection("key")(inputs_kv), heads)
+        v = sharding.constrain(projection("value")(inputs_kv), heads)
         rate = cfg.attention_dropout_rate
         dropout_rng = None if deterministic or rate == 0.0 else self.make_rng("dropout")
         bias = None

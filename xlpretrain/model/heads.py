@@ -2,18 +2,15 @@
 (per device under ``shard_map`` when a mesh is set)."""
 
 import functools
-import math
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 from jax.sharding import PartitionSpec
 
+from xlpretrain import sharding
 from xlpretrain.model.config import ModelConfig
 from xlpretrain.model.layers import dense, gelu, layer_norm
-from xlpretrain.sharding import BATCH_AXES
-
-VOCAB_AXIS = "tensor"  # where DEFAULT_LOGICAL_AXIS_RULES put the "vocab" logical axis
 
 
 class LMHead(nn.Module):
@@ -64,7 +61,7 @@ def chunked_cross_entropy(
     bias: jax.Array,
     labels: jax.Array,
     chunk: int,
-    vocab_axis: str | None = None,
+    vocab_axis: str | tuple[str, ...] | None = None,
 ) -> tuple[jax.Array, jax.Array]:
     """Per-prediction (negative log-likelihood, correct) for transformed states ``h``
     ``[N, H]`` and integer ``labels`` ``[N]``, ``chunk`` predictions at a time.
@@ -110,23 +107,21 @@ def cross_entropy_per_device(
     h: jax.Array, word_embeddings: jax.Array, bias: jax.Array, labels: jax.Array, chunk: int
 ) -> tuple[jax.Array, jax.Array]:
     """``chunked_cross_entropy`` under ``jax.shard_map`` when a mesh is set (the train step's
-    ``sharding.under_mesh``): predictions split over the batch axes, the vocabulary over
-    ``tensor`` when it divides, so each device projects its own predictions onto its own
-    vocabulary rows and only ``[N]``-sized statistics cross devices. Without a mesh, or when
-    the predictions do not divide over the batch axes, it runs as is (GSPMD shards it)."""
-    mesh = jax.sharding.get_abstract_mesh()
-    if mesh.empty or not set(BATCH_AXES) <= set(mesh.axis_names):
+    ``sharding.under_mesh``): predictions split over the mesh axes of ``batch``, the vocabulary
+    over those of ``vocab`` when they divide it, so each device projects its own predictions
+    onto its own vocabulary rows and only ``[N]``-sized statistics cross devices. Without a
+    mesh, or when the predictions do not divide over the batch axes, it runs as is (GSPMD
+    shards it)."""
+    batch = sharding.mesh_axes("batch")
+    if not batch or h.shape[0] % sharding.axes_size(batch):
         return chunked_cross_entropy(h, word_embeddings, bias, labels, chunk)
-    if h.shape[0] % math.prod(mesh.shape[a] for a in BATCH_AXES):
-        return chunked_cross_entropy(h, word_embeddings, bias, labels, chunk)
-    vocab_axis = None
-    size = mesh.shape.get(VOCAB_AXIS, 1)
-    if size > 1 and word_embeddings.shape[0] % size == 0:
-        vocab_axis = VOCAB_AXIS
-    rows = PartitionSpec(BATCH_AXES)
+    vocab = sharding.mesh_axes("vocab")
+    size = sharding.axes_size(vocab)
+    vocab_axis = vocab if size > 1 and word_embeddings.shape[0] % size == 0 else None
+    rows = PartitionSpec(batch)
     return jax.shard_map(
         functools.partial(chunked_cross_entropy, chunk=chunk, vocab_axis=vocab_axis),
-        mesh=mesh,
+        mesh=jax.sharding.get_abstract_mesh(),
         in_specs=(rows, PartitionSpec(vocab_axis), PartitionSpec(vocab_axis), rows),
         out_specs=(rows, rows),
     )(h, word_embeddings, bias, labels)

@@ -8,7 +8,7 @@ its logical axes (``embed``, ``mlp``, ``heads``, ``kv``, ``vocab``, ``positions`
 import flax.linen as nn
 import jax
 
-from xlpretrain import masks
+from xlpretrain import masks, sharding
 from xlpretrain.model.attention import MultiHeadAttention
 from xlpretrain.model.config import ModelConfig
 
@@ -99,6 +99,7 @@ class Mlp(nn.Module):
     def __call__(self, x: jax.Array) -> jax.Array:
         cfg = self.config
         h = gelu(dense(cfg, cfg.mlp_dim, ("embed", "mlp"), "wi")(x))
+        h = sharding.constrain(h, ("batch", "length", "mlp"))
         return dense(cfg, cfg.hidden_size, ("mlp", "embed"), "wo")(h)
 
 
@@ -156,4 +157,4 @@ class EncoderLayer(nn.Module):
         h = Mlp(cfg, name="mlp")(x)
         h = nn.Dropout(cfg.dropout_rate)(h, deterministic=self.deterministic)
         x = layer_norm(cfg, "mlp_norm")(x + h)
-        return x, None
+        return sharding.constrain(x, ("batch", "length", "activation_embed")), None
