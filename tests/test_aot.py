@@ -138,3 +138,36 @@ def test_kernels_cli_names_an_unknown_gpu():
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert result.returncode == 2 and "unknown GPU 'v100'" in result.stderr
+
+
+def test_the_vocabulary_is_padded_to_split_over_tensor_and_the_memory_drops(caplog):
+    """XLM-R's 250,002 ids divide by no tensor size: unpadded (`model.vocab_multiple=1`) the
+    word embeddings and the head's bias stay whole on every device — named in the log with
+    their size — while the default padding to 250,112 rows splits them four ways."""
+    from xlpretrain.model import ModelConfig, init_params
+    from xlpretrain.sharding import logical_shardings, make_mesh
+
+    base = ModelConfig.from_run_config(default_config().model, num_languages=0)
+    boxed = jax.eval_shape(lambda rng: init_params(base, rng), jax.random.key(0))
+    mesh = make_mesh(1, 2, 4)
+    table = logical_shardings(boxed, mesh, default_config().mesh.rules)["embeddings"]
+    table = table["word_embeddings"]["embedding"]
+    assert table.shard_shape((base.padded_vocab_size, 768)) == (250112 // 4, 768 // 2)
+
+    def xlmr_vocab(multiple):
+        cfg = tiny(data=1, fsdp=2, tensor=4)
+        cfg.model.update(vocab_size=250002, vocab_multiple=multiple)
+        return aot.size_step(cfg, 8)
+
+    with caplog.at_level("WARNING", logger="xlpretrain"):
+        replicated = xlmr_vocab(1)
+    assert "parameter embeddings/word_embeddings/embedding (250002, 64) (64.0 MB)" in caplog.text
+    assert "mesh axes tensor do not divide its dimension 0 (250002)" in caplog.text
+    caplog.clear()
+    split = xlmr_vocab(128)
+    assert "word_embeddings" not in caplog.text
+    table_gib = 250002 * 64 * 4 / 2**30 / 2  # per device, split over fsdp only
+    saved = replicated["parameters_gib"] - split["parameters_gib"]
+    assert saved > 0.7 * table_gib  # three quarters of the table leave each device
+    assert split["optimizer_gib"] < replicated["optimizer_gib"] - 1.4 * table_gib
+    assert split["peak_gib"] < replicated["peak_gib"]

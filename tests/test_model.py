@@ -275,24 +275,26 @@ def test_config_from_run_config():
 @pytest.mark.parametrize("chunk", [0, 4, 7, 100])
 def test_chunked_cross_entropy_equals_the_full_softmax(chunk):
     """Values and gradients (states, tied embeddings, bias) of the chunked loss equal optax's
-    cross-entropy on the whole [N, vocab] logits, for chunks that do and do not divide N."""
+    cross-entropy on the whole [N, vocab] logits, for chunks that do and do not divide N; the
+    two rows padding the table past the 30-id vocabulary take no part and get no gradient."""
     import optax
 
     from xlpretrain.model.heads import chunked_cross_entropy, vocabulary_logits
 
     rng = np.random.default_rng(4)
     h = jnp.asarray(rng.normal(size=(13, 8)), jnp.float32)
-    table = jnp.asarray(rng.normal(size=(30, 8)), jnp.float32)
-    bias = jnp.asarray(rng.normal(size=(30,)), jnp.float32)
+    table = jnp.asarray(rng.normal(size=(32, 8)), jnp.float32)
+    bias = jnp.asarray(rng.normal(size=(32,)), jnp.float32)
+    bias = bias.at[30:].set(50.0)  # padding rows that would win every softmax if they took part
     labels = jnp.asarray(rng.integers(0, 30, 13))
     weights = jnp.asarray(rng.random(13), jnp.float32)
 
     def chunked(h, table, bias):
-        nll, correct = chunked_cross_entropy(h, table, bias, labels, chunk)
+        nll, correct = chunked_cross_entropy(h, table, bias, labels, chunk, vocab_size=30)
         return jnp.sum(nll * weights), correct
 
     def full(h, table, bias):
-        logits = vocabulary_logits(h, table, bias)
+        logits = vocabulary_logits(h, table[:30], bias[:30])
         nll = optax.softmax_cross_entropy_with_integer_labels(logits, labels)
         return jnp.sum(nll * weights), jnp.argmax(logits, -1) == labels
 
@@ -320,14 +322,15 @@ def test_cross_entropy_per_device_equals_one_device(vocab):
     h = jnp.asarray(rng.normal(size=(24, 8)), jnp.float32)
     table = jnp.asarray(rng.normal(size=(vocab, 8)), jnp.float32)
     bias = jnp.asarray(rng.normal(size=(vocab,)), jnp.float32)
-    labels = rng.integers(0, vocab, 24)
-    labels[::2] = np.argmax(np.asarray(h @ table.T + bias), -1)[::2]  # some predicted right
+    labels = rng.integers(0, 30, 24)
+    logits = np.asarray(h @ table[:30].T + bias[:30])
+    labels[::2] = np.argmax(logits, -1)[::2]  # some predicted right
     labels = jnp.asarray(labels)
     weights = jnp.asarray(rng.random(24), jnp.float32)
 
     def loss(fn):
         def weighted(h, table, bias):
-            nll, correct = fn(h, table, bias, labels, 5)
+            nll, correct = fn(h, table, bias, labels, 5, 30)  # rows past 30: padding
             return jnp.sum(nll * weights), correct
 
         return jax.value_and_grad(weighted, (0, 1, 2), has_aux=True)
@@ -346,3 +349,30 @@ def test_cross_entropy_per_device_equals_one_device(vocab):
     assert want_correct.any() and not want_correct.all()
     for g, w in zip(got_grads, want_grads, strict=True):
         np.testing.assert_allclose(g, w, atol=1e-6)
+
+
+def test_vocabulary_rows_padded_for_sharding_are_never_predicted():
+    """30 ids padded to 32 rows (`vocab_multiple=8`): the tables have 32 rows, but the logits
+    (what argmax, sampling and BTMLM's decoding read) cover the 30 ids only, and the MLM loss
+    equals the unpadded model's even when the padding rows would win every softmax."""
+    from xlpretrain.model.electra import ElectraPretrainer, generator_config, init_electra_params
+
+    padded = dataclasses.replace(CFG, vocab_size=30, vocab_multiple=8)
+    params = nn.unbox(init_params(padded, jax.random.key(0)))
+    assert params["embeddings"]["word_embeddings"]["embedding"].shape[0] == 32
+    params["lm_head"]["bias"] = params["lm_head"]["bias"].at[30:].set(100.0)
+    model = MaskedLM(padded)
+    hidden = jnp.asarray(np.random.default_rng(0).normal(size=(3, CFG.hidden_size)), jnp.float32)
+    logits = model.apply({"params": params}, hidden, method=MaskedLM.mlm_logits)
+    assert logits.shape == (3, 30)
+    labels = jnp.array([1, 5, 29])
+    nll, _ = model.apply({"params": params}, hidden, labels, method=MaskedLM.mlm_nll)
+    want = -jax.nn.log_softmax(logits)[jnp.arange(3), labels]
+    np.testing.assert_allclose(nll, want, rtol=1e-5)
+    electra = ElectraPretrainer(padded, generator_config(padded, 1, 0.5))
+    both = nn.unbox(
+        init_electra_params(padded, generator_config(padded, 1, 0.5), jax.random.key(0))
+    )
+    states = jnp.zeros((3, padded.hidden_size // 2))
+    generated = electra.apply({"params": both}, states, method=ElectraPretrainer.generator_logits)
+    assert generated.shape == (3, 30)

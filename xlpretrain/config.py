@@ -110,6 +110,9 @@ def default_config() -> ml_collections.ConfigDict:
 
     cfg.model = ml_collections.ConfigDict()
     cfg.model.vocab_size = 250002
+    # Vocabulary-indexed parameters get rows up to a multiple of this (unused, cut on export) so
+    # a tensor-parallel axis divides them: 250,002 ids → 250,112 rows, split 2, 4, 8, … ways.
+    cfg.model.vocab_multiple = 128
     cfg.model.hidden_size = 768
     cfg.model.num_layers = 12
     cfg.model.num_heads = 12
@@ -274,6 +277,7 @@ _RANGES: Ranges = {
     "data.demo_languages": (lambda v: v >= 2, "must be >= 2"),
     "tokenizer.sentences_per_language": (_positive, "must be > 0"),
     "model.vocab_size": (lambda v: v >= 6, "must be >= 6 (5 special ids + 1 piece)"),
+    "model.vocab_multiple": (_positive, "must be >= 1"),
     "model.hidden_size": (_positive, "must be > 0"),
     "model.num_layers": (_positive, "must be > 0"),
     "model.num_heads": (_positive, "must be > 0"),

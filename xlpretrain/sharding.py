@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextvars
 import functools
+import logging
 import math
 from collections.abc import Callable, Sequence
 
@@ -21,6 +22,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 MESH_AXES = ("data", "fsdp", "tensor")
+log = logging.getLogger("xlpretrain")
 
 Rules = Sequence[tuple[str, str | tuple[str, ...] | None]]
 # The rules of the step being traced (`under_mesh`). Flax's own rules context is left unset:
@@ -123,16 +125,35 @@ def constrain(x: jax.Array, logical: Sequence[str | None]) -> jax.Array:
 
 
 def logical_shardings(boxed_tree, mesh: Mesh, rules: Rules):
-    """NamedShardings for a tree of (abstract) values boxed with logical axis metadata."""
+    """NamedShardings for a tree of (abstract) values boxed with logical axis metadata. A
+    dimension the rules shard but the mesh axes do not divide is replicated, and named in the
+    log with what it costs."""
     specs = nn.get_partition_spec(boxed_tree)
     mesh_specs = nn.logical_to_mesh(specs, rules)
     values = nn.unbox(boxed_tree)
-    return jax.tree.map(
-        lambda spec, value: NamedSharding(mesh, _fit(spec, value.shape, mesh)),
-        mesh_specs,
-        values,
-        is_leaf=lambda x: isinstance(x, PartitionSpec),
+
+    def place(path, spec, value):
+        fitted = _fit(spec, value.shape, mesh)
+        name = jax.tree_util.keystr(path, simple=True, separator="/")
+        _log_replicated(name, spec, fitted, value, mesh)
+        return NamedSharding(mesh, fitted)
+
+    return jax.tree_util.tree_map_with_path(
+        place, mesh_specs, values, is_leaf=lambda x: isinstance(x, PartitionSpec)
     )
+
+
+def _log_replicated(
+    name: str, wanted: PartitionSpec, fitted: PartitionSpec, value, mesh: Mesh
+) -> None:
+    size = math.prod(value.shape) * np.dtype(value.dtype).itemsize
+    for dim, (want, got) in enumerate(zip(wanted, fitted, strict=False)):
+        if got is None and math.prod(mesh.shape[a] for a in _names(want)) > 1:
+            log.warning(
+                "parameter %s %s (%.1f MB): mesh axes %s do not divide its dimension %d (%d); "
+                "it is replicated on them",
+                name, tuple(value.shape), size / 1e6, want, dim, value.shape[dim],
+            )  # fmt: skip
 
 
 def global_batch(local: dict, sharding: NamedSharding) -> dict:

@@ -6,6 +6,7 @@ both lists are logged.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from typing import Any
 
@@ -13,6 +14,7 @@ import numpy as np
 from flax import traverse_util
 
 from xlpretrain.convert import folder
+from xlpretrain.model import vocab
 from xlpretrain.model.config import ModelConfig
 
 log = logging.getLogger("xlpretrain")
@@ -30,6 +32,8 @@ def merge(params: Any, config: ModelConfig, pretrained: folder.Pretrained, sourc
             f"init.checkpoint {source}: vocabulary of {pretrained.config.vocab_size} ids, but "
             f"model.vocab_size={config.vocab_size}; use the checkpoint's tokenizer and size"
         )
+    rows = vocab.with_rows(pretrained.params, config.padded_vocab_size)  # as the run pads
+    pretrained = dataclasses.replace(pretrained, params=rows)
     theirs = traverse_util.flatten_dict(_unstack_like(pretrained, params), sep="/")
     ours = traverse_util.flatten_dict(params, sep="/")
     loaded, initialised = [], []

@@ -32,6 +32,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 from flax import traverse_util
 
+from xlpretrain.model import vocab
 from xlpretrain.model.config import ModelConfig, ModelFamily
 from xlpretrain.model.encoder import init_params
 from xlpretrain.tokenizer import Tokenizer
@@ -75,6 +76,14 @@ def abstract_params(config: ModelConfig, kind: str = MASKED_LM) -> Params:
     if kind == DISCRIMINATOR:  # the masked LM's tree without its head
         del params["lm_head"]
     return params
+
+
+def unpadded(model: Pretrained) -> Pretrained:
+    """``model`` with its vocabulary-indexed parameters cut to the real vocabulary (no rows
+    padded for sharding): what a Hugging Face export holds."""
+    config = dataclasses.replace(model.config, vocab_multiple=1)
+    params = vocab.with_rows(model.params, model.config.vocab_size)
+    return dataclasses.replace(model, config=config, params=params)
 
 
 def new_folder(path: str | os.PathLike) -> Path:

@@ -34,7 +34,9 @@ from xlpretrain.convert.folder import (
     Pretrained,
     abstract_params,
     new_folder,
+    unpadded,
 )
+from xlpretrain.model import vocab
 from xlpretrain.model.config import ModelConfig
 from xlpretrain.model.heads import LMHead
 from xlpretrain.tokenizer import Tokenizer
@@ -70,6 +72,7 @@ FIXED_HF_SETTINGS = {
 # ModelConfig fields that say how to compute, not what: they never block an export.
 RUNTIME_FIELDS = (
     "dtype", "remat", "scan_layers", "attention_impl", "kernel_platform", "flash_tiles",
+    "vocab_multiple",
 )  # fmt: skip
 # Why an export refuses a model option; the error names both.
 OPTION_REASONS = {
@@ -282,7 +285,9 @@ class Part(NamedTuple):
 
 
 def params_to_hf(params: Params, config: ModelConfig) -> dict[str, np.ndarray]:
-    """The HF state dict (as ``save_pretrained`` writes it: no tied copies) of our masked LM."""
+    """The HF state dict (as ``save_pretrained`` writes it: no tied copies) of our masked LM,
+    without the vocabulary rows padded for sharding."""
+    params = vocab.with_rows(params, config.vocab_size)
     return export_tensors(params, [Part("", RULES, range(config.num_layers))])
 
 
@@ -471,6 +476,7 @@ def _check_architectures(architectures: list[str], source: Path, allow_missing_h
 def write_hf(model: Pretrained, path: str | os.PathLike) -> None:
     """Writes an HF ``XLMRobertaForMaskedLM`` folder, or for an XLM-E discriminator (no MLM
     head) an ``XLMRobertaModel`` one; ``path`` must not exist yet."""
+    model = unpadded(model)
     config = model.config
     if model.kind == DISCRIMINATOR:
         hf_config = config_to_hf(config, ENCODER_ARCHITECTURE)

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import os
 
-from xlpretrain.convert.folder import Pretrained
+from xlpretrain.convert.folder import Pretrained, unpadded
 from xlpretrain.convert.hf import (
     CROSS_ATTENTION_RULES,
     ENCODER_ARCHITECTURE,
@@ -84,6 +84,7 @@ def seq2seq_tensors(model: Pretrained, decoder_layers: int | None = None) -> dic
     """The ``EncoderDecoderModel`` state dict: ``encoder.*`` (``XLMRobertaModel``, with a fresh
     pooler) and ``decoder.*`` (``XLMRobertaForCausalLM``, the tied ``lm_head.decoder`` left
     out as ``save_pretrained`` leaves it)."""
+    model = unpadded(model)
     config = model.config
     parts = [
         Part("encoder.", ENCODER_RULES, range(config.num_layers)),

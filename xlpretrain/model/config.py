@@ -6,7 +6,7 @@ import enum
 import jax.numpy as jnp
 import ml_collections
 
-from xlpretrain.model import kernels
+from xlpretrain.model import kernels, vocab
 
 DTYPES = ("float32", "bfloat16")
 REMAT = ("none", "full", "dots")
@@ -32,6 +32,9 @@ class ModelConfig:
     """
 
     vocab_size: int = 250002
+    # The vocabulary-indexed parameters have rows for ids up to a multiple of this, so that a
+    # tensor-parallel mesh axis divides them (``model.vocab``); the extra rows are never used.
+    vocab_multiple: int = 1
     hidden_size: int = 768
     num_layers: int = 12
     num_heads: int = 12
@@ -82,6 +85,10 @@ class ModelConfig:
             raise ValueError("model.absolute_positions=False needs a model.relative_position")
 
     @property
+    def padded_vocab_size(self) -> int:
+        return vocab.padded_size(self.vocab_size, self.vocab_multiple)
+
+    @property
     def head_dim(self) -> int:
         return self.hidden_size // self.num_heads
 
@@ -101,6 +108,7 @@ class ModelConfig:
         """
         return cls(
             vocab_size=model.vocab_size,
+            vocab_multiple=model.vocab_multiple,
             hidden_size=model.hidden_size,
             num_layers=model.num_layers,
             num_heads=model.num_heads,

@@ -166,6 +166,7 @@ class MaskedLM(nn.Module):
             self.lm_head.bias,
             labels.reshape(-1),
             self.config.loss_chunk,
+            self.config.vocab_size,
         )
         return nll.reshape(labels.shape), correct.reshape(labels.shape)
 

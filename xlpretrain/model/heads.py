@@ -35,7 +35,7 @@ class LMHead(nn.Module):
         self.bias = self.param(
             "bias",
             nn.with_logical_partitioning(nn.initializers.zeros, ("vocab",)),
-            (cfg.vocab_size,),
+            (cfg.padded_vocab_size,),
             jnp.float32,
         )
 
@@ -44,7 +44,9 @@ class LMHead(nn.Module):
         return self.layer_norm(gelu(self.dense(hidden)))
 
     def __call__(self, hidden: jax.Array, word_embeddings: jax.Array) -> jax.Array:
-        return vocabulary_logits(self.transform(hidden), word_embeddings, self.bias)
+        """float32 logits over the real vocabulary (the padding rows cut off)."""
+        logits = vocabulary_logits(self.transform(hidden), word_embeddings, self.bias)
+        return logits[..., : self.config.vocab_size]
 
 
 def vocabulary_logits(h: jax.Array, word_embeddings: jax.Array, bias: jax.Array) -> jax.Array:
@@ -61,6 +63,7 @@ def chunked_cross_entropy(
     bias: jax.Array,
     labels: jax.Array,
     chunk: int,
+    vocab_size: int,
     vocab_axis: str | tuple[str, ...] | None = None,
 ) -> tuple[jax.Array, jax.Array]:
     """Per-prediction (negative log-likelihood, correct) for transformed states ``h``
@@ -75,7 +78,8 @@ def chunked_cross_entropy(
     ``[i·V, (i+1)·V)`` of ``word_embeddings`` and ``bias``, ``i`` its index on that mesh axis;
     the softmax normaliser and the label's logit are reduced over the axis (Megatron's
     vocabulary-parallel cross-entropy), so no device holds a full row of logits. A prediction
-    is correct when its label's logit is the largest (ties count as correct).
+    is correct when its label's logit is the largest (ties count as correct). Rows at and past
+    ``vocab_size`` (padding for sharding) are excluded from the softmax.
     """
     count = h.shape[0]
     chunk = count if chunk <= 0 or chunk >= count else chunk
@@ -88,9 +92,11 @@ def chunked_cross_entropy(
     def across_vocab(reduce, x):
         return x if vocab_axis is None else reduce(x, vocab_axis)
 
+    real = offset + jnp.arange(shard_vocab) < vocab_size
+
     @jax.checkpoint
     def one_chunk(h_chunk, label_chunk):
-        logits = vocabulary_logits(h_chunk, word_embeddings, bias)
+        logits = jnp.where(real, vocabulary_logits(h_chunk, word_embeddings, bias), -jnp.inf)
         local = label_chunk - offset
         here = (local >= 0) & (local < shard_vocab)
         picked = jnp.take_along_axis(logits, jnp.clip(local, 0, shard_vocab - 1)[:, None], -1)
@@ -104,7 +110,12 @@ def chunked_cross_entropy(
 
 
 def cross_entropy_per_device(
-    h: jax.Array, word_embeddings: jax.Array, bias: jax.Array, labels: jax.Array, chunk: int
+    h: jax.Array,
+    word_embeddings: jax.Array,
+    bias: jax.Array,
+    labels: jax.Array,
+    chunk: int,
+    vocab_size: int,
 ) -> tuple[jax.Array, jax.Array]:
     """``chunked_cross_entropy`` under ``jax.shard_map`` when a mesh is set (the train step's
     ``sharding.under_mesh``): predictions split over the mesh axes of ``batch``, the vocabulary
@@ -114,13 +125,15 @@ def cross_entropy_per_device(
     shards it)."""
     batch = sharding.mesh_axes("batch")
     if not batch or h.shape[0] % sharding.axes_size(batch):
-        return chunked_cross_entropy(h, word_embeddings, bias, labels, chunk)
+        return chunked_cross_entropy(h, word_embeddings, bias, labels, chunk, vocab_size)
     vocab = sharding.mesh_axes("vocab")
     size = sharding.axes_size(vocab)
     vocab_axis = vocab if size > 1 and word_embeddings.shape[0] % size == 0 else None
     rows = PartitionSpec(batch)
     return jax.shard_map(
-        functools.partial(chunked_cross_entropy, chunk=chunk, vocab_axis=vocab_axis),
+        functools.partial(
+            chunked_cross_entropy, chunk=chunk, vocab_size=vocab_size, vocab_axis=vocab_axis
+        ),
         mesh=jax.sharding.get_abstract_mesh(),
         in_specs=(rows, PartitionSpec(vocab_axis), PartitionSpec(vocab_axis), rows),
         out_specs=(rows, rows),

@@ -63,7 +63,7 @@ class Embeddings(nn.Module):
                 name=name,
             )
 
-        self.word_embeddings = table(cfg.vocab_size, "vocab", "word_embeddings")
+        self.word_embeddings = table(cfg.padded_vocab_size, "vocab", "word_embeddings")
         if cfg.absolute_positions:
             self.position_embeddings = table(cfg.max_positions, "positions", "position_embeddings")
         self.token_type_embeddings = table(1, None, "token_type_embeddings")
