@@ -241,3 +241,22 @@ def test_objective_sections_come_from_their_declarations(key, bad):
     cfg[section][name] = bad
     with pytest.raises(config_lib.ConfigError, match=f"config key '{key}': .*got {bad!r}"):
         config_lib.validate(cfg)
+
+
+def test_validating_a_config_builds_no_model():
+    """Config validation reads the objectives' declarations, not the model: no Flax module
+    (nor Flax) is imported by it, so checking a config is quick and the layers stay apart."""
+    code = (
+        "import sys; from xlpretrain.config import default_config, validate; "
+        "validate(default_config()); "
+        "print(sorted(m for m in sys.modules if m.startswith(('flax', 'xlpretrain.model.'))))"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            check=True)  # fmt: skip
+    loaded = eval(result.stdout.strip().splitlines()[-1])  # noqa: S307 - our own printout
+    assert loaded == [
+        "xlpretrain.model.config",
+        "xlpretrain.model.kernels",
+        "xlpretrain.model.kernels.tiles",
+        "xlpretrain.model.vocab",
+    ]

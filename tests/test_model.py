@@ -355,7 +355,8 @@ def test_vocabulary_rows_padded_for_sharding_are_never_predicted():
     """30 ids padded to 32 rows (`vocab_multiple=8`): the tables have 32 rows, but the logits
     (what argmax, sampling and BTMLM's decoding read) cover the 30 ids only, and the MLM loss
     equals the unpadded model's even when the padding rows would win every softmax."""
-    from xlpretrain.model.electra import ElectraPretrainer, generator_config, init_electra_params
+    from xlpretrain.model.config import generator_config
+    from xlpretrain.model.electra import ElectraPretrainer, init_electra_params
 
     padded = dataclasses.replace(CFG, vocab_size=30, vocab_multiple=8)
     params = nn.unbox(init_params(padded, jax.random.key(0)))

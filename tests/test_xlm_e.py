@@ -16,8 +16,8 @@ from xlpretrain.data.masking import BERT_CORRUPTION, MASK_ONLY
 from xlpretrain.data.pipeline import Corpus, language_vocabulary
 from xlpretrain.data.sources import MonolingualSource, ParallelSource
 from xlpretrain.model import ModelConfig
-from xlpretrain.model.config import ModelFamily
-from xlpretrain.model.electra import ElectraPretrainer, generator_config, init_electra_params
+from xlpretrain.model.config import ModelFamily, generator_config
+from xlpretrain.model.electra import ElectraPretrainer, init_electra_params
 from xlpretrain.objectives import electra
 from xlpretrain.tokenizer import Tokenizer
 
@@ -121,11 +121,11 @@ class KnownLogits:
         self.corrupted = None
 
     def apply(self, variables, *args, method, **kwargs):
-        if method is ElectraPretrainer.generator_hidden:
+        if method == "generator_hidden":
             return jnp.zeros((*args[0].shape, 4))
-        if method is ElectraPretrainer.generator_logits:
+        if method == "generator_logits":
             return self.generator
-        assert method is ElectraPretrainer.discriminator_logits
+        assert method == "discriminator_logits"
         self.corrupted = args[0]
         return self.disc_logits
 

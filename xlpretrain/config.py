@@ -15,7 +15,7 @@ from typing import Any
 import ml_collections
 
 from xlpretrain.model.config import ATTENTION_IMPLS
-from xlpretrain.model.kernels import flash
+from xlpretrain.model.kernels.tiles import Tiles
 from xlpretrain.objectives import REGISTRY
 from xlpretrain.objectives.declaration import Settings
 
@@ -244,7 +244,7 @@ def _probability(v: Any) -> bool:
 
 def _flash_tiles(text: str) -> bool:
     try:
-        flash.Tiles.parse(text)
+        Tiles.parse(text)
     except ValueError:
         return False
     return True

@@ -131,3 +131,15 @@ class ModelConfig:
             flash_tiles=model.flash_tiles,
             loss_chunk=model.loss_chunk,
         )
+
+
+def generator_config(config: ModelConfig, layers: int, width: float) -> ModelConfig:
+    """The generator: `layers` layers, `width` × the discriminator's hidden, heads and FFN."""
+    heads = max(1, round(config.num_heads * width))
+    return dataclasses.replace(
+        config,
+        num_layers=layers,
+        hidden_size=heads * config.head_dim,
+        num_heads=heads,
+        mlp_dim=max(1, round(config.mlp_dim * width)),
+    )

@@ -8,8 +8,6 @@ The discriminator's parameters sit where `MaskedLM` keeps its encoder (`embeddin
 `discriminator_dense` and `discriminator_out` (dense → GELU → dense(1)).
 """
 
-import dataclasses
-
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -19,18 +17,6 @@ from xlpretrain.model.config import ModelConfig
 from xlpretrain.model.encoder import Encoder
 from xlpretrain.model.heads import LMHead
 from xlpretrain.model.layers import Embeddings, dense, gelu
-
-
-def generator_config(config: ModelConfig, layers: int, width: float) -> ModelConfig:
-    """The generator: `layers` layers, `width` × the discriminator's hidden, heads and FFN."""
-    heads = max(1, round(config.num_heads * width))
-    return dataclasses.replace(
-        config,
-        num_layers=layers,
-        hidden_size=heads * config.head_dim,
-        num_heads=heads,
-        mlp_dim=max(1, round(config.mlp_dim * width)),
-    )
 
 
 class ElectraPretrainer(nn.Module):

@@ -9,8 +9,8 @@ excluded) and are dropped on export, so Hugging Face round trips stay exact.
 
 from __future__ import annotations
 
+import jax
 import numpy as np
-from flax import traverse_util
 
 # Parameters whose leading axis is the vocabulary: the (tied) word embeddings and the LM
 # heads' output biases (the masked LM's, and XLM-E's generator's).
@@ -25,14 +25,15 @@ def padded_size(vocab_size: int, multiple: int) -> int:
 def with_rows(params, rows: int):
     """``params`` with every vocabulary-indexed parameter cut to, or zero-padded to, ``rows``
     rows (host arrays)."""
-    flat = traverse_util.flatten_dict(params, sep="/")
-    for path, value in flat.items():
-        if path.endswith(VOCAB_ROWS) and value.shape[0] != rows:
-            value = np.asarray(value)
-            extra = rows - value.shape[0]
-            flat[path] = (
-                value[:rows]
-                if extra < 0
-                else np.pad(value, [(0, extra)] + [(0, 0)] * (value.ndim - 1))
-            )
-    return traverse_util.unflatten_dict(flat, sep="/")
+
+    def resize(path, value):
+        name = "/".join(str(getattr(key, "key", key)) for key in path)
+        if not name.endswith(VOCAB_ROWS) or value.shape[0] == rows:
+            return value
+        value = np.asarray(value)
+        extra = rows - value.shape[0]
+        if extra < 0:
+            return value[:rows]
+        return np.pad(value, [(0, extra)] + [(0, 0)] * (value.ndim - 1))
+
+    return jax.tree_util.tree_map_with_path(resize, params)

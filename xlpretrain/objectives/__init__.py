@@ -6,14 +6,12 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Mapping
+from typing import Any
 
-import flax.linen as nn
 import jax
 import ml_collections
 
-from xlpretrain.model.config import ModelConfig, ModelFamily
-from xlpretrain.model.electra import ElectraPretrainer, generator_config, init_electra_params
-from xlpretrain.model.encoder import MaskedLM, init_params
+from xlpretrain.model.config import ModelConfig, ModelFamily, generator_config
 from xlpretrain.objectives import electra, ernie_m, mlm, veco
 from xlpretrain.objectives.declaration import Objective
 
@@ -55,9 +53,12 @@ def build_model(
     objectives: Mapping[str, Objective],
     num_languages: int,
     kernel_platform: str = "",
-) -> tuple[nn.Module, Callable[[jax.Array], dict]]:
+) -> tuple[Any, Callable[[jax.Array], dict]]:
     """The module the objectives train and its (boxed) parameter initialiser; its kernels are
     built for ``kernel_platform`` ('cpu', 'gpu', 'tpu'; empty: this host's)."""
+    from xlpretrain.model.electra import ElectraPretrainer, init_electra_params  # Flax
+    from xlpretrain.model.encoder import MaskedLM, init_params
+
     config = ModelConfig.from_run_config(cfg.model, num_languages, kernel_platform)
     if model_family(objectives) is ModelFamily.ELECTRA:
         generator = generator_config(config, cfg.xlm_e.generator_layers, cfg.xlm_e.generator_width)

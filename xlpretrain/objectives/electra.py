@@ -10,6 +10,8 @@ with a sigmoid cross-entropy averaged over those tokens. Total = L_G + λ·L_D.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import jax
 import jax.numpy as jnp
 import optax
@@ -19,11 +21,13 @@ from xlpretrain.data.batch import Batch
 from xlpretrain.data.masking import MASK_ONLY
 from xlpretrain.data.streams import MONO, PARALLEL, StreamSpec
 from xlpretrain.masks import AttentionMask, ExampleLayout
-from xlpretrain.model.config import ModelFamily
-from xlpretrain.model.electra import ElectraPretrainer, generator_config
+from xlpretrain.model.config import ModelFamily, generator_config
 from xlpretrain.objectives import flops
 from xlpretrain.objectives.declaration import Objective, Settings, encoder_config
 from xlpretrain.objectives.mlm import mask_meta
+
+if TYPE_CHECKING:  # the model is built by the trainer, not imported by declarations
+    from xlpretrain.model.electra import ElectraPretrainer
 
 
 def replace_with_samples(batch: Batch, sampled: jax.Array) -> tuple[jax.Array, jax.Array]:
@@ -56,13 +60,11 @@ def make_rtd(
             batch["input_ids"],
             batch["positions"],
             rngs={"dropout": gen_rng},
-            method=ElectraPretrainer.generator_hidden,
+            method="generator_hidden",
             **common,
         )
         selected = jnp.take_along_axis(hidden, batch["pred_positions"][..., None], axis=1)
-        logits = model.apply(
-            {"params": params}, selected, method=ElectraPretrainer.generator_logits
-        )
+        logits = model.apply({"params": params}, selected, method="generator_logits")
         weights = batch["pred_weights"]
         count = jnp.maximum(weights.sum(), 1.0)
         nll = optax.softmax_cross_entropy_with_integer_labels(logits, batch["pred_labels"])
@@ -76,7 +78,7 @@ def make_rtd(
             corrupted,
             batch["positions"],
             rngs={"dropout": disc_rng},
-            method=ElectraPretrainer.discriminator_logits,
+            method="discriminator_logits",
             **common,
         )
         real = (batch["segment_ids"] > 0).astype(jnp.float32)

@@ -10,6 +10,7 @@ gradient; pass 2 trains MLM on the masked source with the pseudo tokens appended
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import jax
 import jax.numpy as jnp
@@ -19,11 +20,13 @@ from xlpretrain.data.batch import SIDE_PSEUDO, Batch
 from xlpretrain.data.streams import MONO, PARALLEL, StreamSpec
 from xlpretrain.masks import AttentionMask, ExampleLayout
 from xlpretrain.model.config import ModelFamily
-from xlpretrain.model.encoder import MaskedLM
 from xlpretrain.objectives import flops
 from xlpretrain.objectives.declaration import Objective, Requirement, Settings, encoder_config
 from xlpretrain.objectives.mlm import mask_meta, masked_lm, masked_lm_flops, prediction_loss
 from xlpretrain.tokenizer import Tokenizer
+
+if TYPE_CHECKING:  # the model is built by the trainer, not imported by declarations
+    from xlpretrain.model.encoder import MaskedLM
 
 camlm = masked_lm(masks.camlm)
 camlm.__doc__ = "CAMLM: masked tokens see only the unmasked tokens of the other side."
@@ -49,7 +52,7 @@ def decode_pseudo_tokens(
     )
     slots = batch["placeholder_positions"]
     selected = jnp.take_along_axis(hidden, slots[..., None], axis=1)
-    logits = model.apply({"params": params}, selected, method=MaskedLM.mlm_logits)
+    logits = model.apply({"params": params}, selected, method="mlm_logits")
     if decode == "argmax":
         ids = jnp.argmax(logits, axis=-1)
     else:

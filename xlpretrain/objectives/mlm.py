@@ -6,6 +6,8 @@ position, so no `[tokens, vocabulary]` logits tensor is built.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import jax
 import jax.numpy as jnp
 
@@ -14,9 +16,11 @@ from xlpretrain.data.batch import Batch
 from xlpretrain.data.streams import MONO, PARALLEL, StreamSpec
 from xlpretrain.masks import AttentionMask, ExampleLayout
 from xlpretrain.model.config import ModelFamily
-from xlpretrain.model.encoder import MaskedLM
 from xlpretrain.objectives import flops
 from xlpretrain.objectives.declaration import Objective, encoder_config
+
+if TYPE_CHECKING:  # the model is built by the trainer, not imported by declarations
+    from xlpretrain.model.encoder import MaskedLM
 
 MASK_META_KEYS = ("segment_ids", "pair_ids", "side", "positions", "is_masked")
 
@@ -45,7 +49,7 @@ def prediction_loss(
 ) -> tuple[jax.Array, dict[str, jax.Array]]:
     """Mean cross-entropy over the weighted prediction slots `[B, P]` of `hidden` `[B, L, H]`."""
     selected = jnp.take_along_axis(hidden, positions[..., None], axis=1)
-    nll, correct = model.apply({"params": params}, selected, labels, method=MaskedLM.mlm_nll)
+    nll, correct = model.apply({"params": params}, selected, labels, method="mlm_nll")
     count = weights.sum()
     denominator = jnp.maximum(count, 1.0)
     loss = (nll * weights).sum() / denominator

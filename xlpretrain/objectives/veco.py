@@ -13,6 +13,8 @@ under `stop_gradient`. Both sequences of every pair run in the same two passes:
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import jax
 
 from xlpretrain import masks
@@ -20,10 +22,12 @@ from xlpretrain.data.batch import Batch
 from xlpretrain.data.streams import SEGMENT_PAIRS, StreamSpec
 from xlpretrain.masks import AttentionMask, ExampleLayout
 from xlpretrain.model.config import ModelFamily
-from xlpretrain.model.encoder import MaskedLM
 from xlpretrain.objectives import flops
 from xlpretrain.objectives.declaration import Objective, Requirement, Settings, encoder_config
 from xlpretrain.objectives.mlm import mask_meta, prediction_loss
+
+if TYPE_CHECKING:  # the model is built by the trainer, not imported by declarations
+    from xlpretrain.model.encoder import MaskedLM
 
 VARIANTS = ("acl", "iclr")
 
