@@ -66,6 +66,17 @@ def default_config() -> ml_collections.ConfigDict:
     # only matching parameters are updated; "" trains all. A schedule stage may override it.
     cfg.train.trainable = ""
 
+    # Evaluation during training (xlpretrain/evaluation.py): every `every_steps` steps, each
+    # active objective's loss and accuracy on `batches` held-out batches (dropout off) built from
+    # these folders (same layout as data.*_dir), and retrieval accuracy@1 on the first
+    # `retrieval_lines` pairs of each parallel file; logged as eval/* with that step's metrics.
+    cfg.eval = ml_collections.ConfigDict()
+    cfg.eval.every_steps = 0  # 0: no evaluation during training
+    cfg.eval.mono_dir = ""
+    cfg.eval.parallel_dir = ""
+    cfg.eval.batches = 4
+    cfg.eval.retrieval_lines = 1000  # 0: no retrieval
+
     cfg.data = ml_collections.ConfigDict()
     cfg.data.mono_dir = ""  # folder of <lang>.txt; empty: the built-in demo corpus
     cfg.data.parallel_dir = ""  # folder of <l1>-<l2>.tsv; empty: the built-in demo corpus
@@ -258,6 +269,9 @@ def _one_of(*choices: str) -> Callable[[Any], bool]:
 Ranges = Mapping[str, tuple[Callable[[Any], bool], str]]
 
 _RANGES: Ranges = {
+    "eval.every_steps": (_non_negative, "must be >= 0"),
+    "eval.batches": (_positive, "must be >= 1"),
+    "eval.retrieval_lines": (_non_negative, "must be >= 0"),
     "train.steps": (_positive, "must be > 0"),
     "train.log_every": (_positive, "must be > 0"),
     "train.checkpoint_every": (_positive, "must be > 0"),
@@ -403,6 +417,15 @@ def validate(cfg: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
         _check(len(cfg.objectives) > 0, "objectives", "at least one objective is required")
         _check(any(w > 0 for w in cfg.objectives.values()), "objectives", "all weights are zero")
     active = {name for stage in stages(cfg) for name in stage.weights}
+    if cfg.eval.every_steps > 0:
+        for name in sorted(active):
+            for kind in sorted(REGISTRY[name].stream(cfg).sources()):
+                _check(
+                    bool(cfg.eval[f"{kind}_dir"]),
+                    f"eval.{kind}_dir",
+                    f"eval.every_steps={cfg.eval.every_steps} evaluates {name}, which reads "
+                    f"{kind} data: set it to a held-out folder (or eval.every_steps=0)",
+                )
     for name in sorted(active):  # what each enabled objective declares it cannot do without
         for requirement in REGISTRY[name].requires:
             _check(requirement.holds(cfg), requirement.key, requirement.message)

@@ -86,10 +86,18 @@ def progress_line(step: int, total: int, scalars: Mapping[str, float], seconds_l
         f"{k.split('/', 1)[1]} {v:.3f}" for k, v in sorted(scalars.items()) if k.startswith("loss/")
     ]
     eta = datetime.timedelta(seconds=int(max(seconds_left, 0)))
-    return (
+    line = (
         f"step {step}/{total} | loss {scalars['loss']:.4f} ({' '.join(parts)}) | "
         f"{scalars.get('tokens_per_s', 0.0) / 1e3:.1f}k tok/s | ETA {eta}"
     )
+    held_out = [
+        f"{k.removeprefix('eval/loss/')} {v:.3f}"
+        for k, v in sorted(scalars.items())
+        if k.startswith("eval/loss/")
+    ]
+    if "eval/retrieval" in scalars:
+        held_out.append(f"retrieval@1 {scalars['eval/retrieval']:.3f}")
+    return line + (f" | eval {' '.join(held_out)}" if held_out else "")
 
 
 def read_metrics(workdir: str | os.PathLike) -> list[dict]:

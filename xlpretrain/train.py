@@ -34,6 +34,7 @@ from xlpretrain.data.sampling import format_sampling_table
 from xlpretrain.data.sources import MonolingualSource, ParallelSource, format_stats
 from xlpretrain.data.streams import MONO, PARALLEL
 from xlpretrain.divergence import BadStepGuard, DivergenceError
+from xlpretrain.evaluation import Evaluator, build_evaluator
 from xlpretrain.metrics import MetricsWriter, progress_line
 from xlpretrain.plan import RunPlan
 from xlpretrain.preemption import PreemptionWatch
@@ -236,6 +237,7 @@ class Trainer:
     training: Training
     builder: StepBatchBuilder
     checkpointer: Checkpointer
+    evaluator: Evaluator | None = None
 
 
 def build(
@@ -281,7 +283,8 @@ def build(
         for line in format_sampling_table(counts, probabilities, title):
             log.info("%s", line)
 
-    return Trainer(cfg, plan, workdir, training, builder, checkpointer)
+    evaluator = build_evaluator(cfg, plan, model, training, corpus, tokenizer)
+    return Trainer(cfg, plan, workdir, training, builder, checkpointer, evaluator)
 
 
 def batch_builder(
@@ -375,7 +378,8 @@ def run(trainer: Trainer) -> TrainState:
                     jax.block_until_ready(state)
                     jax.profiler.stop_trace()
                 preempted = preemption.reached(step)
-                if step % cfg.train.log_every == 0 or step == end_step or preempted:
+                evaluate = trainer.evaluator is not None and step % cfg.eval.every_steps == 0
+                if step % cfg.train.log_every == 0 or step == end_step or preempted or evaluate:
                     guard.flush()
                     scalars = {k: float(v) for k, v in jax.device_get(metrics).items()}
                     scalars["skipped_steps"] = guard.total
@@ -384,6 +388,8 @@ def run(trainer: Trainer) -> TrainState:
                     scalars.pop("finite")
                     if len(trainer.plan.stages) > 1:
                         scalars["stage"] = stage
+                    if evaluate:  # its time is not the step's: the next interval starts after
+                        scalars.update(trainer.evaluator(state.params, stage))
                     writer.write(step, scalars)
                     if first_log_time is None:
                         first_log_time, first_log_step = now, step
@@ -392,7 +398,7 @@ def run(trainer: Trainer) -> TrainState:
                         rate = (now - first_log_time) / (step - first_log_step)
                         seconds_left = rate * (end_step - step)
                     log.info("%s", progress_line(step, end_step, scalars, seconds_left))
-                    tokens_since_log, last_log_time = 0, now
+                    tokens_since_log, last_log_time = 0, time.perf_counter()
                 if step % cfg.train.checkpoint_every == 0 or step == end_step or preempted:
                     guard.flush()  # never checkpoint past the step that ends the run
                     checkpointer.save(step, state, iterator)

@@ -1,0 +1,105 @@
+"""Evaluation during pre-training: held-out loss and accuracy per objective (dropout off,
+reduced over every prediction of the held-out batches) and retrieval accuracy@1, logged with
+the step's metrics every `eval.every_steps` steps."""
+
+import shutil
+
+import jax
+import numpy as np
+import pytest
+
+from tests.tiny import STEPS
+from xlpretrain import objectives, train
+from xlpretrain.api import Model
+from xlpretrain.config import ConfigError, validate
+from xlpretrain.convert.folder import Pretrained
+from xlpretrain.data.sources import ParallelSource
+from xlpretrain.eval.retrieval import retrieval_accuracy
+from xlpretrain.evaluation import without_dropout
+from xlpretrain.metrics import progress_line, read_metrics
+
+HELD_OUT = ("007", "008", "009")
+
+
+@pytest.fixture(scope="module")
+def held_out(udhr, tmp_path_factory):
+    """Three of the corpus's languages and their English pairs (the run knows their ids)."""
+    root = tmp_path_factory.mktemp("held_out")
+    (root / "mono").mkdir()
+    (root / "parallel").mkdir()
+    for lang in HELD_OUT:
+        shutil.copy(udhr / "mono" / f"{lang}.txt", root / "mono")
+        shutil.copy(udhr / "parallel" / f"eng-{lang}.tsv", root / "parallel")
+    return root
+
+
+@pytest.fixture(scope="module")
+def evaluated_run(udhr_run_config, held_out, tmp_path_factory):
+    cfg = udhr_run_config(
+        data__pack=False,  # with long rows, some padded: batches differ in predictions
+        data__max_length=128,
+        eval__every_steps=4,
+        eval__mono_dir=str(held_out / "mono"),
+        eval__parallel_dir=str(held_out / "parallel"),
+        eval__batches=2,
+        eval__retrieval_lines=12,
+    )
+    workdir = tmp_path_factory.mktemp("run")
+    trainer = train.build(cfg, str(workdir), jax.devices()[:1])
+    try:
+        state = train.run(trainer)
+    finally:
+        trainer.checkpointer.close()
+    return cfg, trainer, jax.device_get(state.params), read_metrics(str(workdir))
+
+
+def test_held_out_scores_are_logged_every_n_steps(evaluated_run):
+    _, _, _, records = evaluated_run
+    evaluated = [r["step"] for r in records if "eval/loss/mmlm" in r]
+    assert evaluated == list(range(4, STEPS + 1, 4))
+    last = records[-1]
+    for key in ("eval/loss/mmlm", "eval/loss/tlm", "eval/accuracy/mmlm", "eval/accuracy/tlm"):
+        assert np.isfinite(last[key]), key
+    assert 0.0 <= last["eval/retrieval"] <= 1.0
+    assert {k for k in last if k.startswith("eval/retrieval/")} == {
+        f"eval/retrieval/eng-{lang}" for lang in HELD_OUT
+    }
+    assert "| eval mmlm " in progress_line(STEPS, STEPS, last, 0.0)
+
+
+def test_held_out_loss_is_every_predictions_mean_without_dropout(evaluated_run):
+    """The last evaluation, recomputed from the final parameters: each held-out batch scored
+    by the objective with dropout off, summed over predictions and divided by their count."""
+    cfg, trainer, params, records = evaluated_run
+    model, _ = objectives.build_model(cfg, trainer.plan.objectives, num_languages=0)
+    quiet = without_dropout(model)
+    for name in ("mmlm", "tlm"):
+        loss_fn = jax.jit(objectives.get(name).loss(cfg), static_argnums=3)
+        sums = np.zeros(3)
+        for batch in trainer.evaluator.batches[0]:
+            loss, metrics = loss_fn(params, batch[name], jax.random.key(0), quiet)
+            count = float(metrics["count"])
+            sums += [float(loss) * count, float(metrics["accuracy"]) * count, count]
+        np.testing.assert_allclose(records[-1][f"eval/loss/{name}"], sums[0] / sums[2], rtol=1e-5)
+        np.testing.assert_allclose(
+            records[-1][f"eval/accuracy/{name}"], sums[1] / sums[2], rtol=1e-5
+        )
+    # With dropout on, the same batches score differently: the evaluator did turn it off.
+    noisy, _ = loss_fn(params, trainer.evaluator.batches[0][0]["tlm"], jax.random.key(0), model)
+    clean, _ = loss_fn(params, trainer.evaluator.batches[0][0]["tlm"], jax.random.key(0), quiet)
+    assert abs(float(noisy) - float(clean)) > 1e-4
+
+
+def test_retrieval_is_scored_with_the_current_parameters(evaluated_run, held_out):
+    cfg, trainer, params, records = evaluated_run
+    languages = tuple(trainer.builder.corpus.languages)
+    config = trainer.evaluator.model_config
+    model = Model(Pretrained(config, params, trainer.builder.tokenizer, languages))
+    source = ParallelSource.from_dir(held_out / "parallel")
+    result = retrieval_accuracy(model, source, max_lines=12)
+    np.testing.assert_allclose(records[-1]["eval/retrieval"], result["average"]["mean"])
+
+
+def test_evaluation_needs_held_out_data_for_what_it_evaluates(udhr_run_config):
+    with pytest.raises(ConfigError, match="eval.mono_dir.*evaluates mmlm, which reads mono data"):
+        validate(udhr_run_config(eval__every_steps=10))

@@ -1,0 +1,194 @@
+"""Evaluation during pre-training: held-out MLM loss and accuracy per objective, and
+cross-lingual retrieval accuracy@1, every `eval.every_steps` steps.
+
+The held-out batches are built once, by the run's own pipeline (same streams, row shapes and
+masking) over `eval.mono_dir` / `eval.parallel_dir` with a seed of their own, so every
+evaluation scores the same rows and the numbers are comparable across steps. They are scored
+by each stage's objectives with dropout off, sharded like the training step and reduced over
+all their predictions, as the training loss is. Retrieval embeds the first
+`eval.retrieval_lines` pairs of each held-out pair file with the current parameters
+(`xlpretrain.eval.retrieval`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Callable, Mapping
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+from jax.experimental import multihost_utils
+
+from xlpretrain.convert.folder import DISCRIMINATOR, MASKED_LM, Pretrained
+from xlpretrain.data.pipeline import Corpus, StepBatchBuilder
+from xlpretrain.data.sources import MonolingualSource, ParallelSource
+from xlpretrain.data.streams import MONO, PARALLEL, Phase
+from xlpretrain.model.config import ModelConfig, ModelFamily
+from xlpretrain.plan import RunPlan
+from xlpretrain.sharding import global_batch, under_mesh
+from xlpretrain.step import Training
+from xlpretrain.tokenizer import Tokenizer
+
+log = logging.getLogger("xlpretrain")
+EVAL_SEED_OFFSET = 7919  # held-out rows never repeat the training stream's draws
+
+
+def without_dropout(model):
+    """The same module with every dropout rate 0 (a module's configs are its fields)."""
+    quiet = {
+        field.name: dataclasses.replace(value, dropout_rate=0.0, attention_dropout_rate=0.0)
+        for field in dataclasses.fields(model)
+        if isinstance(value := getattr(model, field.name), ModelConfig)
+    }
+    return model.clone(**quiet)
+
+
+def held_out_corpus(eval_cfg: ml_collections.ConfigDict, data_cfg, kinds, languages) -> Corpus:
+    """The held-out folders the run's streams read, with the training run's language ids."""
+    options = dict(strict=data_cfg.strict, max_line_bytes=data_cfg.max_line_bytes)
+    sources = {}
+    for kind, folder, load in (
+        (MONO, eval_cfg.mono_dir, MonolingualSource.from_dir),
+        (PARALLEL, eval_cfg.parallel_dir, ParallelSource.from_dir),
+    ):
+        if kind in kinds:
+            sources[kind] = load(folder, **options)
+    corpus = Corpus(sources.get(MONO), sources.get(PARALLEL), list(languages))
+    unknown = sorted(
+        {lang for source in sources.values() for lang in source.languages} - set(languages)
+    )
+    if unknown:
+        raise ValueError(
+            f"eval data: languages {unknown} are not languages of the training corpus, so the "
+            "model has no language id for them"
+        )
+    return corpus
+
+
+def make_eval_step(model, loss_fns: Mapping[str, Callable], rng: jax.Array) -> Callable:
+    """`(params, batches) -> {objective: (loss · count, accuracy · count, count)}`."""
+
+    def evaluate(params, batches):
+        sums = {}
+        for name, loss_fn in loss_fns.items():
+            loss, metrics = loss_fn(params, batches[name], rng, model)
+            count = metrics["count"]
+            accuracy = metrics.get("accuracy", metrics.get(f"accuracy/{name}", jnp.nan))
+            sums[name] = (loss * count, accuracy * count, count)
+        return sums
+
+    return evaluate
+
+
+@dataclasses.dataclass
+class Evaluator:
+    """Scores the current parameters on the held-out data; called by the training loop."""
+
+    plan: RunPlan
+    batches: list[list[dict]]  # per stage: the held-out global batches
+    steps: list[Callable]  # per stage: the jitted evaluation step
+    retrieval: ParallelSource | None
+    retrieval_lines: int
+    model_config: ModelConfig
+    tokenizer: Tokenizer
+    languages: tuple[str, ...]
+    family: ModelFamily
+
+    def __call__(self, params, stage: int) -> dict[str, float]:
+        totals: dict[str, np.ndarray] = {}
+        for batch in self.batches[stage]:
+            for name, values in jax.device_get(self.steps[stage](params, batch)).items():
+                totals[name] = totals.get(name, 0.0) + np.asarray(values, np.float64)
+        scalars = {}
+        for name, (loss, accuracy, count) in totals.items():
+            scalars[f"eval/loss/{name}"] = loss / max(count, 1.0)
+            scalars[f"eval/accuracy/{name}"] = accuracy / max(count, 1.0)
+        if self.retrieval is not None:
+            scalars.update(self._retrieval(params))
+        return scalars
+
+    def _retrieval(self, params) -> dict[str, float]:
+        from xlpretrain.api import Model  # the inference wrapper, built on demand
+        from xlpretrain.eval.retrieval import retrieval_accuracy
+
+        host = multihost_utils.process_allgather(params, tiled=True)
+        kind = MASKED_LM
+        if self.family is ModelFamily.ELECTRA:  # the discriminator's encoder
+            host, kind = {k: host[k] for k in ("embeddings", "encoder")}, DISCRIMINATOR
+        pretrained = Pretrained(self.model_config, host, self.tokenizer, self.languages, kind)
+        result = retrieval_accuracy(
+            Model(pretrained), self.retrieval, max_lines=self.retrieval_lines
+        )
+        scores = {f"eval/retrieval/{pair}": s["mean"] for pair, s in result["pairs"].items()}
+        return {"eval/retrieval": result["average"]["mean"], **scores}
+
+
+def build_evaluator(
+    cfg: ml_collections.ConfigDict,
+    plan: RunPlan,
+    model,
+    training: Training,
+    corpus: Corpus,
+    tokenizer: Tokenizer,
+) -> Evaluator | None:
+    """The run's evaluator, or None when `eval.every_steps` is 0."""
+    if cfg.eval.every_steps <= 0:
+        return None
+    held_out = held_out_corpus(cfg.eval, cfg.data, plan.sources(), corpus.languages)
+    rules = [tuple(rule) for rule in cfg.mesh.rules]
+    quiet = without_dropout(model)
+    batches, steps = [], []
+    for stage in plan.stages:
+        builder = StepBatchBuilder(
+            held_out,
+            tokenizer,
+            {name: plan.streams[name] for name in stage.rows},
+            [Phase(0, stage.rows)],
+            seed=cfg.train.seed + EVAL_SEED_OFFSET,
+            mono_alpha=cfg.data.mono_alpha,
+            parallel_alpha=cfg.data.parallel_alpha,
+            pack=cfg.data.pack,
+            reset_positions=cfg.data.tlm_reset_positions,
+            process_index=jax.process_index(),
+            process_count=jax.process_count(),
+        )
+        batches.append(
+            [
+                global_batch(builder.map(index), training.batch_sharding)
+                for index in range(cfg.eval.batches)
+            ]
+        )
+        loss_fns = {name: plan.objectives[name].loss(cfg) for name in stage.weights}
+        step = make_eval_step(quiet, loss_fns, jax.random.key(cfg.train.seed))
+        steps.append(
+            jax.jit(
+                under_mesh(training.mesh, rules, step),
+                in_shardings=(training.state_shardings.params, training.batch_sharding),
+            )
+        )
+    retrieval = None
+    if cfg.eval.parallel_dir and cfg.eval.retrieval_lines > 0:
+        retrieval = held_out.parallel or ParallelSource.from_dir(
+            cfg.eval.parallel_dir, strict=cfg.data.strict, max_line_bytes=cfg.data.max_line_bytes
+        )
+    family = next(iter(plan.objectives.values())).family
+    log.info(
+        "evaluating every %d steps on %d held-out batches per stage%s",
+        cfg.eval.every_steps,
+        cfg.eval.batches,
+        f", retrieval on {len(retrieval.pairs)} pair files" if retrieval else "",
+    )
+    return Evaluator(
+        plan,
+        batches,
+        steps,
+        retrieval,
+        cfg.eval.retrieval_lines,
+        model.config,
+        tokenizer,
+        tuple(corpus.languages),
+        family,
+    )
