@@ -14,7 +14,7 @@ from xlpretrain.api import Model
 from xlpretrain.config import ConfigError, validate
 from xlpretrain.convert.folder import Pretrained
 from xlpretrain.data.sources import ParallelSource
-from xlpretrain.eval.retrieval import retrieval_accuracy
+from xlpretrain.eval.alignment import retrieval_accuracy
 from xlpretrain.evaluation import without_dropout
 from xlpretrain.metrics import progress_line, read_metrics
 

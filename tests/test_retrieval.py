@@ -17,7 +17,7 @@ from tests.test_train import run as pretrain
 from xlpretrain.api import Model
 from xlpretrain.convert import folder
 from xlpretrain.data.sources import ParallelSource
-from xlpretrain.eval import retrieval
+from xlpretrain.eval import alignment, retrieval
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 UDHR_PAIRS = ("eng-cmn_hans", "eng-deu_1996", "eng-fra")
@@ -53,7 +53,7 @@ def data(udhr, tmp_path_factory) -> pathlib.Path:
 
 
 def test_accuracy_per_pair_both_ways_and_identical_columns(model, data):
-    results = retrieval.retrieval_accuracy(model, ParallelSource.from_dir(data / "parallel"))
+    results = alignment.retrieval_accuracy(model, ParallelSource.from_dir(data / "parallel"))
     assert list(results["pairs"]) == ["eng-cmn_hans", "eng-deu_1996", "eng-eng", "eng-fra"]
     assert results["layer"] == 1 and results["pooling"] == "mean"  # the middle of 2 layers
     for stem, scores in results["pairs"].items():
@@ -66,7 +66,7 @@ def test_accuracy_per_pair_both_ways_and_identical_columns(model, data):
     means = [scores["l1_to_l2"] for scores in results["pairs"].values()]
     assert results["average"]["l1_to_l2"] == pytest.approx(sum(means) / len(means))
 
-    first = retrieval.retrieval_accuracy(
+    first = alignment.retrieval_accuracy(
         model, ParallelSource.from_dir(data / "parallel", pairs=["eng-eng"]), max_lines=5, layer=0
     )
     assert first["layer"] == 0 and first["pairs"]["eng-eng"]["n"] == 5
@@ -85,10 +85,10 @@ def test_language_codes_go_to_models_with_language_embeddings(model, data):
             return model.encode(texts, **options)
 
     plain = Spy(model.config, [])
-    retrieval.retrieval_accuracy(plain, source, max_lines=3)
+    alignment.retrieval_accuracy(plain, source, max_lines=3)
     assert plain.calls == [None, None]
     with_languages = Spy(dataclasses.replace(model.config, num_languages=2), [])
-    retrieval.retrieval_accuracy(with_languages, source, max_lines=3)
+    alignment.retrieval_accuracy(with_languages, source, max_lines=3)
     assert with_languages.calls == ["eng", "fra"]
 
 

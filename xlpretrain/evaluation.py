@@ -112,7 +112,7 @@ class Evaluator:
 
     def _retrieval(self, params) -> dict[str, float]:
         from xlpretrain.api import Model  # the inference wrapper, built on demand
-        from xlpretrain.eval.retrieval import retrieval_accuracy
+        from xlpretrain.eval.alignment import retrieval_accuracy
 
         host = multihost_utils.process_allgather(params, tiled=True)
         kind = MASKED_LM
