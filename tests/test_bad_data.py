@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from tests.tiny import run_config
-from xlpretrain import train
+from xlpretrain import trainer as trainer_lib
 from xlpretrain.metrics import read_metrics
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -84,9 +84,9 @@ def tiny_config(corpus: pathlib.Path):
 
 def test_broken_corpus_trains_and_the_log_counts_skipped_lines_per_file(corpus, tmp_path, caplog):
     caplog.set_level(logging.INFO, logger="xlpretrain")
-    trainer = train.build(tiny_config(corpus), str(tmp_path), jax.devices()[:1])
+    trainer = trainer_lib.build(tiny_config(corpus), str(tmp_path), jax.devices()[:1])
     try:
-        train.run(trainer)
+        trainer_lib.run(trainer)
     finally:
         trainer.checkpointer.close()
 

@@ -18,6 +18,7 @@ safetensors_numpy = pytest.importorskip("safetensors.numpy")
 import xlpretrain  # noqa: E402
 from tests import tiny  # noqa: E402
 from tests.test_api import xlm_e_workdir  # noqa: E402
+from xlpretrain import trainer as trainer_lib  # noqa: E402
 from xlpretrain.convert import folder, from_hf, to_hf  # noqa: E402
 from xlpretrain.convert.__main__ import main  # noqa: E402
 from xlpretrain.model import vocab  # noqa: E402
@@ -196,8 +197,6 @@ def workdir(udhr, udhr_tokenizer_path, tmp_path_factory):
     by the trainer's checkpointer at step 1 — the files a run writes, without compiling a step."""
     import grain
 
-    from xlpretrain import train
-
     root = tmp_path_factory.mktemp("workdir")
     subset = root / "mono"
     subset.mkdir()
@@ -209,7 +208,7 @@ def workdir(udhr, udhr_tokenizer_path, tmp_path_factory):
         data__batch_size=2,
         objectives={"mmlm": 1.0},
     )
-    trainer = train.build(cfg, str(root / "run"), jax.devices()[:1])
+    trainer = trainer_lib.build(cfg, str(root / "run"), jax.devices()[:1])
     state = trainer.training.state
     rng = np.random.default_rng(7)  # NumPy noise: eager jax.random would compile per shape
     state = state.replace(

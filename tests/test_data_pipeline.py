@@ -4,8 +4,9 @@ import numpy as np
 import pytest
 
 from tests.tiny import mask_tokens, run_config, step_batch_builder
-from xlpretrain import train
+from xlpretrain import trainer as trainer_lib
 from xlpretrain.data import batch as batch_lib
+from xlpretrain.data import corpus as corpus_lib
 from xlpretrain.data.examples import FIRST_POSITION, monolingual_row, translation_pair_row
 from xlpretrain.data.pipeline import (
     Corpus,
@@ -81,8 +82,8 @@ def drawn_languages(cfg, steps: int) -> dict[str, np.ndarray]:
     """The language of every row the run's pipeline builds in `steps` steps, per objective:
     the one language of an MMLM row, the non-English side of a TLM row."""
     plan = RunPlan.from_config(cfg)
-    corpus = train.load_corpus(cfg, plan.sources())
-    builder = train.batch_builder(cfg, plan, corpus, Tokenizer.load(cfg.tokenizer.path))
+    corpus = corpus_lib.load_corpus(cfg, plan.sources())
+    builder = trainer_lib.batch_builder(cfg, plan, corpus, Tokenizer.load(cfg.tokenizer.path))
     drawn = {"mmlm": [], "tlm": []}
     for step in range(steps):
         for name, batch in builder.map(step).items():

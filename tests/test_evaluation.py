@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from tests.tiny import STEPS
-from xlpretrain import objectives, train
+from xlpretrain import objectives
+from xlpretrain import trainer as trainer_lib
 from xlpretrain.api import Model
 from xlpretrain.config import ConfigError, validate
 from xlpretrain.convert.folder import Pretrained
@@ -45,9 +46,9 @@ def evaluated_run(udhr_run_config, held_out, tmp_path_factory):
         eval__retrieval_lines=12,
     )
     workdir = tmp_path_factory.mktemp("run")
-    trainer = train.build(cfg, str(workdir), jax.devices()[:1])
+    trainer = trainer_lib.build(cfg, str(workdir), jax.devices()[:1])
     try:
-        state = train.run(trainer)
+        state = trainer_lib.run(trainer)
     finally:
         trainer.checkpointer.close()
     return cfg, trainer, jax.device_get(state.params), read_metrics(str(workdir))

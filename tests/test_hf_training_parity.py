@@ -20,7 +20,7 @@ transformers = pytest.importorskip("transformers")
 from transformers.models.xlm_roberta import modeling_xlm_roberta as xlm_roberta  # noqa: E402
 from transformers.trainer_pt_utils import get_parameter_names  # noqa: E402
 
-from xlpretrain import train  # noqa: E402
+from xlpretrain import trainer as trainer_lib  # noqa: E402
 from xlpretrain.convert import hf  # noqa: E402
 from xlpretrain.metrics import read_metrics  # noqa: E402
 from xlpretrain.model.config import ModelConfig  # noqa: E402
@@ -53,11 +53,11 @@ RTOL = 1e-5  # float32 in both; they agree to ~1e-7
 def our_losses(cfg, workdir) -> tuple[list[float], list[float], dict, list[dict]]:
     """Our trainer's losses and gradient norms by step, its step-0 parameters, and the batches
     it trained on (its own builder, step by step)."""
-    trainer = train.build(cfg, str(workdir), jax.devices()[:1])
+    trainer = trainer_lib.build(cfg, str(workdir), jax.devices()[:1])
     initial = jax.device_get(trainer.training.state.params)  # before run() donates the state
     batches = [trainer.builder.map(step)["mmlm"] for step in range(STEPS)]
     try:
-        train.run(trainer)
+        trainer_lib.run(trainer)
     finally:
         trainer.checkpointer.close()
     records = read_metrics(str(workdir))

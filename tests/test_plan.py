@@ -12,10 +12,13 @@ import jax
 import numpy as np
 import pytest
 
-from xlpretrain import bench, train
+from xlpretrain import bench
+from xlpretrain import trainer as trainer_lib
 from xlpretrain.config import validate
+from xlpretrain.data import corpus as corpus_lib
 from xlpretrain.data.streams import MONO, SEGMENT_PAIRS, StreamSpec
 from xlpretrain.plan import RunPlan
+from xlpretrain.tokenizer import Tokenizer
 
 CONFIGS = pathlib.Path(__file__).resolve().parents[1] / "configs"
 SHIPPED = [
@@ -71,8 +74,8 @@ def shapes(batches) -> dict:
 def test_plan_bench_and_pipeline_batches_have_one_shape(file, arg, udhr, udhr_tokenizer_path):
     cfg = shrunk(shipped_config(file, arg), udhr, udhr_tokenizer_path)
     plan = RunPlan.from_config(cfg)
-    corpus = train.load_corpus(cfg, plan.sources())
-    builder = train.batch_builder(cfg, plan, corpus, train.Tokenizer.load(cfg.tokenizer.path))
+    corpus = corpus_lib.load_corpus(cfg, plan.sources())
+    builder = trainer_lib.batch_builder(cfg, plan, corpus, Tokenizer.load(cfg.tokenizer.path))
     sharding = jax.sharding.SingleDeviceSharding(jax.devices()[0])
     rng = np.random.default_rng(0)
     for index, stage in enumerate(plan.stages):

@@ -200,7 +200,7 @@ def test_full_disk_is_named_before_the_first_step(tmp_path, monkeypatch, udhr_ru
     """A disk with less room than one checkpoint stops the run at build, naming both sizes."""
     import shutil
 
-    from xlpretrain import train as train_lib
+    from xlpretrain import trainer as train_lib
 
     real = shutil.disk_usage
     monkeypatch.setattr(

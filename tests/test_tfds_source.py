@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from tests.tiny import step_batch_builder
+from xlpretrain.data import corpus as corpus_lib
 from xlpretrain.data.pipeline import Corpus, language_vocabulary
 from xlpretrain.data.sources import DataError, format_stats
 from xlpretrain.data.streams import MONO, PARALLEL, StreamSpec
@@ -257,7 +258,6 @@ def test_sources_feed_the_pipeline(mono, parallel, tmp_path):
 
 
 def test_run_config_selects_tfds_sources(data_dir):
-    from xlpretrain import train
     from xlpretrain.config import ConfigError, default_config
     from xlpretrain.data.streams import MONO, PARALLEL
 
@@ -268,11 +268,11 @@ def test_run_config_selects_tfds_sources(data_dir):
     cfg.data.parallel_tfds.data_dir = str(data_dir)
     cfg.data.parallel_tfds.pair = "de-en"
     cfg.data.max_line_bytes = MAX_BYTES
-    corpus = train.load_corpus(cfg, {MONO, PARALLEL})
+    corpus = corpus_lib.load_corpus(cfg, {MONO, PARALLEL})
     assert isinstance(corpus.mono, TfdsMonolingualSource)
     assert isinstance(corpus.parallel, TfdsParallelSource)
     assert corpus.parallel.line(("de", "en"), 1) == ("Danke.", "Thank you.")
     assert {"de", "en"} <= set(corpus.languages)
     cfg.data.mono_dir = "/some/folder"
     with pytest.raises(ConfigError, match="data.mono_tfds.name"):
-        train.load_corpus(cfg, {MONO})
+        corpus_lib.load_corpus(cfg, {MONO})

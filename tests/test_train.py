@@ -13,11 +13,12 @@ import pytest
 from absl import flags
 
 from tests.tiny import STEPS
-from xlpretrain import train
+from xlpretrain import trainer as trainer_lib
 from xlpretrain.checkpoint import CheckpointError, CheckpointMismatchError
 from xlpretrain.config import ConfigError, default_config
 from xlpretrain.divergence import DivergenceError
 from xlpretrain.metrics import read_metrics
+from xlpretrain.tokenizer import Tokenizer
 
 
 def losses(workdir):
@@ -25,9 +26,9 @@ def losses(workdir):
 
 
 def run(cfg, workdir, devices=None):
-    trainer = train.build(cfg, str(workdir), devices)
+    trainer = trainer_lib.build(cfg, str(workdir), devices)
     try:
-        return train.run(trainer)
+        return trainer_lib.run(trainer)
     finally:
         trainer.checkpointer.close()
 
@@ -201,17 +202,17 @@ def test_nan_loss_halts_without_corrupting_the_state(udhr_run_config, tmp_path, 
         train__checkpoint_every=3,
         train__max_bad_steps=3,
     )
-    trainer = train.build(cfg, str(tmp_path), jax.devices()[:1])
+    trainer = trainer_lib.build(cfg, str(tmp_path), jax.devices()[:1])
     with pytest.raises(DivergenceError, match=r"not finite in 3 consecutive steps \(1-3"):
-        train.run(trainer)
+        trainer_lib.run(trainer)
     trainer.checkpointer.close()
     assert not (tmp_path / "checkpoints" / "3").exists()  # the run ended before saving it
 
     # train.max_bad_steps=0: every update is skipped, counted, and the state stays as it was
     cfg = udhr_run_config(train__log_every=2, train__steps=4, train__max_bad_steps=0)
-    trainer = train.build(cfg, str(tmp_path / "going_on"), jax.devices()[:1])
+    trainer = trainer_lib.build(cfg, str(tmp_path / "going_on"), jax.devices()[:1])
     initial = jax.device_get(trainer.training.state.params)
-    state = train.run(trainer)
+    state = trainer_lib.run(trainer)
     trainer.checkpointer.close()
     assert [r["skipped_steps"] for r in read_metrics(tmp_path / "going_on")] == [2, 4]
     jax.tree.map(np.testing.assert_array_equal, initial, jax.device_get(state.params))
@@ -226,7 +227,7 @@ def test_unknown_objective_weight_key_and_language_mismatch(udhr, udhr_run_confi
     (small / "xx.txt").write_text("one line\n")
     cfg.data.mono_dir = str(small)
     with pytest.raises(ValueError, match="languages differ"):
-        train.build(cfg, str(tmp_path), jax.devices()[:1])
+        trainer_lib.build(cfg, str(tmp_path), jax.devices()[:1])
 
 
 def test_demo_command_trains_and_loss_falls(tmp_path):
@@ -355,7 +356,6 @@ def test_warm_start_from_a_converted_checkpoint(
     from xlpretrain import warm_start
     from xlpretrain.convert import folder
     from xlpretrain.model import ModelConfig, init_params
-    from xlpretrain.tokenizer import Tokenizer
     from xlpretrain.warm_start import WarmStartError
 
     cfg = udhr_run_config(train__steps=1)
@@ -367,7 +367,7 @@ def test_warm_start_from_a_converted_checkpoint(
     cfg.tokenizer.path = ""  # the checkpoint's tokenizer comes with it
     cfg.model.language_embeddings = True  # a parameter XLM-R does not have
     with caplog.at_level("INFO", logger="xlpretrain"):
-        trainer = train.build(cfg, str(tmp_path / "run"), jax.devices()[:1])
+        trainer = trainer_lib.build(cfg, str(tmp_path / "run"), jax.devices()[:1])
     trainer.checkpointer.close()
     params = jax.device_get(trainer.training.state.params)
     np.testing.assert_array_equal(
@@ -383,14 +383,14 @@ def test_warm_start_from_a_converted_checkpoint(
     cfg.model.language_embeddings = False
     cfg.model.vocab_size = 2002  # the checkpoint's tokenizer has 1002 ids
     with pytest.raises(ConfigError, match="model.vocab_size"):
-        train.build(cfg, str(tmp_path / "other"), jax.devices()[:1])
+        trainer_lib.build(cfg, str(tmp_path / "other"), jax.devices()[:1])
     bigger = ModelConfig.from_run_config(cfg.model, 0)
     fresh = jax.device_get(nn.unbox(init_params(bigger, jax.random.key(0))))
     with pytest.raises(WarmStartError, match="vocabulary of 1002 ids"):
         warm_start.merge(fresh, bigger, folder.read(tmp_path / "xlmr"), "xlmr")
     cfg.init.checkpoint = str(tmp_path / "nowhere")
     with pytest.raises(ConfigError, match="init.checkpoint"):
-        train.build(cfg, str(tmp_path / "third"), jax.devices()[:1])
+        trainer_lib.build(cfg, str(tmp_path / "third"), jax.devices()[:1])
 
 
 def test_first_update_after_unfreezing_is_a_fresh_adam_step():
@@ -441,9 +441,9 @@ def test_training_restarts_adam_where_a_stage_unfreezes_parameters(udhr_run_conf
         {"start_step": 0, "objectives": {"mmlm": 1.0}, "trainable": "lm_head"},
         {"start_step": 3, "objectives": {"mmlm": 1.0}, "trainable": ""},
     )
-    trainer = train.build(cfg, str(tmp_path), jax.devices()[:1])
+    trainer = trainer_lib.build(cfg, str(tmp_path), jax.devices()[:1])
     try:
-        state = train.run(trainer)
+        state = trainer_lib.run(trainer)
     finally:
         trainer.checkpointer.close()
 

@@ -35,10 +35,11 @@ from absl import app, flags
 from ml_collections import config_flags
 
 from xlpretrain import objectives as objectives_lib
-from xlpretrain import train
+from xlpretrain import trainer as trainer_lib
 from xlpretrain.bench_attention import attention_benchmark, format_attention
 from xlpretrain.bench_peer import format_peer, peer_benchmark
 from xlpretrain.config import validate
+from xlpretrain.data import corpus as corpus_lib
 from xlpretrain.data.batch import (
     PREDICTION_FIELDS,
     SIDE_PLACEHOLDER,
@@ -138,10 +139,10 @@ def pipeline_benchmark(cfg, steps: int, workdir: str) -> dict:
     comparable with the step's tokens/s, and the share of slots holding real tokens."""
     validate(cfg)
     plan = RunPlan.from_config(cfg)
-    corpus = train.load_corpus(cfg, plan.sources())
-    tokenizer = train.load_tokenizer(cfg, workdir, corpus, None)
+    corpus = corpus_lib.load_corpus(cfg, plan.sources())
+    tokenizer = corpus_lib.load_tokenizer(cfg, workdir, corpus, None)
     dataset = make_dataset(
-        train.batch_builder(cfg, plan, corpus, tokenizer),
+        trainer_lib.batch_builder(cfg, plan, corpus, tokenizer),
         steps + 1,
         num_workers=cfg.data.num_workers,
         prefetch=cfg.data.prefetch,

@@ -14,6 +14,7 @@ from typing import Any
 
 import ml_collections
 
+from xlpretrain.errors import ConfigError
 from xlpretrain.model.config import ATTENTION_IMPLS
 from xlpretrain.model.kernels.tiles import Tiles
 from xlpretrain.objectives import REGISTRY
@@ -36,10 +37,6 @@ DEFAULT_LOGICAL_AXIS_RULES = (
     ("positions", None),
     ("languages", None),
 )
-
-
-class ConfigError(ValueError):
-    """A configuration value is unknown, mistyped or out of range."""
 
 
 def default_config() -> ml_collections.ConfigDict:

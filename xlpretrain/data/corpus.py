@@ -1,0 +1,143 @@
+"""The run's corpus and tokenizer, as its config names them: folders, TFDS datasets or the
+built-in demo corpus; the configured SentencePiece model, the workdir's own, a checkpoint's,
+or one trained on a balanced sample of the corpus."""
+
+from __future__ import annotations
+
+import logging
+import os
+
+import jax
+import ml_collections
+from jax.experimental import multihost_utils
+
+from xlpretrain.data import demo_corpus
+from xlpretrain.data.pipeline import Corpus, language_vocabulary
+from xlpretrain.data.sources import MonolingualSource, ParallelSource, format_stats
+from xlpretrain.data.streams import MONO, PARALLEL
+from xlpretrain.errors import ConfigError
+from xlpretrain.tokenizer import Tokenizer, train_tokenizer
+
+log = logging.getLogger("xlpretrain")
+
+
+def load_corpus(cfg: ml_collections.ConfigDict, kinds: set[str]) -> Corpus:
+    """The sources the active objectives need: folders, TFDS datasets, or — when nothing is
+    configured — the demo corpus."""
+    data = cfg.data
+    mono_tfds, parallel_tfds = data.mono_tfds, data.parallel_tfds
+    for kind, folder, tfds_name in (
+        ("mono", data.mono_dir, mono_tfds.name),
+        ("parallel", data.parallel_dir, parallel_tfds.name),
+    ):
+        if folder and tfds_name:
+            raise ConfigError(f"config key 'data.{kind}_tfds.name': set it or data.{kind}_dir")
+    mono_dir, parallel_dir = data.mono_dir, data.parallel_dir
+    if not (mono_dir or parallel_dir or mono_tfds.name or parallel_tfds.name):
+        mono_dir, parallel_dir = map(
+            str,
+            demo_corpus.build_demo_corpus(
+                demo_corpus.default_demo_cache_dir(), num_languages=data.demo_languages
+            ),
+        )
+        log.info("no corpus configured: using the demo corpus in %s", os.path.dirname(mono_dir))
+    options = dict(strict=data.strict, max_line_bytes=data.max_line_bytes)
+    mono = parallel = None
+    if MONO in kinds:
+        if mono_tfds.name:
+            from xlpretrain.data.tfds_source import TfdsMonolingualSource  # optional extra
+
+            mono = TfdsMonolingualSource.from_tfds(
+                mono_tfds.name,
+                split=mono_tfds.split,
+                data_dir=mono_tfds.data_dir or None,
+                text_key=mono_tfds.text_key,
+                language_key=mono_tfds.language_key or None,
+                language=mono_tfds.language or None,
+                **options,
+            )
+        elif mono_dir:
+            mono = MonolingualSource.from_dir(mono_dir, **options)
+        else:
+            raise ConfigError("config key 'data.mono_dir': an objective needs monolingual data")
+        for line in format_stats(mono.stats):
+            _log_data_line("mono", line)
+    if PARALLEL in kinds:
+        if parallel_tfds.name:
+            from xlpretrain.data.tfds_source import TfdsParallelSource  # optional extra
+
+            parallel = TfdsParallelSource.from_tfds(
+                parallel_tfds.name,
+                split=parallel_tfds.split,
+                data_dir=parallel_tfds.data_dir or None,
+                pair=parallel_tfds.pair or None,
+                language_keys=tuple(parallel_tfds.language_keys) or None,
+                source_key=parallel_tfds.source_key or None,
+                target_key=parallel_tfds.target_key or None,
+                **options,
+            )
+        elif parallel_dir:
+            parallel = ParallelSource.from_dir(parallel_dir, **options)
+        else:
+            raise ConfigError("config key 'data.parallel_dir': an objective needs parallel data")
+        for line in format_stats(parallel.stats):
+            _log_data_line("parallel", line)
+    return Corpus(mono, parallel, language_vocabulary(mono, parallel))
+
+
+def _log_data_line(kind: str, line: str) -> None:
+    """A file left out of the corpus is a warning; the rest of the data report is info."""
+    (log.warning if ": no usable lines" in line else log.info)("%s data: %s", kind, line)
+
+
+def load_tokenizer(
+    cfg: ml_collections.ConfigDict, workdir: str, corpus: Corpus, pretrained: Tokenizer | None
+) -> Tokenizer:
+    """The configured model, the workdir's own, the `init.checkpoint`'s (its ids are the
+    model's), or a new one trained on a balanced sample."""
+    own = os.path.join(workdir, "tokenizer.model")
+    if pretrained is not None and not cfg.tokenizer.path and not os.path.exists(own):
+        if jax.process_index() == 0:
+            pretrained.save(own)
+        multihost_utils.sync_global_devices("tokenizer copied")
+    if cfg.tokenizer.path:
+        if not os.path.exists(cfg.tokenizer.path):
+            raise FileNotFoundError(f"config key 'tokenizer.path': no file {cfg.tokenizer.path}")
+        tokenizer = Tokenizer.load(cfg.tokenizer.path)
+        if jax.process_index() == 0 and not os.path.exists(own):
+            tokenizer.save(own)
+    elif os.path.exists(own):
+        tokenizer = Tokenizer.load(own)
+    else:
+        if jax.process_index() == 0:
+            log.info("training a %d-id SentencePiece model on the corpus", cfg.model.vocab_size)
+            train_tokenizer(
+                _tokenizer_sample(corpus, cfg.tokenizer.sentences_per_language),
+                own,
+                cfg.model.vocab_size,
+                sentences_per_language=cfg.tokenizer.sentences_per_language,
+                seed=cfg.train.seed,
+            )
+        multihost_utils.sync_global_devices("tokenizer trained")
+        tokenizer = Tokenizer.load(own)
+    if tokenizer.vocab_size != cfg.model.vocab_size:
+        raise ConfigError(
+            f"config key 'model.vocab_size': {cfg.model.vocab_size}, but the tokenizer has "
+            f"{tokenizer.vocab_size} ids"
+        )
+    return tokenizer
+
+
+def _tokenizer_sample(corpus: Corpus, per_language: int) -> dict[str, list[str]]:
+    texts: dict[str, list[str]] = {}
+    if corpus.mono is not None:
+        for lang in corpus.mono.languages:
+            n = min(corpus.mono.num_lines(lang), per_language)
+            texts.setdefault(lang, []).extend(corpus.mono.line(lang, i) for i in range(n))
+    if corpus.parallel is not None:
+        for pair in corpus.parallel.pairs:
+            n = min(corpus.parallel.num_lines(pair), per_language)
+            for i in range(n):
+                for lang, text in zip(pair, corpus.parallel.line(pair, i), strict=True):
+                    texts.setdefault(lang, []).append(text)
+    return texts

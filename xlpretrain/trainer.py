@@ -1,0 +1,293 @@
+"""Training as a library: `build` a run from a validated config (mesh, corpus, tokenizer,
+plan, model, sharded state, input pipeline, checkpointer, evaluator), then `run` it — resuming
+from the workdir's newest readable checkpoint, checkpointing on schedule and on preemption,
+logging metrics, stopping on repeated non-finite steps. `python -m xlpretrain.train` is its
+command line.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import shutil
+import time
+
+import jax
+import ml_collections
+import numpy as np
+
+from xlpretrain import objectives as objectives_lib
+from xlpretrain import warm_start
+from xlpretrain.checkpoint import Checkpointer, abstract_with_shardings
+from xlpretrain.config import check_batch_divides, validate
+from xlpretrain.convert import folder as convert_folder
+from xlpretrain.data.corpus import load_corpus, load_tokenizer
+from xlpretrain.data.pipeline import Corpus, StepBatchBuilder, make_dataset
+from xlpretrain.data.sampling import format_sampling_table
+from xlpretrain.divergence import BadStepGuard, DivergenceError
+from xlpretrain.errors import ConfigError
+from xlpretrain.evaluation import Evaluator, build_evaluator
+from xlpretrain.metrics import MetricsWriter, progress_line
+from xlpretrain.plan import RunPlan
+from xlpretrain.preemption import PreemptionWatch
+from xlpretrain.sharding import global_batch, make_mesh
+from xlpretrain.step import Training, TrainState, setup_training
+from xlpretrain.tokenizer import Tokenizer
+
+log = logging.getLogger("xlpretrain")
+
+
+class WorkdirError(OSError):
+    """The workdir cannot hold the run's outputs."""
+
+
+def check_workdir(workdir: str) -> None:
+    """Creates ``workdir`` and writes a file there, so a read-only or missing disk stops the
+    run now, not at its first checkpoint."""
+    probe = os.path.join(workdir, f".write-test-{jax.process_index()}")
+    try:
+        os.makedirs(workdir, exist_ok=True)
+        with open(probe, "wb") as f:
+            f.write(b"\0" * 4096)
+            f.flush()
+            os.fsync(f.fileno())
+        os.remove(probe)
+    except OSError as error:
+        raise WorkdirError(
+            f"workdir {workdir} is not writable: {error.strerror or error}; checkpoints, "
+            "metrics and logs go there"
+        ) from error
+
+
+def check_free_space(workdir: str, state, keep: int) -> None:
+    """One checkpoint is the train state's bytes; Orbax holds ``keep`` of them and writes the
+    next beside them before deleting the oldest. Stops a run that could not save its first."""
+    one = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(state))
+    free = shutil.disk_usage(workdir).free
+    if free < one:
+        raise WorkdirError(
+            f"workdir {workdir}: {free / 2**20:.1f} MiB free, but one checkpoint of this "
+            f"model takes {one / 2**20:.1f} MiB (train.keep_checkpoints={keep} take "
+            f"{(keep + 1) * one / 2**20:.1f} MiB)"
+        )
+    if free < (keep + 1) * one:
+        log.warning(
+            "workdir %s: %.1f MiB free; train.keep_checkpoints=%d checkpoints of %.1f MiB "
+            "will not fit",
+            workdir,
+            free / 2**20,
+            keep,
+            one / 2**20,
+        )
+
+
+def _check_languages(workdir: str, languages: list[str]) -> None:
+    """Language ids index the saved list: a resumed run must see the same languages."""
+    path = os.path.join(workdir, "languages.json")
+    if os.path.exists(path):
+        with open(path) as f:
+            saved = json.load(f)
+        if saved != languages:
+            raise ValueError(
+                f"the corpus languages differ from those in {path} ({len(saved)} saved, "
+                f"{len(languages)} now): language ids would change; use a new workdir"
+            )
+    elif jax.process_index() == 0:
+        with open(path, "w") as f:
+            json.dump(languages, f)
+
+
+@dataclasses.dataclass
+class Trainer:
+    """Everything a run builds before its first step; `run()` drives it."""
+
+    cfg: ml_collections.ConfigDict
+    plan: RunPlan
+    workdir: str
+    training: Training
+    builder: StepBatchBuilder
+    checkpointer: Checkpointer
+    evaluator: Evaluator | None = None
+
+
+def build(
+    cfg: ml_collections.ConfigDict, workdir: str, devices: list[jax.Device] | None = None
+) -> Trainer:
+    """Validates `cfg` and builds the run on `devices` (default: all)."""
+    validate(cfg)
+    workdir = os.path.abspath(workdir)
+    check_workdir(workdir)
+    mesh = make_mesh(cfg.mesh.data, cfg.mesh.fsdp, cfg.mesh.tensor, devices)
+    check_batch_divides(cfg, mesh.shape)
+    plan = RunPlan.from_config(cfg)
+    corpus = load_corpus(cfg, plan.sources())
+    _check_languages(workdir, corpus.languages)
+    checkpointer = Checkpointer(
+        os.path.join(workdir, "checkpoints"),
+        keep=cfg.train.keep_checkpoints,
+        async_save=cfg.train.async_checkpointing,
+    )
+    pretrained = None
+    if cfg.init.checkpoint and checkpointer.latest_step() is None:  # resuming ignores it
+        if not os.path.isdir(cfg.init.checkpoint):
+            raise ConfigError(f"config key 'init.checkpoint': no folder {cfg.init.checkpoint}")
+        pretrained = convert_folder.read(cfg.init.checkpoint)
+    tokenizer = load_tokenizer(cfg, workdir, corpus, pretrained.tokenizer if pretrained else None)
+    if jax.process_index() == 0:
+        with open(os.path.join(workdir, "config.json"), "w") as f:
+            f.write(cfg.to_json_best_effort(indent=2))
+
+    model, init_params = objectives_lib.build_model(cfg, plan.objectives, len(corpus.languages))
+    if jax.process_index() == 0:
+        convert_folder.record_family(workdir, objectives_lib.model_family(plan.objectives))
+    training = setup_training(cfg, plan, model, init_params, mesh)
+    check_free_space(workdir, training.state, cfg.train.keep_checkpoints)
+    if pretrained is not None:
+        fresh = jax.device_get(training.state.params)
+        params, _, _ = warm_start.merge(fresh, model.config, pretrained, cfg.init.checkpoint)
+        params = jax.device_put(params, training.state_shardings.params)
+        training = dataclasses.replace(training, state=training.state.replace(params=params))
+
+    builder = batch_builder(cfg, plan, corpus, tokenizer)
+    for title, counts, probabilities in _sampling_tables(builder, corpus):
+        for line in format_sampling_table(counts, probabilities, title):
+            log.info("%s", line)
+
+    evaluator = build_evaluator(cfg, plan, model, training, corpus, tokenizer)
+    return Trainer(cfg, plan, workdir, training, builder, checkpointer, evaluator)
+
+
+def batch_builder(
+    cfg: ml_collections.ConfigDict, plan: RunPlan, corpus: Corpus, tokenizer: Tokenizer
+) -> StepBatchBuilder:
+    """This process's step-batch builder for the plan's streams and stages, with the config's
+    sampling and packing settings: the whole input pipeline but the grain plumbing."""
+    return StepBatchBuilder(
+        corpus,
+        tokenizer,
+        plan.streams,
+        plan.phases,
+        seed=cfg.train.seed,
+        mono_alpha=cfg.data.mono_alpha,
+        parallel_alpha=cfg.data.parallel_alpha,
+        pack=cfg.data.pack,
+        reset_positions=cfg.data.tlm_reset_positions,
+        process_index=jax.process_index(),
+        process_count=jax.process_count(),
+    )
+
+
+def _sampling_tables(builder: StepBatchBuilder, corpus: Corpus):
+    if builder.mono_probabilities:
+        counts = {lang: corpus.mono.num_lines(lang) for lang in corpus.mono.languages}
+        yield "monolingual sampling (languages)", counts, builder.mono_probabilities
+    if builder.parallel_probabilities:
+        counts = {f"{a}-{b}": corpus.parallel.num_lines((a, b)) for a, b in corpus.parallel.pairs}
+        probabilities = {f"{a}-{b}": p for (a, b), p in builder.parallel_probabilities.items()}
+        yield "parallel sampling (language pairs)", counts, probabilities
+
+
+def _profile_window(spec: str) -> tuple[int, int] | None:
+    if not spec:
+        return None
+    start, end = spec.split(":")
+    return int(start), int(end)
+
+
+def run(trainer: Trainer) -> TrainState:
+    """Trains from the newest readable checkpoint (or step 0) to `train.stop_at` or
+    `train.steps`; stops early, with a checkpoint, on a preemption notice (SIGTERM)."""
+    cfg, workdir = trainer.cfg, trainer.workdir
+    end_step = cfg.train.stop_at if cfg.train.stop_at > 0 else cfg.train.steps
+    dataset = make_dataset(
+        trainer.builder,
+        cfg.train.steps,
+        num_workers=cfg.data.num_workers,
+        prefetch=cfg.data.prefetch,
+    )
+    iterator = iter(dataset)
+    training = trainer.training
+    checkpointer = trainer.checkpointer
+    state, start_step = training.state, 0
+    if checkpointer.latest_step() is not None:
+        abstract = abstract_with_shardings(state, training.state_shardings)
+        restored = checkpointer.restore_latest(
+            abstract, iterator, allow_fresh_start=cfg.train.allow_fresh_start
+        )
+        if restored is None:  # every checkpoint failed; the iterator may be half-restored
+            iterator = iter(dataset)
+        else:
+            state, start_step = restored
+            log.info("resumed from %s/%d", checkpointer.directory, start_step)
+    if start_step >= end_step:
+        log.info("nothing to do: the latest checkpoint is at step %d", start_step)
+        return state
+
+    writer = MetricsWriter(workdir, resume_step=start_step)
+    profile = _profile_window(cfg.train.profile_steps)
+    guard = BadStepGuard(cfg.train.max_bad_steps)
+    tokens_since_log, last_log_time, first_log_time = 0, time.perf_counter(), None
+    last_saved = start_step
+    try:
+        with PreemptionWatch(checkpointer.manager) as preemption:
+            for step in range(start_step + 1, end_step + 1):
+                if profile and step == profile[0]:
+                    jax.profiler.start_trace(os.path.join(workdir, "profile"))
+                local = next(iterator)
+                tokens_since_log += jax.process_count() * sum(
+                    int(np.count_nonzero(b["segment_ids"])) for b in local.values()
+                )
+                stage = trainer.plan.stage_index(step)
+                if step > 1 and trainer.plan.starts_training_others(step):
+                    log.info("stage %d trains other parameters: Adam's moments restart", stage)
+                    state = training.restart_moments(state)
+                step_fn = training.step_fns[stage]
+                state, metrics = step_fn(state, global_batch(local, training.batch_sharding))
+                guard.observe(step, metrics)
+                if profile and step == profile[1] - 1:
+                    jax.block_until_ready(state)
+                    jax.profiler.stop_trace()
+                preempted = preemption.reached(step)
+                evaluate = trainer.evaluator is not None and step % cfg.eval.every_steps == 0
+                if step % cfg.train.log_every == 0 or step == end_step or preempted or evaluate:
+                    guard.flush()
+                    scalars = {k: float(v) for k, v in jax.device_get(metrics).items()}
+                    scalars["skipped_steps"] = guard.total
+                    now = time.perf_counter()
+                    scalars["tokens_per_s"] = tokens_since_log / max(now - last_log_time, 1e-9)
+                    scalars.pop("finite")
+                    if len(trainer.plan.stages) > 1:
+                        scalars["stage"] = stage
+                    if evaluate:  # its time is not the step's: the next interval starts after
+                        scalars.update(trainer.evaluator(state.params, stage))
+                    writer.write(step, scalars)
+                    if first_log_time is None:
+                        first_log_time, first_log_step = now, step
+                        seconds_left = 0.0
+                    else:
+                        rate = (now - first_log_time) / (step - first_log_step)
+                        seconds_left = rate * (end_step - step)
+                    log.info("%s", progress_line(step, end_step, scalars, seconds_left))
+                    tokens_since_log, last_log_time = 0, time.perf_counter()
+                if step % cfg.train.checkpoint_every == 0 or step == end_step or preempted:
+                    guard.flush()  # never checkpoint past the step that ends the run
+                    checkpointer.save(step, state, iterator)
+                    last_saved = step
+                if preempted:
+                    log.warning(
+                        "preempted: stopped after step %d with a checkpoint; run the same "
+                        "command to resume",
+                        step,
+                    )
+                    break
+            guard.flush()
+    except DivergenceError as error:
+        raise DivergenceError(
+            f"{error}. The last checkpoint is step {last_saved} in {checkpointer.directory}"
+        ) from None
+    finally:
+        checkpointer.wait()
+        writer.close()
+    return state
