@@ -515,3 +515,39 @@ def test_truncated_file_is_an_error_not_a_crash(tmp_path):
     message = f"{path} was modified after it was indexed at start (20002 -> 10 bytes)"
     stale = "its line index no longer matches; restart the run to re-index the data"
     assert result.stdout.splitlines() == [f"{message}: {stale}"] * 2
+
+
+PROTOCOL_CASES = [
+    ("MonolingualSource", "MonolingualCorpus"),
+    ("TfdsMonolingualSource", "MonolingualCorpus"),
+    ("ParallelSource", "ParallelCorpus"),
+    ("TfdsParallelSource", "ParallelCorpus"),
+]
+
+
+@pytest.mark.parametrize("backend, protocol", PROTOCOL_CASES)
+def test_every_backend_implements_its_corpus_protocol(backend, protocol):
+    """Folder and TFDS sources alike have every member the readers use (a new backend that
+    forgets one fails here); `stats` is set per instance by the shared base."""
+    from xlpretrain.data import protocols, tfds_source
+
+    cls = getattr(sources, backend, None) or getattr(tfds_source, backend)
+    wanted = getattr(protocols, protocol)
+    members = {n for n in vars(wanted) if not n.startswith("_")} | set(wanted.__annotations__)
+    missing = sorted(m for m in members - {"stats"} if not hasattr(cls, m))
+    assert not missing, f"{backend} lacks {missing}"
+    assert issubclass(cls, sources.MonolingualBase if "Mono" in protocol else sources.ParallelBase)
+
+
+def test_folder_sources_are_corpora(tmp_path):
+    from xlpretrain.data.protocols import MonolingualCorpus, ParallelCorpus
+
+    (tmp_path / "mono").mkdir()
+    (tmp_path / "mono" / "eng.txt").write_text("one\ntwo\n")
+    (tmp_path / "par").mkdir()
+    (tmp_path / "par" / "eng-deu.tsv").write_text("one\teins\n")
+    mono = sources.MonolingualSource.from_dir(tmp_path / "mono")
+    parallel = sources.ParallelSource.from_dir(tmp_path / "par")
+    assert isinstance(mono, MonolingualCorpus) and not isinstance(mono, ParallelCorpus)
+    assert isinstance(parallel, ParallelCorpus)
+    assert parallel.line(("eng", "deu"), 0) == ("one", "eins") and mono.num_lines("eng") == 2

@@ -13,6 +13,7 @@ import pytest
 from tests.tiny import step_batch_builder
 from xlpretrain.data import corpus as corpus_lib
 from xlpretrain.data.pipeline import Corpus, language_vocabulary
+from xlpretrain.data.protocols import MonolingualCorpus, ParallelCorpus
 from xlpretrain.data.sources import DataError, format_stats
 from xlpretrain.data.streams import MONO, PARALLEL, StreamSpec
 from xlpretrain.tokenizer import train_tokenizer
@@ -117,6 +118,7 @@ def parallel(data_dir):
 
 
 def test_monolingual_languages_counts_and_lines(mono):
+    assert isinstance(mono, MonolingualCorpus)
     assert mono.languages == ["de", "en", "fr"]
     expected = {"en": [0, 7], "de": [1, 6], "fr": [4, 9]}  # usable records, in record order
     for lang, records in expected.items():
@@ -174,6 +176,7 @@ def test_single_language_and_selection(data_dir):
 
 
 def test_parallel_pairs_lines_and_bad_records(parallel):
+    assert isinstance(parallel, ParallelCorpus)
     assert parallel.pairs == [("en", "de"), ("en", "fr")]
     assert parallel.languages == ["de", "en", "fr"]
     assert parallel.num_lines(("en", "de")) == 2

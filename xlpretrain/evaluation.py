@@ -24,6 +24,7 @@ from jax.experimental import multihost_utils
 
 from xlpretrain.convert.folder import DISCRIMINATOR, MASKED_LM, Pretrained
 from xlpretrain.data.pipeline import Corpus, StepBatchBuilder
+from xlpretrain.data.protocols import ParallelCorpus
 from xlpretrain.data.sources import MonolingualSource, ParallelSource
 from xlpretrain.data.streams import MONO, PARALLEL, Phase
 from xlpretrain.model.config import ModelConfig, ModelFamily
@@ -90,7 +91,7 @@ class Evaluator:
     plan: RunPlan
     batches: list[list[dict]]  # per stage: the held-out global batches
     steps: list[Callable]  # per stage: the jitted evaluation step
-    retrieval: ParallelSource | None
+    retrieval: ParallelCorpus | None
     retrieval_lines: int
     model_config: ModelConfig
     tokenizer: Tokenizer

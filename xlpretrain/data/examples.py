@@ -24,7 +24,7 @@ from xlpretrain.data.batch import (
     TOKEN_FIELDS,
     Batch,
 )
-from xlpretrain.data.sources import MonolingualSource, ParallelSource
+from xlpretrain.data.protocols import MonolingualCorpus, ParallelCorpus
 from xlpretrain.tokenizer import Tokenizer
 
 FIRST_POSITION = Tokenizer.PAD_ID + 1  # fairseq/XLM-R: positions start after the padding index
@@ -112,7 +112,7 @@ class Placeholders:
 
 
 def monolingual_row(
-    source: MonolingualSource,
+    source: MonolingualCorpus,
     tokenizer: Tokenizer,
     language: str,
     lang_id: int,
@@ -162,7 +162,7 @@ def _fit_pair(a: np.ndarray, b: np.ndarray, budget: int) -> tuple[np.ndarray, np
 
 
 def translation_pair_row(
-    source: ParallelSource,
+    source: ParallelCorpus,
     tokenizer: Tokenizer,
     pair: tuple[str, str],
     lang_ids: tuple[int, int],
@@ -247,7 +247,7 @@ def _segment_pair_row(
 
 
 def parallel_segment_pairs_row(
-    source: ParallelSource,
+    source: ParallelCorpus,
     tokenizer: Tokenizer,
     pair: tuple[str, str],
     lang_ids: tuple[int, int],
@@ -270,7 +270,7 @@ def parallel_segment_pairs_row(
 
 
 def monolingual_segment_pairs_row(
-    source: MonolingualSource,
+    source: MonolingualCorpus,
     tokenizer: Tokenizer,
     language: str,
     lang_id: int,

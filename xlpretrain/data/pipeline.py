@@ -26,8 +26,8 @@ from xlpretrain.data.examples import (
     translation_pair_row,
 )
 from xlpretrain.data.masking import mask_row
+from xlpretrain.data.protocols import MonolingualCorpus, ParallelCorpus
 from xlpretrain.data.sampling import language_probabilities
-from xlpretrain.data.sources import MonolingualSource, ParallelSource
 from xlpretrain.data.streams import (
     MONO,
     PARALLEL,
@@ -43,15 +43,17 @@ from xlpretrain.tokenizer import Tokenizer
 class Corpus:
     """The run's sources and its language vocabulary (index = `lang_ids` value)."""
 
-    mono: MonolingualSource | None
-    parallel: ParallelSource | None
+    mono: MonolingualCorpus | None
+    parallel: ParallelCorpus | None
     languages: list[str]
 
     def lang_id(self, language: str) -> int:
         return self.languages.index(language)
 
 
-def language_vocabulary(mono: MonolingualSource | None, parallel: ParallelSource | None):
+def language_vocabulary(
+    mono: MonolingualCorpus | None, parallel: ParallelCorpus | None
+) -> list[str]:
     """All languages of the run, sorted, so `lang_ids` are stable for a given corpus."""
     languages = set(mono.languages if mono else []) | set(parallel.languages if parallel else [])
     return sorted(languages)

@@ -440,10 +440,12 @@ def _load_dir(
 
 
 class _Source(Generic[K]):
-    """Shared by both sources: per-key line indexes and their scan statistics.
+    """Shared by every source: per-key line indexes and their scan statistics.
 
     `stats` covers every scanned file, also those left out for having no usable line.
     """
+
+    _UNITS = ("files", "lines")  # what a key and an index are, for the repr
 
     def __init__(self, path: str, files: dict[K, _IndexedFile], stats: dict[K, FileStats]):
         self.path = path
@@ -465,7 +467,28 @@ class _Source(Generic[K]):
 
     def __repr__(self) -> str:
         total = sum(len(f) for f in self._files.values())
-        return f"{type(self).__name__}({len(self._files)} files, {total} lines, {self.path})"
+        keys, lines = self._UNITS
+        return f"{type(self).__name__}({len(self._files)} {keys}, {total} {lines}, {self.path})"
+
+
+class MonolingualBase(_Source[str]):
+    """A monolingual source of any backend: keyed by language."""
+
+    @property
+    def languages(self) -> list[str]:
+        return list(self._files)
+
+
+class ParallelBase(_Source[Pair]):
+    """A parallel source of any backend: keyed by language pair."""
+
+    @property
+    def pairs(self) -> list[Pair]:
+        return list(self._files)
+
+    @property
+    def languages(self) -> list[str]:
+        return sorted({lang for pair in self._files for lang in pair})
 
 
 def _no_string(names: Any, what: str) -> None:
@@ -473,7 +496,7 @@ def _no_string(names: Any, what: str) -> None:
         raise TypeError(f"{what} must be a sequence, not the string {names!r}")
 
 
-class MonolingualSource(_Source[str]):
+class MonolingualSource(MonolingualBase):
     """A folder of `<lang>.txt` files (UTF-8, one paragraph or document per line).
 
     The language is the file stem; other files (and dot files) are ignored, and so is (with a
@@ -503,10 +526,6 @@ class MonolingualSource(_Source[str]):
             max_line_bytes=max_line_bytes,
         )
         return cls(folder, files, stats)
-
-    @property
-    def languages(self) -> list[str]:
-        return list(self._files)
 
     def line(self, lang: str, index: int) -> str:
         return self._file(lang).read(index)
@@ -551,7 +570,7 @@ def _pairs_ok(chunk: _Chunk) -> np.ndarray:
     return ok
 
 
-class ParallelSource(_Source[Pair]):
+class ParallelSource(ParallelBase):
     """A folder of `<l1>-<l2>.tsv` files: one aligned pair per line, `l1 text<TAB>l2 text`.
 
     The pair is parsed from the file stem by `parse_pair`; other files are ignored, and so is
@@ -583,14 +602,6 @@ class ParallelSource(_Source[Pair]):
         )
         return cls(folder, files, stats)
 
-    @property
-    def pairs(self) -> list[Pair]:
-        return list(self._files)
-
-    @property
-    def languages(self) -> list[str]:
-        return sorted({lang for pair in self._files for lang in pair})
-
-    def line(self, pair: Pair, index: int) -> tuple[str, str]:
+    def line(self, pair: Pair | str, index: int) -> tuple[str, str]:
         first, second = self._file(_as_pair(pair)).read(index).split("\t")
         return first, second

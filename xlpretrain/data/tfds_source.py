@@ -38,7 +38,15 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from xlpretrain.data.sources import DataError, FileStats, Pair, _as_pair, _no_string, _Source
+from xlpretrain.data.sources import (
+    DataError,
+    FileStats,
+    MonolingualBase,
+    Pair,
+    ParallelBase,
+    _as_pair,
+    _no_string,
+)
 
 try:
     import tensorflow_datasets as tfds
@@ -247,16 +255,10 @@ def _data_dir(data_dir: str | os.PathLike[str] | None) -> str | None:
     return None if data_dir is None else os.fspath(data_dir)
 
 
-class _TfdsSource(_Source[K]):
-    """Shared by both TFDS sources: a file source's base, with records for lines."""
-
-    def __repr__(self) -> str:
-        total = sum(len(records) for records in self._files.values())
-        return f"{type(self).__name__}({len(self._files)} keys, {total} records, {self.path})"
-
-
-class TfdsMonolingualSource(_TfdsSource[str]):
+class TfdsMonolingualSource(MonolingualBase):
     """A TFDS split whose records are documents: one text feature, a language per record."""
+
+    _UNITS = ("keys", "records")
 
     @classmethod
     def from_tfds(
@@ -302,15 +304,11 @@ class TfdsMonolingualSource(_TfdsSource[str]):
         )
         return cls(tfds_split.where, files, stats)
 
-    @property
-    def languages(self) -> list[str]:
-        return list(self._files)
-
     def line(self, lang: str, index: int) -> str:
         return self._file(lang).read(index)[0]
 
 
-class TfdsParallelSource(_TfdsSource[Pair]):
+class TfdsParallelSource(ParallelBase):
     """A TFDS split whose records are aligned pairs: two text features.
 
     The pair's languages come either from `pair`, for a dataset of one language pair, or from
@@ -319,6 +317,8 @@ class TfdsParallelSource(_TfdsSource[Pair]):
     feature, e.g. `from_tfds("wmt14_translate/de-en", pair=("de", "en"))`; with
     `language_keys` they default to "source" and "target".
     """
+
+    _UNITS = ("keys", "records")
 
     @classmethod
     def from_tfds(
@@ -369,14 +369,6 @@ class TfdsParallelSource(_TfdsSource[Pair]):
             max_line_bytes=max_line_bytes,
         )
         return cls(tfds_split.where, files, stats)
-
-    @property
-    def pairs(self) -> list[Pair]:
-        return list(self._files)
-
-    @property
-    def languages(self) -> list[str]:
-        return sorted({lang for pair in self._files for lang in pair})
 
     def line(self, pair: Pair | str, index: int) -> tuple[str, str]:
         first, second = self._file(_as_pair(pair)).read(index)

@@ -17,7 +17,7 @@ import numpy as np
 
 if TYPE_CHECKING:
     from xlpretrain.api import Model
-    from xlpretrain.data.sources import ParallelSource
+    from xlpretrain.data.protocols import ParallelCorpus
 
 _SIMILARITY_ROWS = 1024  # rows of the similarity matrix held at once
 
@@ -47,7 +47,7 @@ def _normalise(x: np.ndarray) -> np.ndarray:
 
 def retrieval_accuracy(
     model: Model,
-    source: ParallelSource,
+    source: ParallelCorpus,
     *,
     layer: int | None = None,
     pooling: str = "mean",

@@ -1,0 +1,50 @@
+"""What the input pipeline, evaluation and the tools need of a corpus, whatever stores it.
+
+A backend — folders of text (`sources.MonolingualSource`, `sources.ParallelSource`), TFDS
+datasets (`tfds_source`), or a prepared store — implements one of these two protocols, usually
+by deriving from `sources.MonolingualBase` / `sources.ParallelBase`, which supply the keys and
+the bookkeeping: it then only adds how to `line` an example. Readers are typed with the protocols
+and never see the backend.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Protocol, runtime_checkable
+
+from xlpretrain.data.sources import FileStats, Pair
+
+
+@runtime_checkable
+class MonolingualCorpus(Protocol):
+    """Documents by language; a line is one example's text."""
+
+    stats: Mapping[str, FileStats]  # what was scanned per language, skipped lines included
+
+    @property
+    def languages(self) -> list[str]: ...
+
+    def num_lines(self, lang: str) -> int: ...
+
+    def line(self, lang: str, index: int) -> str: ...
+
+    def summary(self) -> list[str]: ...
+
+
+@runtime_checkable
+class ParallelCorpus(Protocol):
+    """Aligned pairs by language pair; a line is one example's two texts."""
+
+    stats: Mapping[Pair, FileStats]
+
+    @property
+    def pairs(self) -> list[Pair]: ...
+
+    @property
+    def languages(self) -> list[str]: ...
+
+    def num_lines(self, pair: Pair) -> int: ...
+
+    def line(self, pair: Pair, index: int) -> tuple[str, str]: ...
+
+    def summary(self) -> list[str]: ...
