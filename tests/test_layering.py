@@ -21,6 +21,7 @@ LAYERS = (
     ("config", "convert", "api", "warm_start", "eval"),
     ("plan", "step"),
     ("evaluation",),
+    ("loop",),
     ("trainer",),
 )  # fmt: skip
 # Command lines, by tool: `python -m xlpretrain.<module>` (bench's suite and micro-benchmarks

@@ -12,27 +12,22 @@ import json
 import logging
 import os
 import shutil
-import time
 
 import jax
 import ml_collections
-import numpy as np
 
+from xlpretrain import loop, warm_start
 from xlpretrain import objectives as objectives_lib
-from xlpretrain import warm_start
-from xlpretrain.checkpoint import Checkpointer, abstract_with_shardings
+from xlpretrain.checkpoint import Checkpointer
 from xlpretrain.config import check_batch_divides, validate
 from xlpretrain.convert import folder as convert_folder
 from xlpretrain.data.corpus import load_corpus, load_tokenizer
 from xlpretrain.data.pipeline import Corpus, StepBatchBuilder, make_dataset
 from xlpretrain.data.sampling import format_sampling_table
-from xlpretrain.divergence import BadStepGuard, DivergenceError
 from xlpretrain.errors import ConfigError
 from xlpretrain.evaluation import Evaluator, build_evaluator
-from xlpretrain.metrics import MetricsWriter, progress_line
 from xlpretrain.plan import RunPlan
-from xlpretrain.preemption import PreemptionWatch
-from xlpretrain.sharding import global_batch, make_mesh
+from xlpretrain.sharding import make_mesh
 from xlpretrain.step import Training, TrainState, setup_training
 from xlpretrain.tokenizer import Tokenizer
 
@@ -198,96 +193,30 @@ def _profile_window(spec: str) -> tuple[int, int] | None:
 
 def run(trainer: Trainer) -> TrainState:
     """Trains from the newest readable checkpoint (or step 0) to `train.stop_at` or
-    `train.steps`; stops early, with a checkpoint, on a preemption notice (SIGTERM)."""
-    cfg, workdir = trainer.cfg, trainer.workdir
-    end_step = cfg.train.stop_at if cfg.train.stop_at > 0 else cfg.train.steps
+    `train.steps` on the shared loop (`xlpretrain.loop`)."""
+    cfg = trainer.cfg
     dataset = make_dataset(
         trainer.builder,
         cfg.train.steps,
         num_workers=cfg.data.num_workers,
         prefetch=cfg.data.prefetch,
     )
-    iterator = iter(dataset)
-    training = trainer.training
-    checkpointer = trainer.checkpointer
-    state, start_step = training.state, 0
-    if checkpointer.latest_step() is not None:
-        abstract = abstract_with_shardings(state, training.state_shardings)
-        restored = checkpointer.restore_latest(
-            abstract, iterator, allow_fresh_start=cfg.train.allow_fresh_start
+    return loop.run(
+        loop.Loop(
+            trainer.workdir,
+            trainer.training,
+            dataset,
+            trainer.checkpointer,
+            end_step=cfg.train.stop_at if cfg.train.stop_at > 0 else cfg.train.steps,
+            log_every=cfg.train.log_every,
+            checkpoint_every=cfg.train.checkpoint_every,
+            max_bad_steps=cfg.train.max_bad_steps,
+            allow_fresh_start=cfg.train.allow_fresh_start,
+            stage_of=trainer.plan.stage_index,
+            restarts_moments=trainer.plan.starts_training_others,
+            staged=len(trainer.plan.stages) > 1,
+            evaluate=trainer.evaluator,
+            eval_every=cfg.eval.every_steps,
+            profile=_profile_window(cfg.train.profile_steps),
         )
-        if restored is None:  # every checkpoint failed; the iterator may be half-restored
-            iterator = iter(dataset)
-        else:
-            state, start_step = restored
-            log.info("resumed from %s/%d", checkpointer.directory, start_step)
-    if start_step >= end_step:
-        log.info("nothing to do: the latest checkpoint is at step %d", start_step)
-        return state
-
-    writer = MetricsWriter(workdir, resume_step=start_step)
-    profile = _profile_window(cfg.train.profile_steps)
-    guard = BadStepGuard(cfg.train.max_bad_steps)
-    tokens_since_log, last_log_time, first_log_time = 0, time.perf_counter(), None
-    last_saved = start_step
-    try:
-        with PreemptionWatch(checkpointer.manager) as preemption:
-            for step in range(start_step + 1, end_step + 1):
-                if profile and step == profile[0]:
-                    jax.profiler.start_trace(os.path.join(workdir, "profile"))
-                local = next(iterator)
-                tokens_since_log += jax.process_count() * sum(
-                    int(np.count_nonzero(b["segment_ids"])) for b in local.values()
-                )
-                stage = trainer.plan.stage_index(step)
-                if step > 1 and trainer.plan.starts_training_others(step):
-                    log.info("stage %d trains other parameters: Adam's moments restart", stage)
-                    state = training.restart_moments(state)
-                step_fn = training.step_fns[stage]
-                state, metrics = step_fn(state, global_batch(local, training.batch_sharding))
-                guard.observe(step, metrics)
-                if profile and step == profile[1] - 1:
-                    jax.block_until_ready(state)
-                    jax.profiler.stop_trace()
-                preempted = preemption.reached(step)
-                evaluate = trainer.evaluator is not None and step % cfg.eval.every_steps == 0
-                if step % cfg.train.log_every == 0 or step == end_step or preempted or evaluate:
-                    guard.flush()
-                    scalars = {k: float(v) for k, v in jax.device_get(metrics).items()}
-                    scalars["skipped_steps"] = guard.total
-                    now = time.perf_counter()
-                    scalars["tokens_per_s"] = tokens_since_log / max(now - last_log_time, 1e-9)
-                    scalars.pop("finite")
-                    if len(trainer.plan.stages) > 1:
-                        scalars["stage"] = stage
-                    if evaluate:  # its time is not the step's: the next interval starts after
-                        scalars.update(trainer.evaluator(state.params, stage))
-                    writer.write(step, scalars)
-                    if first_log_time is None:
-                        first_log_time, first_log_step = now, step
-                        seconds_left = 0.0
-                    else:
-                        rate = (now - first_log_time) / (step - first_log_step)
-                        seconds_left = rate * (end_step - step)
-                    log.info("%s", progress_line(step, end_step, scalars, seconds_left))
-                    tokens_since_log, last_log_time = 0, time.perf_counter()
-                if step % cfg.train.checkpoint_every == 0 or step == end_step or preempted:
-                    guard.flush()  # never checkpoint past the step that ends the run
-                    checkpointer.save(step, state, iterator)
-                    last_saved = step
-                if preempted:
-                    log.warning(
-                        "preempted: stopped after step %d with a checkpoint; run the same "
-                        "command to resume",
-                        step,
-                    )
-                    break
-            guard.flush()
-    except DivergenceError as error:
-        raise DivergenceError(
-            f"{error}. The last checkpoint is step {last_saved} in {checkpointer.directory}"
-        ) from None
-    finally:
-        checkpointer.wait()
-        writer.close()
-    return state
+    )

@@ -1,0 +1,145 @@
+"""The training loop every task runs on: pre-training (`xlpretrain.trainer`) and fine-tuning
+(`xlpretrain.eval.finetune`) alike.
+
+It owns what a long run needs whatever the model: resuming from the newest readable checkpoint
+(state and input iterator, so the stream continues exactly), checkpoints on schedule, at the end
+and on a preemption notice (SIGTERM), metrics to `metrics.jsonl` and TensorBoard, stopping on
+repeated non-finite steps with the last checkpoint named, an optional profile window, and the
+task's evaluation every `eval_every` steps. The task supplies the compiled steps (`Training`),
+the dataset of step batches and, for staged runs, which stage a step belongs to.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import grain
+import jax
+import numpy as np
+
+from xlpretrain.checkpoint import Checkpointer, abstract_with_shardings
+from xlpretrain.divergence import BadStepGuard, DivergenceError
+from xlpretrain.metrics import MetricsWriter, progress_line
+from xlpretrain.preemption import PreemptionWatch
+from xlpretrain.sharding import global_batch
+from xlpretrain.step import Training, TrainState
+
+log = logging.getLogger("xlpretrain")
+
+
+def real_tokens(local: Mapping[str, Mapping[str, np.ndarray]]) -> int:
+    """Non-padding tokens of this process's batches."""
+    return sum(int(np.count_nonzero(batch["segment_ids"])) for batch in local.values())
+
+
+@dataclasses.dataclass
+class Loop:
+    """One task's training, as `run` drives it."""
+
+    workdir: str
+    training: Training
+    dataset: grain.IterDataset  # step k-1 → this process's batches of logged step k
+    checkpointer: Checkpointer
+    end_step: int  # the last step this invocation runs (train.stop_at, else train.steps)
+    log_every: int
+    checkpoint_every: int
+    max_bad_steps: int
+    allow_fresh_start: bool
+    stage_of: Callable[[int], int] = lambda step: 0
+    # Whether a step starts a stage that trains other parameters (Adam's moments restart).
+    restarts_moments: Callable[[int], bool] = lambda step: False
+    staged: bool = False  # log each step's stage
+    evaluate: Callable[[Any, int], dict[str, float]] | None = None  # (params, stage) → scalars
+    eval_every: int = 0
+    profile: tuple[int, int] | None = None  # [start, end) steps traced to WORKDIR/profile
+
+
+def run(loop: Loop) -> TrainState:
+    """Trains from the newest readable checkpoint (or step 0) to `loop.end_step`; stops early,
+    with a checkpoint, on a preemption notice."""
+    training, checkpointer, end_step = loop.training, loop.checkpointer, loop.end_step
+    iterator = iter(loop.dataset)
+    state, start_step = training.state, 0
+    if checkpointer.latest_step() is not None:
+        abstract = abstract_with_shardings(state, training.state_shardings)
+        restored = checkpointer.restore_latest(
+            abstract, iterator, allow_fresh_start=loop.allow_fresh_start
+        )
+        if restored is None:  # every checkpoint failed; the iterator may be half-restored
+            iterator = iter(loop.dataset)
+        else:
+            state, start_step = restored
+            log.info("resumed from %s/%d", checkpointer.directory, start_step)
+    if start_step >= end_step:
+        log.info("nothing to do: the latest checkpoint is at step %d", start_step)
+        return state
+
+    writer = MetricsWriter(loop.workdir, resume_step=start_step)
+    profile = loop.profile
+    guard = BadStepGuard(loop.max_bad_steps)
+    tokens_since_log, last_log_time, first_log_time = 0, time.perf_counter(), None
+    last_saved = start_step
+    try:
+        with PreemptionWatch(checkpointer.manager) as preemption:
+            for step in range(start_step + 1, end_step + 1):
+                if profile and step == profile[0]:
+                    jax.profiler.start_trace(os.path.join(loop.workdir, "profile"))
+                local = next(iterator)
+                tokens_since_log += jax.process_count() * real_tokens(local)
+                stage = loop.stage_of(step)
+                if step > 1 and loop.restarts_moments(step):
+                    log.info("stage %d trains other parameters: Adam's moments restart", stage)
+                    state = training.restart_moments(state)
+                step_fn = training.step_fns[stage]
+                state, metrics = step_fn(state, global_batch(local, training.batch_sharding))
+                guard.observe(step, metrics)
+                if profile and step == profile[1] - 1:
+                    jax.block_until_ready(state)
+                    jax.profiler.stop_trace()
+                preempted = preemption.reached(step)
+                evaluate = loop.evaluate is not None and step % loop.eval_every == 0
+                if step % loop.log_every == 0 or step == end_step or preempted or evaluate:
+                    guard.flush()
+                    scalars = {k: float(v) for k, v in jax.device_get(metrics).items()}
+                    scalars["skipped_steps"] = guard.total
+                    now = time.perf_counter()
+                    scalars["tokens_per_s"] = tokens_since_log / max(now - last_log_time, 1e-9)
+                    scalars.pop("finite")
+                    if loop.staged:
+                        scalars["stage"] = stage
+                    if evaluate:  # its time is not the step's: the next interval starts after
+                        scalars.update(loop.evaluate(state.params, stage))
+                    writer.write(step, scalars)
+                    if first_log_time is None:
+                        first_log_time, first_log_step = now, step
+                        seconds_left = 0.0
+                    else:
+                        rate = (now - first_log_time) / (step - first_log_step)
+                        seconds_left = rate * (end_step - step)
+                    log.info("%s", progress_line(step, end_step, scalars, seconds_left))
+                    tokens_since_log, last_log_time = 0, time.perf_counter()
+                if step % loop.checkpoint_every == 0 or step == end_step or preempted:
+                    guard.flush()  # never checkpoint past the step that ends the run
+                    checkpointer.save(step, state, iterator)
+                    last_saved = step
+                if preempted:
+                    log.warning(
+                        "preempted: stopped after step %d with a checkpoint; run the same "
+                        "command to resume",
+                        step,
+                    )
+                    break
+            guard.flush()
+    except DivergenceError as error:
+        raise DivergenceError(
+            f"{error}. The last checkpoint is step {last_saved} in {checkpointer.directory}"
+        ) from None
+    finally:
+        checkpointer.wait()
+        writer.close()
+    return state
