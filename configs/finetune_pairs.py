@@ -1,6 +1,6 @@
 """Sentence-pair classification fine-tuning (XNLI, PAWS-X): `configs/finetune_pairs.py[:SIZE]`.
 
-Every key is in `xlpretrain.eval.finetune.default_config()`; set at least `init.path` (a
+Every key is in `xlpretrain.finetuning.default_config()`; set at least `init.path` (a
 pre-training workdir or checkpoint folder), `data.dir` (`<lang>/{train,test}.tsv` files) and
 `data.train_language`. SIZE sets the layer-wise learning-rate decay ERNIE-M fine-tuned with:
 0.8 for `base` (the default), 0.9 for `large`, whose deeper stack needs its lower layers moved
@@ -9,7 +9,7 @@ less sharply.
 
 import ml_collections
 
-from xlpretrain.eval.finetune import default_config
+from xlpretrain.finetuning import default_config
 
 LAYER_DECAY = {"base": 0.8, "large": 0.9}
 

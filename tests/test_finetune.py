@@ -14,10 +14,12 @@ import numpy as np
 import pytest
 
 from xlpretrain import config as config_lib
+from xlpretrain import finetuning
 from xlpretrain.config import ConfigError
 from xlpretrain.convert import folder
+from xlpretrain.data import pairs as pairs_lib
 from xlpretrain.data.sources import ParallelSource
-from xlpretrain.eval import finetune
+from xlpretrain.metrics import read_metrics
 from xlpretrain.model import ModelConfig, init_params
 from xlpretrain.optim import make_optimizer
 from xlpretrain.tokenizer import Tokenizer
@@ -90,13 +92,17 @@ TASK_SETTINGS = {
 
 
 def task_config(init_path, data_dir, **overrides):
-    cfg = finetune.default_config()
+    cfg = finetuning.default_config()
     cfg.init.path = str(init_path)
     cfg.data.dir = str(data_dir)
     for key, value in {**TASK_SETTINGS, **overrides}.items():
         section, name = key.replace("__", ".").split(".")
         cfg[section][name] = value
     return cfg
+
+
+def run(cfg, workdir, devices=None):
+    return finetuning.run(finetuning.build(cfg, str(workdir), devices))
 
 
 def test_fine_tuning_from_the_cli_fits_the_training_language_and_reports_every_language(
@@ -134,7 +140,7 @@ def test_fine_tuning_from_the_cli_fits_the_training_language_and_reports_every_l
 
 def test_plug_in_fine_tuning_of_a_cross_attention_model(veco_folder, task_dir, tmp_path):
     cfg = task_config(veco_folder, task_dir, train__steps=1, data__eval_languages=("fra",))
-    results = finetune.run(cfg, str(tmp_path))
+    results = run(cfg, tmp_path)
     assert results["plug_in"] is True  # model.plug_in=auto: the model has cross-attention
     assert list(results["languages"]) == ["fra"]
     assert 0.0 <= results["languages"]["fra"]["accuracy"] <= 1.0
@@ -142,18 +148,18 @@ def test_plug_in_fine_tuning_of_a_cross_attention_model(veco_folder, task_dir, t
 
 def test_rows_plugged_in_and_out(udhr_tokenizer_path):
     tokenizer = Tokenizer.load(udhr_tokenizer_path)
-    pairs = finetune.PairSet(["a b c d e f g h"], ["x y"], ["yes"], stats=None)
+    pairs = pairs_lib.PairSet(["a b c d e f g h"], ["x y"], ["yes"], stats=None)
     x, y = (tokenizer.encode(text).tolist() for text in ("a b c d e f g h", "x y"))
     length = len(x) + len(y) + 4
-    out = finetune.encode_pairs(pairs, tokenizer, {"yes": 0}, max_length=32, plug_in=False)
+    out = pairs_lib.encode_pairs(pairs, tokenizer, {"yes": 0}, max_length=32, plug_in=False)
     row = out.batch(np.array([0, -1]))
     assert row["input_ids"][0, :length].tolist() == [0, *x, 2, 2, *y, 2]
     assert row["positions"][0, :length].tolist() == list(range(2, 2 + length))
     assert row["segment_ids"][0].tolist() == [1] * length + [0] * (32 - length)
     assert row["side"][0, :length].tolist() == [0] * (len(x) + 2) + [1] * (len(y) + 2)
-    assert row["weights"].tolist() == [1.0, 0.0] and row["input_ids"][1].tolist() == [1] * 32
+    assert row["pred_weights"].tolist() == [1.0, 0.0] and row["input_ids"][1].tolist() == [1] * 32
 
-    plugged = finetune.encode_pairs(pairs, tokenizer, {"yes": 0}, max_length=32, plug_in=True)
+    plugged = pairs_lib.encode_pairs(pairs, tokenizer, {"yes": 0}, max_length=32, plug_in=True)
     row = plugged.batch(np.array([0]))
     first, second = len(x) + 2, len(y) + 2
     assert row["input_ids"][0, :length].tolist() == [0, *x, 2, 0, *y, 2]
@@ -164,8 +170,8 @@ def test_rows_plugged_in_and_out(udhr_tokenizer_path):
 
     # Truncation to 10 tokens (6 + 4 special): the longer side gives up its tokens first, and
     # when both are longer than half, each keeps half.
-    long_x = finetune.PairSet(["a b c d e f g h"] * 2, ["yes", "x y"], ["yes"] * 2, stats=None)
-    short = finetune.encode_pairs(long_x, tokenizer, {"yes": 0}, max_length=10, plug_in=False)
+    long_x = pairs_lib.PairSet(["a b c d e f g h"] * 2, ["yes", "x y"], ["yes"] * 2, stats=None)
+    short = pairs_lib.encode_pairs(long_x, tokenizer, {"yes": 0}, max_length=10, plug_in=False)
     yes = tokenizer.encode("yes").tolist()
     assert len(yes) == 2 and len(y) == 4
     assert short.rows[0].tolist() == [0, *x[:4], 2, 2, *yes, 2]
@@ -179,7 +185,7 @@ def test_layer_wise_decay_scales_each_stacked_layer():
         lambda s: np.ones(s.shape, np.float32),
         {"backbone": backbone, "head_out": {"kernel": jax.ShapeDtypeStruct((8, 2), np.float32)}},
     )
-    factors = finetune.layer_decay_factors(params, num_layers=3, decay=0.5)
+    factors = finetuning.layer_decay_factors(params, num_layers=3, decay=0.5)
     query = factors["backbone"]["encoder"]["layers"]["attention"]["query"]["kernel"]
     np.testing.assert_allclose(query.ravel(), [0.125, 0.25, 0.5])  # layers 0, 1, 2: 0.5^(3-i)
     assert query.shape == (3, 1, 1, 1)
@@ -191,9 +197,9 @@ def test_layer_wise_decay_scales_each_stacked_layer():
     grads = jax.tree.map(lambda p: rng.normal(size=p.shape).astype(np.float32), params)
 
     def updates(decay):
-        cfg = finetune.default_config()
+        cfg = finetuning.default_config()
         cfg.optim.layer_decay, cfg.optim.warmup_fraction = decay, 0.0
-        tx = finetune.make_finetune_optimizer(cfg, params, num_layers=3)
+        tx = finetuning.make_finetune_optimizer(cfg, params, num_layers=3)
         return tx.update(grads, tx.init(params), params)[0]
 
     decayed, full = jax.jit(lambda: (updates(0.5), updates(1.0)))()
@@ -210,13 +216,16 @@ def test_optimizer_is_pretrainings_with_warmup_as_a_fraction():
         "backbone": {"encoder": {"layers": {"kernel": np.ones((2, 3, 3), np.float32)}}},
         "head_out": {"kernel": np.ones((3, 2), np.float32), "bias": np.zeros(2, np.float32)},
     }
-    cfg = finetune.default_config()
+    cfg = finetuning.default_config()
     cfg.optim.layer_decay, cfg.optim.warmup_fraction, cfg.train.steps = 1.0, 0.25, 8
     pretraining = config_lib.default_config()
     pretraining.train.steps, pretraining.optim.warmup_steps = 8, 2
     for key in ("learning_rate", "b1", "b2", "eps", "weight_decay", "clip_norm"):
         pretraining.optim[key] = cfg.optim[key]
-    txs = [finetune.make_finetune_optimizer(cfg, params, num_layers=2), make_optimizer(pretraining)]
+    txs = [
+        finetuning.make_finetune_optimizer(cfg, params, num_layers=2),
+        make_optimizer(pretraining),
+    ]
     states = [tx.init(params) for tx in txs]
     rng = np.random.default_rng(0)
     for _ in range(4):
@@ -227,7 +236,7 @@ def test_optimizer_is_pretrainings_with_warmup_as_a_fraction():
         for got, want in zip(jax.tree.leaves(ours), jax.tree.leaves(theirs), strict=True):
             np.testing.assert_array_equal(got, want)
     assert all(np.abs(u).max() > 0 for u in jax.tree.leaves(ours))
-    rates = [finetune.finetune_schedule(cfg)(s) for s in (0, 1, 2, 8)]
+    rates = [finetuning.finetune_schedule(cfg)(s) for s in (0, 1, 2, 8)]
     np.testing.assert_allclose(rates, np.array([0, 0.5, 1, 0]) * cfg.optim.learning_rate, 1e-6)
 
 
@@ -235,27 +244,118 @@ def test_config_and_data_errors(veco_folder, task_dir, tmp_path):
     cfg = task_config(veco_folder, task_dir)
     cfg.optim.layer_decy = 0.5
     with pytest.raises(ConfigError, match="'optim.layer_decy': unknown key"):
-        finetune.validate(cfg)
+        finetuning.validate(cfg)
     cfg = task_config(veco_folder, task_dir)
     cfg.objectives = ml_collections.ConfigDict({"mmlm": 1.0})  # a pre-training section
     with pytest.raises(ConfigError, match="'objectives': unknown section"):
-        finetune.validate(cfg)
+        finetuning.validate(cfg)
     with pytest.raises(ConfigError, match="'optim.layer_decay': must be in"):
-        finetune.validate(task_config(veco_folder, task_dir, optim__layer_decay=1.5))
+        finetuning.validate(task_config(veco_folder, task_dir, optim__layer_decay=1.5))
     mistyped = task_config(veco_folder, task_dir).to_dict()
     mistyped["train"]["steps"] = "60"
     with pytest.raises(ConfigError, match="'train.steps': expected int"):
-        finetune.validate(ml_collections.ConfigDict(mistyped))
+        finetuning.validate(ml_collections.ConfigDict(mistyped))
+    with pytest.raises(ConfigError, match="'train.grad_accum': data.batch_size=16 is not"):
+        finetuning.validate(task_config(veco_folder, task_dir, train__grad_accum=3))
+    with pytest.raises(ConfigError, match=r"'data.batch_size': 16 / train.grad_accum=2 = 8 rows"):
+        finetuning.check_batch_divides(
+            task_config(veco_folder, task_dir, train__grad_accum=2), {"data": 4, "fsdp": 4}
+        )
+    with pytest.raises(ConfigError, match="'train.stop_at': must be -1 or in"):
+        finetuning.validate(task_config(veco_folder, task_dir, train__stop_at=61))
     with pytest.raises(ConfigError, match="'data.dir': required"):
-        finetune.run(task_config(veco_folder, ""), str(tmp_path))
+        finetuning.build(task_config(veco_folder, ""), str(tmp_path))
     with pytest.raises(ConfigError, match="'model.plug_in': 'in' needs a cross-attention"):
-        finetune.resolve_plug_in("in", cross_attention=False)
-    assert finetune.resolve_plug_in("auto", cross_attention=True)
-    assert not finetune.resolve_plug_in("out", cross_attention=True)
+        finetuning.resolve_plug_in("in", cross_attention=False)
+    assert finetuning.resolve_plug_in("auto", cross_attention=True)
+    assert not finetuning.resolve_plug_in("out", cross_attention=True)
 
     path = tmp_path / "bad.tsv"
     path.write_bytes(b"p\th\tyes\n\n\xff\xfe\th\tno\nonly two\tfields\np2\th2\tno\n")
-    pairs = finetune.read_pairs(str(path))
+    pairs = pairs_lib.read_pairs(str(path))
     assert pairs.labels == ["yes", "no"] and pairs.premises == ["p", "p2"]
     stats = pairs.stats
     assert (stats.total, stats.empty, stats.invalid_utf8, stats.bad_fields) == (5, 1, 1, 1)
+
+
+def test_each_epoch_reads_every_pair_once_and_processes_split_the_rows():
+    """A step's rows depend on (seed, step) alone: every pair once per epoch in an order of the
+    epoch's own, the same rows rebuilt in any order of steps, and two processes' rows together
+    the one-process batch."""
+    data = pairs_lib.Encoded(
+        [np.array([0, i + 5, 2], np.int32) for i in range(10)],
+        np.ones(10, np.int64),
+        np.arange(10, dtype=np.int32) % 2,
+        lang_id=0,
+        max_length=8,
+        plug_in=False,
+    )
+
+    def pairs_of(batch):
+        return (batch[pairs_lib.TASK]["input_ids"][:, 1] - 5).tolist()
+
+    batches = pairs_lib.PairBatches(data, batch_size=4, seed=3)
+    drawn = [pairs_of(batches(step)) for step in range(5)]  # 20 rows: two epochs
+    flat = sum(drawn, [])
+    assert sorted(flat[:10]) == list(range(10)) and sorted(flat[10:]) == list(range(10))
+    assert flat[:10] != flat[10:]  # each epoch has its own order
+    fresh = pairs_lib.PairBatches(data, batch_size=4, seed=3)
+    assert [pairs_of(fresh(step)) for step in (4, 2, 0)] == [drawn[4], drawn[2], drawn[0]]
+    halves = [pairs_lib.PairBatches(data, 4, 3, process_index=p, process_count=2) for p in (0, 1)]
+    assert [pairs_of(halves[0](s)) + pairs_of(halves[1](s)) for s in range(5)] == drawn
+    assert pairs_of(pairs_lib.PairBatches(data, 4, seed=4)(0)) != drawn[0]
+
+
+def test_resumed_fine_tuning_equals_an_uninterrupted_one(veco_folder, task_dir, tmp_path):
+    """Stopped after step 3 (`train.stop_at`) and run again, fine-tuning logs the losses of a
+    run that never stopped and ends with its accuracies: the state (dropout key included) and
+    the input iterator are checkpointed together. Held-out accuracy is logged every
+    `eval.every_steps` steps, and its last value is the final result's."""
+    settings = dict(
+        train__steps=6,
+        train__log_every=1,
+        train__checkpoint_every=100,
+        eval__every_steps=3,
+        data__eval_languages=("fra",),
+        model__plug_in="out",
+        model__dropout_rate=0.1,
+    )
+    whole = run(task_config(veco_folder, task_dir, **settings), tmp_path / "whole")
+    halted = run(task_config(veco_folder, task_dir, train__stop_at=3, **settings), tmp_path / "b")
+    assert halted["steps"] == 3
+    assert sorted(p.name for p in (tmp_path / "b" / "checkpoints").iterdir()) == ["3"]
+    resumed = run(task_config(veco_folder, task_dir, **settings), tmp_path / "b")
+    assert resumed == whole
+
+    records = {name: read_metrics(tmp_path / name) for name in ("whole", "b")}
+    assert [r["step"] for r in records["b"]] == list(range(1, 7))
+    for key in ("loss", "grad_norm", "accuracy/classify", "learning_rate"):
+        np.testing.assert_allclose(
+            [r[key] for r in records["b"]], [r[key] for r in records["whole"]], rtol=1e-6
+        )
+    evaluated = [r for r in records["whole"] if "eval/accuracy/fra" in r]
+    assert [r["step"] for r in evaluated] == [3, 6]
+    assert evaluated[-1]["eval/accuracy/fra"] == whole["languages"]["fra"]["accuracy"]
+
+
+def test_sharded_accumulated_fine_tuning_equals_one_device(veco_folder, task_dir, tmp_path):
+    """On 2 × 2 × 2 devices (rows over data × fsdp, heads and MLP over tensor) with two
+    micro-batches a step, VECO's plugged-in fine-tuning logs one device's losses, gradient
+    norms and accuracies and ends with its results."""
+    settings = dict(train__steps=3, train__log_every=1, data__eval_languages=("fra",))
+    one = run(task_config(veco_folder, task_dir, **settings), tmp_path / "one", jax.devices()[:1])
+    sharded = task_config(
+        veco_folder,
+        task_dir,
+        mesh__data=2,
+        mesh__fsdp=2,
+        mesh__tensor=2,
+        train__grad_accum=2,
+        **settings,
+    )
+    assert run(sharded, tmp_path / "sharded") == one
+    records = {name: read_metrics(tmp_path / name) for name in ("one", "sharded")}
+    for key in ("loss", "grad_norm", "accuracy/classify", "count/classify"):
+        np.testing.assert_allclose(
+            [r[key] for r in records["sharded"]], [r[key] for r in records["one"]], rtol=2e-5
+        )

@@ -22,7 +22,7 @@ LAYERS = (
     ("plan", "step"),
     ("evaluation",),
     ("loop",),
-    ("trainer",),
+    ("trainer", "finetuning"),
 )  # fmt: skip
 # Command lines, by tool: `python -m xlpretrain.<module>` (bench's suite and micro-benchmarks
 # are parts of the bench tool).

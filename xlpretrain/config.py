@@ -39,26 +39,45 @@ DEFAULT_LOGICAL_AXIS_RULES = (
 )
 
 
+def loop_section(
+    *, steps: int, log_every: int, checkpoint_every: int, keep: int
+) -> ml_collections.ConfigDict:
+    """The `train` keys the training loop reads (`xlpretrain.loop`), shared by pre-training and
+    fine-tuning so a run is steered, resumed and stopped the same way whatever the task."""
+    train = ml_collections.ConfigDict()
+    train.steps = steps  # the run's length: the LR schedule is built from it
+    train.stop_at = -1  # halt after this step with a checkpoint (-1: run to `steps`)
+    train.log_every = log_every
+    train.checkpoint_every = checkpoint_every
+    train.keep_checkpoints = keep
+    train.async_checkpointing = True
+    train.seed = 0
+    train.grad_accum = 1  # micro-batches per step; gradients equal the full batch's
+    # A step whose loss or gradient norm is not finite skips its update; this many in a row stop
+    # the run with an error, leaving the last checkpoint (0: never stop).
+    train.max_bad_steps = 5
+    # When no checkpoint in WORKDIR/checkpoints can be restored: False stops with an error
+    # (nothing is silently thrown away), True starts again from step 0.
+    train.allow_fresh_start = False
+    return train
+
+
+def mesh_section() -> ml_collections.ConfigDict:
+    """The device mesh (`data × fsdp × tensor`) and the logical axis rules placed on it."""
+    mesh = ml_collections.ConfigDict()
+    mesh.data = -1  # -1: the devices the other axes leave
+    mesh.fsdp = 1
+    mesh.tensor = 1
+    mesh.rules = DEFAULT_LOGICAL_AXIS_RULES
+    return mesh
+
+
 def default_config() -> ml_collections.ConfigDict:
     """Every key a run may set, with defaults; config files override these."""
     cfg = ml_collections.ConfigDict()
 
-    cfg.train = ml_collections.ConfigDict()
-    cfg.train.steps = 1000  # the run's length: the LR schedule is built from it
-    cfg.train.stop_at = -1  # halt after this step with a checkpoint (-1: run to `steps`)
-    cfg.train.log_every = 10
-    cfg.train.checkpoint_every = 500
-    cfg.train.keep_checkpoints = 3
-    cfg.train.async_checkpointing = True
-    cfg.train.seed = 0
-    cfg.train.grad_accum = 1
+    cfg.train = loop_section(steps=1000, log_every=10, checkpoint_every=500, keep=3)
     cfg.train.profile_steps = ""  # "START:END" writes a jax.profiler trace to WORKDIR/profile
-    # A step whose loss or gradient norm is not finite skips its update; this many in a row stop
-    # the run with an error, leaving the last checkpoint (0: never stop).
-    cfg.train.max_bad_steps = 5
-    # When no checkpoint in WORKDIR/checkpoints can be restored: False stops with an error
-    # (nothing is silently thrown away), True starts again from step 0.
-    cfg.train.allow_fresh_start = False
     # Regular expression on parameter paths ("encoder/layers/cross_attention/query/kernel"):
     # only matching parameters are updated; "" trains all. A schedule stage may override it.
     cfg.train.trainable = ""
@@ -155,11 +174,7 @@ def default_config() -> ml_collections.ConfigDict:
     cfg.optim.weight_decay = 0.01
     cfg.optim.clip_norm = 1.0  # global-norm clipping; 0 disables
 
-    cfg.mesh = ml_collections.ConfigDict()
-    cfg.mesh.data = -1  # -1: the devices the other axes leave
-    cfg.mesh.fsdp = 1
-    cfg.mesh.tensor = 1
-    cfg.mesh.rules = DEFAULT_LOGICAL_AXIS_RULES
+    cfg.mesh = mesh_section()
 
     # Each objective's own section (btmlm, veco, xlm_e), as its declaration defines it.
     for settings in objective_settings().values():
@@ -265,16 +280,25 @@ def _one_of(*choices: str) -> Callable[[Any], bool]:
 # key -> (predicate on its value, description of the allowed values), for `check_keys`.
 Ranges = Mapping[str, tuple[Callable[[Any], bool], str]]
 
-_RANGES: Ranges = {
-    "eval.every_steps": (_non_negative, "must be >= 0"),
-    "eval.batches": (_positive, "must be >= 1"),
-    "eval.retrieval_lines": (_non_negative, "must be >= 0"),
+# The ranges of `loop_section`'s and `mesh_section`'s keys, for every task that has them.
+LOOP_RANGES: Ranges = {
     "train.steps": (_positive, "must be > 0"),
     "train.log_every": (_positive, "must be > 0"),
     "train.checkpoint_every": (_positive, "must be > 0"),
     "train.keep_checkpoints": (_positive, "must be > 0"),
     "train.max_bad_steps": (lambda v: v >= 0, "must be >= 0 (0: never stop)"),
     "train.grad_accum": (_positive, "must be > 0"),
+}
+MESH_RANGES: Ranges = {
+    "mesh.data": (lambda v: v == -1 or v > 0, "must be > 0 or -1"),
+    "mesh.fsdp": (lambda v: v == -1 or v > 0, "must be > 0 or -1"),
+    "mesh.tensor": (lambda v: v == -1 or v > 0, "must be > 0 or -1"),
+}
+
+_RANGES: Ranges = {
+    "eval.every_steps": (_non_negative, "must be >= 0"),
+    "eval.batches": (_positive, "must be >= 1"),
+    "eval.retrieval_lines": (_non_negative, "must be >= 0"),
     "data.max_length": (lambda v: v >= 8, "must be >= 8"),
     "data.batch_size": (_positive, "must be > 0"),
     "data.mono_alpha": (_non_negative, "must be >= 0"),
@@ -321,9 +345,8 @@ _RANGES: Ranges = {
     "optim.eps": (_positive, "must be > 0"),
     "optim.weight_decay": (_non_negative, "must be >= 0"),
     "optim.clip_norm": (_non_negative, "must be >= 0 (0 disables clipping)"),
-    "mesh.data": (lambda v: v == -1 or v > 0, "must be > 0 or -1"),
-    "mesh.fsdp": (lambda v: v == -1 or v > 0, "must be > 0 or -1"),
-    "mesh.tensor": (lambda v: v == -1 or v > 0, "must be > 0 or -1"),
+    **LOOP_RANGES,
+    **MESH_RANGES,
 }
 
 
@@ -457,11 +480,7 @@ def validate(cfg: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
         f"objectives of different model families do not mix in one run: {by_family} "
         "(replaced-token detection trains its own generator/discriminator pair)",
     )
-    _check(
-        cfg.train.stop_at == -1 or 0 < cfg.train.stop_at <= cfg.train.steps,
-        "train.stop_at",
-        f"must be -1 or in [1, train.steps={cfg.train.steps}], got {cfg.train.stop_at}",
-    )
+    check_stop_at(cfg.train)
     if cfg.train.profile_steps:
         parts = cfg.train.profile_steps.split(":")
         _check(
@@ -470,6 +489,15 @@ def validate(cfg: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
             f"expected 'START:END' with START < END, got {cfg.train.profile_steps!r}",
         )
     return cfg
+
+
+def check_stop_at(train: ml_collections.ConfigDict) -> None:
+    """`train.stop_at` is -1 or a step of the run."""
+    _check(
+        train.stop_at == -1 or 0 < train.stop_at <= train.steps,
+        "train.stop_at",
+        f"must be -1 or in [1, train.steps={train.steps}], got {train.stop_at}",
+    )
 
 
 def check_batch_divides(cfg: ml_collections.ConfigDict, mesh_shape: Mapping[str, int]) -> None:

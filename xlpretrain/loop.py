@@ -1,5 +1,5 @@
 """The training loop every task runs on: pre-training (`xlpretrain.trainer`) and fine-tuning
-(`xlpretrain.eval.finetune`) alike.
+(`xlpretrain.finetuning`) alike.
 
 It owns what a long run needs whatever the model: resuming from the newest readable checkpoint
 (state and input iterator, so the stream continues exactly), checkpoints on schedule, at the end
@@ -20,6 +20,7 @@ from typing import Any
 
 import grain
 import jax
+import ml_collections
 import numpy as np
 
 from xlpretrain.checkpoint import Checkpointer, abstract_with_shardings
@@ -57,6 +58,26 @@ class Loop:
     evaluate: Callable[[Any, int], dict[str, float]] | None = None  # (params, stage) → scalars
     eval_every: int = 0
     profile: tuple[int, int] | None = None  # [start, end) steps traced to WORKDIR/profile
+
+
+def checkpointer(workdir: str, train: ml_collections.ConfigDict) -> Checkpointer:
+    """`WORKDIR/checkpoints/` as the `train` section (`config.loop_section`) keeps them."""
+    return Checkpointer(
+        os.path.join(workdir, "checkpoints"),
+        keep=train.keep_checkpoints,
+        async_save=train.async_checkpointing,
+    )
+
+
+def settings(train: ml_collections.ConfigDict) -> dict[str, Any]:
+    """The `Loop` fields the `train` section (`config.loop_section`) sets, for every task."""
+    return {
+        "end_step": train.stop_at if train.stop_at > 0 else train.steps,
+        "log_every": train.log_every,
+        "checkpoint_every": train.checkpoint_every,
+        "max_bad_steps": train.max_bad_steps,
+        "allow_fresh_start": train.allow_fresh_start,
+    }
 
 
 def run(loop: Loop) -> TrainState:

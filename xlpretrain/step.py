@@ -8,7 +8,7 @@ so accumulated gradients equal the full-batch gradient, and sharded equals unsha
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import flax.linen as nn
@@ -28,7 +28,7 @@ from xlpretrain.optim import (
     trainable_mask,
 )
 from xlpretrain.plan import RunPlan
-from xlpretrain.sharding import batch_sharding, logical_shardings, under_mesh
+from xlpretrain.sharding import Rules, batch_sharding, logical_shardings, under_mesh
 
 Batches = dict[str, dict[str, jax.Array]]
 
@@ -150,24 +150,67 @@ def setup_training(
     mesh: Mesh,
     materialize: bool = True,
 ) -> Training:
-    """Initialises the state directly into its shardings (no host copy of the parameters)
-    and jits one step per stage with explicit in/out shardings and a donated state.
+    """Pre-training's `Training`: one optimizer and one step per stage of the plan (each stage
+    freezes its own parameters), on `sharded_training`."""
+    # One optimizer per stage (each freezes its own parameters), all with the same state.
+    optimizers = [make_optimizer(cfg, stage.trainable) for stage in plan.stages]
+    abstract_params = jax.eval_shape(
+        lambda rng: nn.unbox(init_params(rng)), jax.random.key(cfg.train.seed)
+    )
+    for stage in plan.stages:
+        if stage.trainable and not any(
+            jax.tree.leaves(trainable_mask(abstract_params, stage.trainable))
+        ):
+            raise ConfigError(
+                f"config key 'train.trainable' (or a stage's 'trainable'): {stage.trainable!r} "
+                "matches no parameter path (e.g. 'encoder/layers/attention/query/kernel')"
+            )
+    steps = [
+        make_train_step(
+            model,
+            {name: plan.objectives[name].loss(cfg) for name in stage.weights},
+            stage.weights,
+            stage_optimizer,
+            learning_rate_schedule(cfg),
+            cfg.train.grad_accum,
+        )
+        for stage, stage_optimizer in zip(plan.stages, optimizers, strict=True)
+    ]
+    return sharded_training(
+        mesh,
+        [tuple(rule) for rule in cfg.mesh.rules],
+        init_params,
+        optimizers[0],
+        steps,
+        cfg.train.seed,
+        materialize=materialize,
+    )
+
+
+def sharded_training(
+    mesh: Mesh,
+    rules: Rules,
+    init_params: Callable[[jax.Array], Any],
+    optimizer: optax.GradientTransformation,
+    steps: Sequence[Callable[[TrainState, Batches], tuple[TrainState, dict[str, jax.Array]]]],
+    seed: int,
+    materialize: bool = True,
+) -> Training:
+    """Any task's `Training` on `mesh`: the state initialised directly into the shardings the
+    `rules` give its logical axes (no host copy of the parameters), and each of `steps`
+    (`make_train_step`'s, whose optimizers share `optimizer`'s state) jitted with explicit
+    in/out shardings and a donated state.
 
     `init_params(rng)` returns the model's parameters boxed with logical axis names.
     `materialize=False` leaves the state abstract (shapes, dtypes, shardings): enough to
     lower and compile the steps ahead of time (`xlpretrain.aot`) without the memory.
     """
-    rules = [tuple(rule) for rule in cfg.mesh.rules]
-    run_stages = plan.stages
-    # One optimizer per stage (each freezes its own parameters), all with the same state.
-    optimizers = [make_optimizer(cfg, stage.trainable) for stage in run_stages]
-    optimizer = optimizers[0]
 
     def init_fn(rng):
         params = nn.unbox(init_params(rng))
         return init_state(params, optimizer, jax.random.fold_in(rng, 1))
 
-    rng = jax.random.key(cfg.train.seed)
+    rng = jax.random.key(seed)
     boxed = jax.eval_shape(init_params, rng)
     param_shardings = logical_shardings(boxed, mesh, rules)
     abstract = jax.eval_shape(init_fn, rng)
@@ -184,14 +227,6 @@ def setup_training(
         ),
         rng=replicated,
     )
-    for stage in run_stages:
-        if stage.trainable and not any(
-            jax.tree.leaves(trainable_mask(abstract.params, stage.trainable))
-        ):
-            raise ConfigError(
-                f"config key 'train.trainable' (or a stage's 'trainable'): {stage.trainable!r} "
-                "matches no parameter path (e.g. 'encoder/layers/attention/query/kernel')"
-            )
     if materialize:
         state = jax.jit(init_fn, out_shardings=state_shardings)(rng)
     else:
@@ -200,28 +235,20 @@ def setup_training(
             abstract,
             state_shardings,
         )
-    step_fns = []
-    for stage, stage_optimizer in zip(run_stages, optimizers, strict=True):
-        step = make_train_step(
-            model,
-            {name: plan.objectives[name].loss(cfg) for name in stage.weights},
-            stage.weights,
-            stage_optimizer,
-            learning_rate_schedule(cfg),
-            cfg.train.grad_accum,
+    batches = batch_sharding(mesh, rules)
+    step_fns = [
+        jax.jit(  # compiled when its stage is first reached
+            under_mesh(mesh, rules, step),
+            in_shardings=(state_shardings, batches),
+            out_shardings=(state_shardings, replicated),
+            donate_argnums=0,
         )
-        step_fns.append(
-            jax.jit(  # compiled when its stage is first reached
-                under_mesh(mesh, rules, step),
-                in_shardings=(state_shardings, batch_sharding(mesh, rules)),
-                out_shardings=(state_shardings, replicated),
-                donate_argnums=0,
-            )
-        )
+        for step in steps
+    ]
     restart = jax.jit(
         lambda state: state.replace(opt_state=restart_moments(state.opt_state)),
         in_shardings=(state_shardings,),
         out_shardings=state_shardings,
         donate_argnums=0,
     )
-    return Training(mesh, state, state_shardings, batch_sharding(mesh, rules), step_fns, restart)
+    return Training(mesh, state, state_shardings, batches, step_fns, restart)

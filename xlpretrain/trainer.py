@@ -119,11 +119,7 @@ def build(
     plan = RunPlan.from_config(cfg)
     corpus = load_corpus(cfg, plan.sources())
     _check_languages(workdir, corpus.languages)
-    checkpointer = Checkpointer(
-        os.path.join(workdir, "checkpoints"),
-        keep=cfg.train.keep_checkpoints,
-        async_save=cfg.train.async_checkpointing,
-    )
+    checkpointer = loop.checkpointer(workdir, cfg.train)
     pretrained = None
     if cfg.init.checkpoint and checkpointer.latest_step() is None:  # resuming ignores it
         if not os.path.isdir(cfg.init.checkpoint):
@@ -207,11 +203,7 @@ def run(trainer: Trainer) -> TrainState:
             trainer.training,
             dataset,
             trainer.checkpointer,
-            end_step=cfg.train.stop_at if cfg.train.stop_at > 0 else cfg.train.steps,
-            log_every=cfg.train.log_every,
-            checkpoint_every=cfg.train.checkpoint_every,
-            max_bad_steps=cfg.train.max_bad_steps,
-            allow_fresh_start=cfg.train.allow_fresh_start,
+            **loop.settings(cfg.train),
             stage_of=trainer.plan.stage_index,
             restarts_moments=trainer.plan.starts_training_others,
             staged=len(trainer.plan.stages) > 1,

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import zlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import grain
 import numpy as np
@@ -246,9 +246,14 @@ def process_rows(
 
 
 def make_dataset(
-    builder: StepBatchBuilder, num_steps: int, *, num_workers: int, prefetch: int
+    builder: Callable[[int], Mapping[str, Batch]],
+    num_steps: int,
+    *,
+    num_workers: int,
+    prefetch: int,
 ) -> grain.IterDataset:
-    """Steps `0 … num_steps-1` as an iterable dataset; resume by restoring its iterator state."""
+    """Steps `0 … num_steps-1` of `builder` (a `StepBatchBuilder`, or any picklable function of
+    the step alone) as an iterable dataset; resume by restoring its iterator state."""
     dataset = grain.MapDataset.range(num_steps).map(builder)
     iterable = dataset.to_iter_dataset(
         grain.ReadOptions(

@@ -1,0 +1,500 @@
+"""Sentence-pair classification fine-tuning (XNLI, PAWS-X) as a library, on pre-training's loop.
+
+`build` a run from a validated config — the pre-trained model (`init.path`: a training workdir
+or a checkpoint folder), the pairs of one training language and of every evaluation language
+(`xlpretrain.data.pairs`), a `PairClassifier` sharded over the mesh by the logical rules, its
+optimizer — then `run` it on `xlpretrain.loop`, the loop pre-training runs on: gradient
+accumulation, checkpoints of the state and the input iterator with exact resume, preemption,
+divergence, metrics, and accuracy on every evaluation language each `eval.every_steps` steps.
+At the end, accuracy on the training pairs and on every evaluation language (zero-shot
+transfer) goes to `WORKDIR/results.json`. `python -m xlpretrain.eval.finetune` is its command
+line.
+
+Optimisation: pre-training's clipped AdamW (`xlpretrain.optim.adamw`), linear warm-up over the
+first `optim.warmup_fraction` of the steps then linear decay, times a layer-wise learning-rate
+decay (ERNIE-M, ELECTRA): the head learns at the full rate, encoder layer i (0-based) at
+`layer_decay ** (num_layers - i)`, the embeddings at `layer_decay ** (num_layers + 1)`, so the
+lower, more general layers move least.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import optax
+from flax import traverse_util
+from jax.sharding import NamedSharding, PartitionSpec
+
+from xlpretrain import loop
+from xlpretrain.config import (
+    LOOP_RANGES,
+    MESH_RANGES,
+    ConfigError,
+    Ranges,
+    check_keys,
+    check_stop_at,
+    loop_section,
+    mesh_section,
+)
+from xlpretrain.convert import folder
+from xlpretrain.data.pairs import (
+    TASK,
+    Batch,
+    Encoded,
+    PairBatches,
+    PairSet,
+    encode_pairs,
+    read_pairs,
+)
+from xlpretrain.data.pipeline import make_dataset
+from xlpretrain.data.sources import DataError, format_stats
+from xlpretrain.model.classifier import PairClassifier
+from xlpretrain.model.config import ATTENTION_IMPLS
+from xlpretrain.optim import adamw, parameter_path, warmup_linear_decay
+from xlpretrain.sharding import global_batch, make_mesh, under_mesh
+from xlpretrain.step import Training, TrainState, make_train_step, sharded_training
+
+log = logging.getLogger("xlpretrain")
+
+PLUG_IN = ("auto", "in", "out")
+Params = Any
+
+
+def default_config() -> ml_collections.ConfigDict:
+    """Every key a fine-tuning run may set; `configs/finetune_pairs.py` starts from this."""
+    cfg = ml_collections.ConfigDict()
+    cfg.init = ml_collections.ConfigDict()
+    cfg.init.path = ""  # a pre-training workdir or an xlpretrain checkpoint folder (required)
+
+    cfg.data = ml_collections.ConfigDict()
+    cfg.data.dir = ""  # folder of <lang>/<split>.tsv files (required)
+    cfg.data.train_language = "en"
+    cfg.data.train_split = "train"
+    cfg.data.eval_split = "test"
+    cfg.data.eval_languages = ()  # empty: every <lang> folder with an <eval_split>.tsv
+    cfg.data.labels = ()  # label strings in id order; empty: the training labels, sorted
+    cfg.data.max_length = 128  # tokens per pair, special tokens included
+    cfg.data.batch_size = 32  # global rows per step (and per evaluation batch)
+    cfg.data.num_workers = 0  # grain worker processes (0: build batches in the main process)
+    cfg.data.prefetch = 2  # batches built ahead of the step
+
+    cfg.model = ml_collections.ConfigDict()
+    cfg.model.plug_in = "auto"  # VECO's cross-attention: in | out | auto (in if the model has it)
+    cfg.model.dropout_rate = 0.1
+    cfg.model.attention_dropout_rate = 0.1
+    cfg.model.dtype = "float32"  # compute dtype; parameters stay float32
+    cfg.model.attention = "xla"  # as pre-training's model.attention
+
+    cfg.optim = ml_collections.ConfigDict()
+    cfg.optim.learning_rate = 2e-5
+    cfg.optim.layer_decay = 0.8  # 1.0: every layer at the full rate
+    cfg.optim.warmup_fraction = 0.1
+    cfg.optim.b1 = 0.9
+    cfg.optim.b2 = 0.999
+    cfg.optim.eps = 1e-8
+    cfg.optim.weight_decay = 0.01
+    cfg.optim.clip_norm = 1.0  # global-norm clipping; 0 disables
+
+    cfg.train = loop_section(steps=10_000, log_every=100, checkpoint_every=1000, keep=2)
+
+    # Accuracy on every evaluation language (dropout off) each `every_steps` steps, logged as
+    # eval/accuracy/<lang> with that step's metrics; 0: only at the end.
+    cfg.eval = ml_collections.ConfigDict()
+    cfg.eval.every_steps = 0
+
+    cfg.mesh = mesh_section()
+    return cfg
+
+
+_RANGES: Ranges = {
+    "init.path": (bool, "required: a pre-training workdir or checkpoint folder"),
+    "data.dir": (bool, "required: a folder of <lang>/<split>.tsv files"),
+    "data.train_language": (bool, "required"),
+    "data.max_length": (lambda v: v >= 8, "must be >= 8"),
+    "data.batch_size": (lambda v: v > 0, "must be > 0"),
+    "data.num_workers": (lambda v: v >= 0, "must be >= 0"),
+    "data.prefetch": (lambda v: v >= 0, "must be >= 0"),
+    "model.plug_in": (lambda v: v in PLUG_IN, f"must be one of {PLUG_IN}"),
+    "model.dropout_rate": (lambda v: 0.0 <= v < 1.0, "must be in [0, 1)"),
+    "model.attention_dropout_rate": (lambda v: 0.0 <= v < 1.0, "must be in [0, 1)"),
+    "model.dtype": (lambda v: v in ("float32", "bfloat16"), "must be 'float32' or 'bfloat16'"),
+    "model.attention": (lambda v: v in ATTENTION_IMPLS, f"must be one of {ATTENTION_IMPLS}"),
+    "optim.learning_rate": (lambda v: v > 0, "must be > 0"),
+    "optim.layer_decay": (lambda v: 0.0 < v <= 1.0, "must be in (0, 1]"),
+    "optim.warmup_fraction": (lambda v: 0.0 <= v < 1.0, "must be in [0, 1)"),
+    "optim.clip_norm": (lambda v: v >= 0, "must be >= 0 (0 disables clipping)"),
+    "eval.every_steps": (lambda v: v >= 0, "must be >= 0"),
+    **LOOP_RANGES,
+    **MESH_RANGES,
+}
+
+
+def validate(cfg: ml_collections.ConfigDict) -> None:
+    """Raises `ConfigError` naming the first unknown, mistyped or out-of-range key, through
+    pre-training's `check_keys`."""
+    check_keys(cfg, default_config(), _RANGES)
+    check_stop_at(cfg.train)
+    if cfg.data.batch_size % cfg.train.grad_accum:
+        raise ConfigError(
+            f"config key 'train.grad_accum': data.batch_size={cfg.data.batch_size} is not "
+            f"divisible by {cfg.train.grad_accum}"
+        )
+
+
+def check_batch_divides(cfg: ml_collections.ConfigDict, mesh_shape: dict[str, int]) -> None:
+    """A micro-batch's rows split evenly over the data-parallel devices (data × fsdp)."""
+    parallel = mesh_shape["data"] * mesh_shape["fsdp"]
+    micro = cfg.data.batch_size // cfg.train.grad_accum
+    if micro % parallel:
+        raise ConfigError(
+            f"config key 'data.batch_size': {cfg.data.batch_size} / train.grad_accum="
+            f"{cfg.train.grad_accum} = {micro} rows per micro-batch, not divisible by the "
+            f"data-parallel size mesh.data × mesh.fsdp = {mesh_shape['data']} × "
+            f"{mesh_shape['fsdp']} = {parallel}"
+        )
+
+
+# --- data -------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class Task:
+    """The training pairs, the evaluation pairs per language and the label names."""
+
+    train: Encoded
+    evaluation: dict[str, Encoded]
+    labels: list[str]
+
+
+def load_task(cfg: ml_collections.ConfigDict, pretrained: folder.Pretrained, plug_in: bool) -> Task:
+    """Reads `data.dir/<lang>/<split>.tsv` and tokenizes it for the pre-trained model."""
+    data = cfg.data
+    if not os.path.isdir(data.dir):
+        raise DataError(f"config key 'data.dir': no folder {data.dir}")
+    languages = list(data.eval_languages) or sorted(
+        name
+        for name in os.listdir(data.dir)
+        if os.path.isfile(os.path.join(data.dir, name, f"{data.eval_split}.tsv"))
+    )
+    if not languages:
+        raise DataError(f"no <lang>/{data.eval_split}.tsv file in {data.dir}")
+    train = read_pairs(os.path.join(data.dir, data.train_language, f"{data.train_split}.tsv"))
+    evaluation = {
+        lang: read_pairs(os.path.join(data.dir, lang, f"{data.eval_split}.tsv"))
+        for lang in languages
+    }
+    stats = {"train": train.stats, **{lang: s.stats for lang, s in evaluation.items()}}
+    for line in format_stats(stats):
+        log.info("data: %s", line)
+
+    labels = list(data.labels) or sorted(set(train.labels))
+    label_ids = {label: i for i, label in enumerate(labels)}
+    lang_index = {lang: i for i, lang in enumerate(pretrained.languages)}
+
+    def encode(pairs: PairSet, lang: str) -> Encoded:
+        if pretrained.config.num_languages and lang not in lang_index:
+            raise DataError(
+                f"{lang!r} is not among the model's languages {pretrained.languages}: models "
+                "with language embeddings need data folders named by those codes"
+            )
+        return encode_pairs(
+            pairs,
+            pretrained.tokenizer,
+            label_ids,
+            max_length=data.max_length,
+            plug_in=plug_in,
+            lang_id=lang_index.get(lang, 0),
+        )
+
+    return Task(
+        encode(train, data.train_language),
+        {lang: encode(pairs, lang) for lang, pairs in evaluation.items()},
+        labels,
+    )
+
+
+# --- optimisation -----------------------------------------------------------------------------
+
+
+def layer_decay_factors(params: Params, num_layers: int, decay: float) -> Params:
+    """Learning-rate multipliers per parameter, shaped to broadcast against it.
+
+    Outside `backbone/`: 1. `backbone/encoder/layers/*` (stacked, layer on axis 0): layer i
+    gets `decay ** (num_layers - i)`. The rest of the backbone (embeddings, tables shared by all
+    layers): `decay ** (num_layers + 1)`.
+    """
+    per_layer = decay ** (num_layers - np.arange(num_layers, dtype=np.float64))
+
+    def factor(path, leaf) -> np.ndarray:
+        name = parameter_path(path)
+        if not name.startswith("backbone/"):
+            return np.float32(1.0)
+        if name.startswith("backbone/encoder/layers/"):
+            return per_layer.reshape((-1,) + (1,) * (leaf.ndim - 1)).astype(np.float32)
+        return np.float32(decay ** (num_layers + 1))
+
+    return jax.tree_util.tree_map_with_path(factor, params)
+
+
+def scale_updates(factors: Params) -> optax.GradientTransformation:
+    """Multiplies each update by its factor. After AdamW (update −lr·(m̂/√v̂ + wd·p)) this is
+    exactly a per-parameter learning rate, including per layer of a stacked array."""
+    return optax.stateless(lambda updates, _: jax.tree.map(jnp.multiply, updates, factors))
+
+
+def finetune_schedule(cfg: ml_collections.ConfigDict) -> optax.Schedule:
+    """Pre-training's warm-up and linear decay, the warm-up a fraction of `train.steps`."""
+    warmup = round(cfg.optim.warmup_fraction * cfg.train.steps)
+    return warmup_linear_decay(cfg.optim.learning_rate, warmup, cfg.train.steps)
+
+
+def make_finetune_optimizer(
+    cfg: ml_collections.ConfigDict, params: Params, num_layers: int
+) -> optax.GradientTransformation:
+    """Pre-training's clipped AdamW on this schedule, then the layer-wise decay. `params` may
+    be abstract: only paths and ranks are read."""
+    optim = cfg.optim
+    tx = adamw(
+        finetune_schedule(cfg),
+        b1=optim.b1,
+        b2=optim.b2,
+        eps=optim.eps,
+        weight_decay=optim.weight_decay,
+        clip_norm=optim.clip_norm,
+    )
+    factors = layer_decay_factors(params, num_layers, optim.layer_decay)
+    return optax.chain(tx, scale_updates(factors))
+
+
+# --- model, step, evaluation ------------------------------------------------------------------
+
+
+def resolve_plug_in(setting: str, cross_attention: bool) -> bool:
+    """Whether to plug VECO's cross-attention in, for `model.plug_in` and the model."""
+    if setting == "in" and not cross_attention:
+        raise ConfigError("config key 'model.plug_in': 'in' needs a cross-attention (VECO) model")
+    return setting == "in" or (setting == "auto" and cross_attention)
+
+
+def classification_loss(params: Params, batch: Batch, rng: jax.Array, model: PairClassifier):
+    """Cross-entropy over the batch's real rows (`pred_weights`), the step's `LossFn`: the step
+    weights micro-batches by `count`, so accumulated and sharded steps equal one full batch."""
+    logits = model.apply({"params": params}, batch, deterministic=False, rngs={"dropout": rng})
+    weights = batch["pred_weights"]
+    count = weights.sum()
+    nll = optax.softmax_cross_entropy_with_integer_labels(logits, batch["labels"])
+    hits = (logits.argmax(-1) == batch["labels"]).astype(jnp.float32)
+    loss = (nll * weights).sum() / jnp.maximum(count, 1.0)
+    accuracy = (hits * weights).sum() / jnp.maximum(count, 1.0)
+    return loss, {"loss": loss, "accuracy": accuracy, "count": count}
+
+
+def with_backbone(training: Training, backbone: Params, source: str) -> Training:
+    """The state with the pre-trained `backbone` in place of the fresh one, each array built
+    shard by shard where the state's sharding puts it (no device holds the whole model, and
+    every process reads only its shards); the head stays as initialised. An LM head, or a
+    cross-attention plugged out, is left behind."""
+    flat = traverse_util.flatten_dict(backbone, sep="/")
+
+    def take(path, fresh, sharding):
+        name = parameter_path(path)
+        if not name.startswith("backbone/"):
+            return fresh
+        value = flat.get(name.removeprefix("backbone/"))
+        found = None if value is None else tuple(value.shape)
+        if found != tuple(fresh.shape):
+            has = "no such parameter" if found is None else f"shape {found}"
+            raise ValueError(f"{name}: the classifier needs {fresh.shape}, {source} has {has}")
+        host = np.asarray(value, fresh.dtype)
+        return jax.make_array_from_callback(host.shape, sharding, lambda index: host[index])
+
+    params = jax.tree_util.tree_map_with_path(
+        take, training.state.params, training.state_shardings.params
+    )
+    return dataclasses.replace(training, state=training.state.replace(params=params))
+
+
+@dataclasses.dataclass
+class Accuracy:
+    """Accuracy (argmax class = label, dropout off) of parameters on encoded pairs, in batches
+    of the training batch's global rows, sharded like the step."""
+
+    count_hits: Any  # jitted (params, global batch) → (hits, rows)
+    batch_size: int
+    batch_sharding: NamedSharding
+
+    def __call__(self, params: Params, data: Encoded) -> float:
+        rows = self.batch_size // jax.process_count()
+        hits = total = 0.0
+        for start in range(0, len(data), self.batch_size):
+            indices = np.arange(start, min(start + self.batch_size, len(data)))
+            indices = np.pad(indices, (0, self.batch_size - len(indices)), constant_values=-1)
+            local = indices[jax.process_index() * rows :][:rows]
+            batch = global_batch(data.batch(local), self.batch_sharding)
+            batch_hits, batch_rows = jax.device_get(self.count_hits(params, batch))
+            hits, total = hits + float(batch_hits), total + float(batch_rows)
+        return hits / total
+
+
+def make_accuracy(
+    classifier: PairClassifier, training: Training, rules, batch_size: int
+) -> Accuracy:
+    def count_hits(params, batch):
+        logits = classifier.apply({"params": params}, batch)
+        hits = (logits.argmax(-1) == batch["labels"]) * batch["pred_weights"]
+        return hits.sum(), batch["pred_weights"].sum()
+
+    jitted = jax.jit(
+        under_mesh(training.mesh, rules, count_hits),
+        in_shardings=(training.state_shardings.params, training.batch_sharding),
+        out_shardings=NamedSharding(training.mesh, PartitionSpec()),
+    )
+    return Accuracy(jitted, batch_size, training.batch_sharding)
+
+
+# --- the run ----------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class FineTuning:
+    """Everything a fine-tuning run builds before its first step; `run()` drives it."""
+
+    cfg: ml_collections.ConfigDict
+    workdir: str
+    task: Task
+    plug_in: bool
+    training: Training
+    batches: PairBatches
+    accuracy: Accuracy
+
+
+def build(
+    cfg: ml_collections.ConfigDict, workdir: str, devices: list[jax.Device] | None = None
+) -> FineTuning:
+    """Validates `cfg` and builds the run on `devices` (default: all)."""
+    validate(cfg)
+    mesh = make_mesh(cfg.mesh.data, cfg.mesh.fsdp, cfg.mesh.tensor, devices)
+    check_batch_divides(cfg, dict(mesh.shape))
+    pretrained = folder.read(cfg.init.path)
+    if pretrained.tokenizer is None:
+        raise FileNotFoundError(f"{cfg.init.path} has no tokenizer.model")
+    workdir = os.path.abspath(workdir)
+    os.makedirs(workdir, exist_ok=True)
+    if jax.process_index() == 0:
+        with open(os.path.join(workdir, "config.json"), "w") as f:
+            f.write(cfg.to_json_best_effort(indent=2))
+    config = dataclasses.replace(
+        pretrained.config,
+        dtype=cfg.model.dtype,
+        dropout_rate=cfg.model.dropout_rate,
+        attention_dropout_rate=cfg.model.attention_dropout_rate,
+        attention_impl=cfg.model.attention,
+    )
+    plug_in = resolve_plug_in(cfg.model.plug_in, config.cross_attention)
+    task = load_task(cfg, pretrained, plug_in)
+    classifier = PairClassifier(config, num_labels=len(task.labels), plug_in=plug_in)
+    log.info(
+        "fine-tuning %s (cross-attention plugged %s) on %d %s pairs, labels %s",
+        cfg.init.path,
+        "in" if plug_in else "out",
+        len(task.train),
+        cfg.data.train_language,
+        task.labels,
+    )
+
+    example = task.train.batch(np.zeros(1, np.int64))
+
+    def init_params(rng):
+        return classifier.init(rng, example)["params"]
+
+    abstract = jax.eval_shape(lambda rng: nn.unbox(init_params(rng)), jax.random.key(0))
+    optimizer = make_finetune_optimizer(cfg, abstract, config.num_layers)
+    step = make_train_step(
+        classifier,
+        {TASK: classification_loss},
+        {TASK: 1.0},
+        optimizer,
+        finetune_schedule(cfg),
+        cfg.train.grad_accum,
+    )
+    rules = [tuple(rule) for rule in cfg.mesh.rules]
+    training = sharded_training(mesh, rules, init_params, optimizer, [step], cfg.train.seed)
+    training = with_backbone(training, pretrained.params, cfg.init.path)
+    batches = PairBatches(
+        task.train,
+        cfg.data.batch_size,
+        cfg.train.seed,
+        process_index=jax.process_index(),
+        process_count=jax.process_count(),
+    )
+    accuracy = make_accuracy(classifier, training, rules, cfg.data.batch_size)
+    return FineTuning(cfg, workdir, task, plug_in, training, batches, accuracy)
+
+
+def run(tuning: FineTuning) -> dict | None:
+    """Trains on the shared loop from the workdir's newest readable checkpoint (or step 0) to
+    `train.stop_at` or `train.steps`, then measures accuracy on the training pairs and every
+    evaluation language and writes `WORKDIR/results.json`. Returns the results, or None when a
+    preemption notice stopped the run early (the checkpoint is saved; run again to resume)."""
+    cfg, task = tuning.cfg, tuning.task
+
+    def evaluate(params, _stage: int) -> dict[str, float]:
+        scores = {lang: tuning.accuracy(params, data) for lang, data in task.evaluation.items()}
+        log.info("held-out accuracy: %s", " ".join(f"{k} {v:.3f}" for k, v in scores.items()))
+        return {
+            "eval/accuracy": float(np.mean(list(scores.values()))),
+            **{f"eval/accuracy/{lang}": score for lang, score in scores.items()},
+        }
+
+    settings = loop.settings(cfg.train)
+    state: TrainState = loop.run(
+        loop.Loop(
+            tuning.workdir,
+            tuning.training,
+            make_dataset(
+                tuning.batches,
+                cfg.train.steps,
+                num_workers=cfg.data.num_workers,
+                prefetch=cfg.data.prefetch,
+            ),
+            loop.checkpointer(tuning.workdir, cfg.train),
+            **settings,
+            evaluate=evaluate if cfg.eval.every_steps else None,
+            eval_every=cfg.eval.every_steps,
+        )
+    )
+    step = int(state.step)
+    if step < settings["end_step"]:
+        return None
+
+    train_accuracy = tuning.accuracy(state.params, task.train)
+    languages = {
+        lang: {"accuracy": tuning.accuracy(state.params, data), "n": len(data)}
+        for lang, data in task.evaluation.items()
+    }
+    results = {
+        "train_language": cfg.data.train_language,
+        "labels": task.labels,
+        "plug_in": tuning.plug_in,
+        "steps": step,
+        "train_accuracy": train_accuracy,
+        "languages": languages,
+        "average": float(np.mean([r["accuracy"] for r in languages.values()])),
+    }
+    log.info("accuracy on the training pairs: %.4f", results["train_accuracy"])
+    for lang, result in languages.items():
+        log.info("accuracy %s: %.4f (%d pairs)", lang, result["accuracy"], result["n"])
+    log.info("average over %d languages: %.4f", len(languages), results["average"])
+    if jax.process_index() == 0:
+        with open(os.path.join(tuning.workdir, "results.json"), "w") as f:
+            json.dump(results, f, indent=2)
+    return results
