@@ -141,6 +141,8 @@ def test_checkpoint_folder_holds_the_scanned_init_tree(small):
 def test_to_hf_then_from_hf_is_exact_and_loads_without_missing_keys(small, tmp_path):
     original, root = small
     to_hf(root / "ours", tmp_path / "hf")
+    modes = {f.name: f.stat().st_mode & 0o777 for f in (tmp_path / "hf").iterdir()}
+    assert modes["model.safetensors"] == modes["config.json"], modes  # not owner-only
     exported, info = transformers.AutoModelForMaskedLM.from_pretrained(
         tmp_path / "hf", output_loading_info=True
     )

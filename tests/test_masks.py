@@ -86,3 +86,17 @@ def test_masks_cli_shows_what_the_objective_declarations_declare(monkeypatch, ca
     info = json.loads(capsys.readouterr().out)
     assert (info["objective"], info["mask"]) == ("toy", "toy_causal")
     assert info["allowed"] == [[1, 0, 0, 0], [1, 1, 0, 0], [1, 1, 1, 0], [1, 1, 1, 1]]
+
+
+def test_masks_cli_labels_its_axes_and_says_where_the_picture_went(tmp_path, capsys):
+    from xlpretrain.masks import __main__ as cli
+
+    picture = tmp_path / "camlm.png"
+    cli.main(["--objective", "camlm", "--example", "a b ||| c", "--png", str(picture)])
+    out, err = capsys.readouterr()
+    assert "rows (queries) attend to the columns (keys) marked '#'" in out
+    assert " query " in out.splitlines()[1] and " key 0 1 2" in out.splitlines()[1]
+    assert picture.stat().st_size > 0 and f"wrote {picture}" in err
+    with pytest.raises(SystemExit):
+        cli.main(["--help"])
+    assert capsys.readouterr().out.startswith("usage: python -m xlpretrain.masks ")

@@ -502,5 +502,8 @@ def write_folder(
     path.mkdir(parents=True)
     (path / "config.json").write_text(json.dumps(hf_config, indent=2, sort_keys=True) + "\n")
     save_file(dict(tensors), path / "model.safetensors", metadata={"format": "pt"})
+    # safetensors creates its file readable by the owner alone; give it the folder's other
+    # files' permissions (the umask's), so a shared model folder is readable like them.
+    os.chmod(path / "model.safetensors", (path / "config.json").stat().st_mode & 0o777)
     if tokenizer is not None:
         tokenizer.save(path / HF_TOKENIZER_FILE)

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 
-from xlpretrain import objectives
+from xlpretrain import cli, objectives
 from xlpretrain.masks import AttentionMask
 from xlpretrain.masks.show import describe, format_text, plot
 
@@ -26,8 +27,11 @@ def choices() -> dict[str, tuple[str, AttentionMask]]:
 
 
 def main(argv: list[str] | None = None) -> None:
+    cli.quiet_libraries()
     known = choices()
-    parser = argparse.ArgumentParser(description="Show an objective's attention mask.")
+    parser = argparse.ArgumentParser(
+        prog="python -m xlpretrain.masks", description="Show an objective's attention mask."
+    )
     parser.add_argument("--objective", required=True, choices=sorted(known))
     parser.add_argument(
         "--example", required=True, help="e.g. 'the cat <mask> sat ||| die Katze <mask>'"
@@ -47,6 +51,7 @@ def main(argv: list[str] | None = None) -> None:
     print(json.dumps(info) if args.json else format_text(info))
     if args.png:
         plot(info, args.png)
+        print(f"wrote {args.png}", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -114,14 +114,18 @@ def format_text(info: dict) -> str:
     """The mask as a grid: row = query (attends to) the columns marked '#'."""
     tokens = info["tokens"]
     width = max(len(t) for t in tokens)
-    lines = [f"{_title(info)}: rows attend to columns ('#')"]
+    # Columns are keys, numbered like the rows (last digit); rows are queries.
+    keys = " ".join(str(j % 10) for j in range(len(tokens)))
+    header = f"{'query':>{width + 4}} {'':3} key {keys}"
+    lines = [f"{_title(info)}: rows (queries) attend to the columns (keys) marked '#'", header]
     for i, token in enumerate(tokens):
         cells = " ".join("#" if a else "." for a in info["allowed"][i])
-        lines.append(f"{i:>3} {token:>{width}} {info['side'][i][:3]} {cells}")
+        lines.append(f"{i:>3} {token:>{width}} {info['side'][i][:3]:3}     {cells}")
     lines.append(f"after {info['layers']} layers, each row depends on the columns marked '@':")
+    lines.append(header)
     for i, token in enumerate(tokens):
         cells = " ".join("@" if a else "." for a in info["depends_on"][i])
-        lines.append(f"{i:>3} {token:>{width}} {info['side'][i][:3]} {cells}")
+        lines.append(f"{i:>3} {token:>{width}} {info['side'][i][:3]:3}     {cells}")
     return "\n".join(lines)
 
 
@@ -141,7 +145,7 @@ def plot(info: dict, path: str) -> None:
 
     tokens = info["tokens"]
     labels = [f"{t} ({s[0]})" for t, s in zip(tokens, info["side"], strict=True)]
-    size = 1.0 + 0.38 * len(tokens)
+    size = max(5.0, 1.0 + 0.38 * len(tokens))  # room for the title on short examples
     fig, ax = plt.subplots(figsize=(size, size))
     ax.imshow(np.array(info["allowed"]), cmap="Blues", vmin=0, vmax=1.3)
     ax.set_xticks(range(len(tokens)), labels, rotation=90)
@@ -152,7 +156,7 @@ def plot(info: dict, path: str) -> None:
     ax.tick_params(which="minor", length=0)
     ax.set_xlabel("key (attended to)")
     ax.set_ylabel("query")
-    ax.set_title(f"{_title(info)} attention mask")
+    ax.set_title(f"{_title(info)} attention mask", wrap=True)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
