@@ -129,7 +129,7 @@ def test_strict_mode_stops_at_the_first_bad_line_naming_file_and_line(corpus, tm
         "--config.data.strict=True",
     ]
     result = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=REPO)
-    assert result.returncode == 1, result.stdout + result.stderr
-    message = f"ERROR DataError: {corpus / 'mono' / 'de.txt'}:41: invalid UTF-8 (strict mode)"
-    log = (tmp_path / "train.log").read_text()
-    assert log.rstrip().endswith(message), log
+    assert result.returncode == 2, result.stdout + result.stderr
+    message = f"error: {corpus / 'mono' / 'de.txt'}:41: invalid UTF-8 (strict mode)"
+    assert result.stderr.rstrip().endswith(message), result.stderr
+    assert list(tmp_path.iterdir()) == []  # the run never started: it left nothing

@@ -14,11 +14,11 @@ PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "xlpretrain"
 LAYERS = (
     ("errors",),
     ("tokenizer", "masks", "sharding", "optim", "metrics", "divergence", "preemption",
-     "distributed", "gpu_targets", "checkpoint"),
+     "distributed", "gpu_targets", "checkpoint", "workdir"),
     ("data",),
     ("model",),
     ("objectives",),
-    ("config", "convert", "api", "warm_start", "eval"),
+    ("config", "convert", "api", "warm_start", "eval", "cli"),
     ("plan", "step"),
     ("evaluation",),
     ("loop",),

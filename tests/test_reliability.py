@@ -131,24 +131,30 @@ def test_kill_9_many_times(reference, tmp_path, seed):
     kill_and_resume(reference, tmp_path, kills=8, seed=seed)
 
 
-def test_sigterm_saves_the_current_step_and_exits_0(reference, tmp_path):
+def stop_and_resume(reference, workdir: pathlib.Path, signum: int, code: int) -> tuple[int, str]:
+    """Sends `signum` after step 3; the run must exit with `code`, a checkpoint at the step it
+    stopped after, and the same command must resume it exactly. (that step, its output)"""
     tokenizer, want = reference
-    workdir = tmp_path / "preempted"
     proc = start(workdir, tokenizer)
     assert wait_for_step(proc, workdir, 3)
-    proc.send_signal(signal.SIGTERM)
+    proc.send_signal(signum)
     output, _ = proc.communicate(timeout=120)
-    assert proc.returncode == 0, output[-3000:]
+    assert proc.returncode == code, output[-3000:]
     stopped = last_logged(workdir)
     assert 3 <= stopped < STEPS
     assert (workdir / "checkpoints" / str(stopped)).is_dir(), output[-3000:]
-    assert f"preempted: stopped after step {stopped} with a checkpoint" in output
     result = train(workdir, f"--config.tokenizer.path={tokenizer}")
     assert result.returncode == 0, result.stdout[-3000:]
     assert f"resumed from {workdir / 'checkpoints'}/{stopped}" in result.stdout
     got = losses(workdir)
     for step, loss in want.items():
         assert got[step] == pytest.approx(loss, rel=1e-5, abs=1e-5), step
+    return stopped, output
+
+
+def test_sigterm_saves_the_current_step_and_exits_0(reference, tmp_path):
+    stopped, output = stop_and_resume(reference, tmp_path / "preempted", signal.SIGTERM, 0)
+    assert f"preempted: stopped after step {stopped} with a checkpoint" in output
 
 
 def test_huge_learning_rate_stops_with_the_divergence_named(reference, tmp_path):
@@ -156,10 +162,22 @@ def test_huge_learning_rate_stops_with_the_divergence_named(reference, tmp_path)
     result = train(
         tmp_path, f"--config.tokenizer.path={tokenizer}", "--config.optim.learning_rate=1e9"
     )
-    assert result.returncode != 0
-    assert "DivergenceError: the run diverged" in result.stdout, result.stdout[-3000:]
+    assert result.returncode == 1
+    assert "xlpretrain.train: error: the run diverged" in result.stdout, result.stdout[-3000:]
     assert "train.max_bad_steps=5" in result.stdout
     assert "The last checkpoint is step" in result.stdout
+
+
+def test_ctrl_c_saves_the_current_step_and_exits_130(reference, tmp_path):
+    """The first Ctrl-C is a preemption the user asked for: the step finishes and is saved,
+    the run says how to resume in one line and exits 130; the resumed run is exact."""
+    workdir = tmp_path / "interrupted"
+    stopped, output = stop_and_resume(reference, workdir, signal.SIGINT, 130)
+    assert (
+        f"xlpretrain.train: stopped: Ctrl-C: stopped after step {stopped} with a checkpoint in "
+        f"{workdir / 'checkpoints'}; run the same command to resume" in output
+    )
+    assert "Traceback" not in output and "KeyboardInterrupt" not in output
 
 
 @pytest.mark.parametrize(
@@ -181,17 +199,17 @@ def test_mesh_and_batch_errors_before_compiling(reference, tmp_path, extra, mess
     result = train(
         tmp_path, f"--config.tokenizer.path={tokenizer}", "--config.mesh.fsdp=-1", *extra
     )
-    assert result.returncode == 1
+    assert result.returncode == 2
     assert message in result.stdout, result.stdout[-3000:]
     assert "Traceback" not in result.stdout
-    assert not (tmp_path / "checkpoints").exists()
+    assert not tmp_path.exists() or list(tmp_path.iterdir()) == []
 
 
 def test_read_only_workdir_is_named():
     """/proc refuses new folders, for root too (CI may run as root, where chmod is no bar)."""
     workdir = "/proc/xlpretrain-run"
     result = train(pathlib.Path(workdir))
-    assert result.returncode == 1
+    assert result.returncode == 2
     assert f"workdir {workdir} is not writable" in result.stdout, result.stdout
     assert "Traceback" not in result.stdout
 

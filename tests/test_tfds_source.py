@@ -271,11 +271,11 @@ def test_run_config_selects_tfds_sources(data_dir):
     cfg.data.parallel_tfds.data_dir = str(data_dir)
     cfg.data.parallel_tfds.pair = "de-en"
     cfg.data.max_line_bytes = MAX_BYTES
-    corpus = corpus_lib.load_corpus(cfg, {MONO, PARALLEL})
+    corpus = corpus_lib.load_corpus(cfg, {MONO: ["mmlm"], PARALLEL: ["tlm"]})
     assert isinstance(corpus.mono, TfdsMonolingualSource)
     assert isinstance(corpus.parallel, TfdsParallelSource)
     assert corpus.parallel.line(("de", "en"), 1) == ("Danke.", "Thank you.")
     assert {"de", "en"} <= set(corpus.languages)
     cfg.data.mono_dir = "/some/folder"
     with pytest.raises(ConfigError, match="data.mono_tfds.name"):
-        corpus_lib.load_corpus(cfg, {MONO})
+        corpus_lib.load_corpus(cfg, {MONO: ["mmlm"]})

@@ -158,7 +158,7 @@ def test_corrupt_latest_checkpoint_falls_back_to_the_previous_one(
         for path in (workdir / "checkpoints" / str(step) / "data").rglob("*"):
             if path.is_file():
                 path.write_bytes(b"\xff")
-    cfg = udhr_run_config(train__steps=2 * STEPS)
+    cfg = udhr_run_config(train__steps=2 * STEPS, train__resume_with_changes=True)
     with pytest.raises(CheckpointError, match="none of the 2 checkpoint.*allow_fresh_start"):
         run(cfg, workdir, devices)
     assert not (workdir / "checkpoints" / "8").exists()  # both set aside, nothing deleted
@@ -170,9 +170,13 @@ def test_corrupt_latest_checkpoint_falls_back_to_the_previous_one(
 def test_checkpoint_of_another_model_names_the_parameter_and_both_shapes(
     reference_run, udhr_run_config, tmp_path
 ):
-    """Not taken for damage (no fall back to an older step of the same wrong model)."""
+    """Not taken for damage (no fall back to an older step of the same wrong model). The
+    config check refuses the change first; accepted, the checkpoint is still checked."""
     shutil.copytree(reference_run, tmp_path / "run")
     cfg = udhr_run_config(model__mlp_dim=48)
+    with pytest.raises(ConfigError, match="model.mlp_dim 64 → 48"):
+        run(cfg, tmp_path / "run", jax.devices()[:1])
+    cfg = udhr_run_config(model__mlp_dim=48, train__resume_with_changes=True)
     with pytest.raises(
         CheckpointMismatchError,
         match=r"checkpoints/8 is of another model: params/encoder/layers/mlp/wi/bias has "
@@ -226,6 +230,7 @@ def test_unknown_objective_weight_key_and_language_mismatch(udhr, udhr_run_confi
     small.mkdir()
     (small / "xx.txt").write_text("one line\n")
     cfg.data.mono_dir = str(small)
+    cfg.train.resume_with_changes = True  # past the config check: the languages are checked
     with pytest.raises(ValueError, match="languages differ"):
         trainer_lib.build(cfg, str(tmp_path), jax.devices()[:1])
 
@@ -269,9 +274,17 @@ def test_demo_command_trains_and_loss_falls(tmp_path):
     assert records[-1]["loss"] < records[0]["loss"] - 0.5
     assert (tmp_path / "tokenizer.model").exists() and (tmp_path / "tb").is_dir()
     assert (tmp_path / "checkpoints" / "60").is_dir()
+    # The console: accuracy, learning rate and gradient norm on every line, a summary at the
+    # end, and none of JAX's start-up chatter about a TPU nobody asked for.
+    console = result.stdout
+    assert "step 60/60 | loss " in console and "| acc mmlm " in console and "| lr " in console
+    assert "| grad " in console and "Unable to initialize backend" not in console
+    assert "finished steps 1-60 of 60 in " in console and "final loss " in console
+    assert f"checkpoint: {tmp_path / 'checkpoints' / '60'}" in console
+    assert f"next: python -m xlpretrain.convert to-hf {tmp_path} " in console
 
 
-def test_ernie_m_stages_switch_objectives(udhr_run_config, tmp_path):
+def test_ernie_m_stages_switch_objectives(udhr_run_config, tmp_path, caplog):
     sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "configs"))
     import ernie_m
 
@@ -280,9 +293,15 @@ def test_ernie_m_stages_switch_objectives(udhr_run_config, tmp_path):
     for section in ("data", "tokenizer", "train"):
         cfg[section] = small[section]
     cfg.model.vocab_size, cfg.model.hidden_size, cfg.model.mlp_dim = 1002, 32, 64
-    run(cfg, tmp_path, jax.devices()[:1])
+    with caplog.at_level("INFO", logger="xlpretrain"):
+        run(cfg, tmp_path, jax.devices()[:1])
     records = read_metrics(tmp_path)
     assert [r["stage"] for r in records] == [0, 0, 1, 1, 1, 1]  # stage 2 from step 3 = 0.5 · 6
+    announced = [m for m in caplog.messages if ": stage " in m]
+    assert announced == [
+        "step 1: stage 1/2: mmlm 1, tlm 1, camlm 1; `loss` sums these",
+        "step 3: stage 2/2: mmlm 1, tlm 1, camlm 1, btmlm 1; new: btmlm; `loss` sums these",
+    ]
     for r in records:
         assert {"loss/mmlm", "loss/tlm", "loss/camlm"} <= set(r)
         assert ("loss/btmlm" in r) == (r["stage"] == 1)

@@ -9,6 +9,7 @@ silently ignored.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
@@ -59,7 +60,39 @@ def loop_section(
     # When no checkpoint in WORKDIR/checkpoints can be restored: False stops with an error
     # (nothing is silently thrown away), True starts again from step 0.
     train.allow_fresh_start = False
+    # A resumed run whose config changes keys outside `RESUME_NEUTRAL` (the schedule, the
+    # objectives, the data, the model) stops unless this is True (xlpretrain/workdir.py).
+    train.resume_with_changes = False
     return train
+
+
+# Keys a resumed run may change without changing the training its checkpoint is part of: how
+# the run is stopped, logged, saved, sharded, computed and evaluated ("x." covers a section).
+LOOP_RESUME_NEUTRAL = (
+    "train.stop_at",
+    "train.log_every",
+    "train.checkpoint_every",
+    "train.keep_checkpoints",
+    "train.async_checkpointing",
+    "train.grad_accum",
+    "train.max_bad_steps",
+    "train.allow_fresh_start",
+    "train.resume_with_changes",
+    "mesh.",
+)
+RESUME_NEUTRAL = (
+    *LOOP_RESUME_NEUTRAL,
+    "train.profile_steps",
+    "data.num_workers",
+    "data.prefetch",
+    "data.strict",
+    "eval.",
+    "model.attention",
+    "model.flash_tiles",
+    "model.remat",
+    "model.loss_chunk",
+    "init.checkpoint",  # read only by a run's first start
+)
 
 
 def mesh_section() -> ml_collections.ConfigDict:
@@ -371,6 +404,30 @@ def _type_ok(value: Any, default: Any) -> bool:
     return isinstance(value, type(default))
 
 
+def unknown_key(config: ml_collections.ConfigDict, path: str) -> str | None:
+    """Why `path` names no key of `config`, with the closest keys there, or None if it does:
+    `config key 'optim.learnin_rate': unknown key; did you mean 'optim.learning_rate'?`"""
+    node, walked = config, []
+    for part in path.split("."):
+        if isinstance(node, ml_collections.ConfigDict) and part in node:
+            node, walked = node[part], [*walked, part]
+            continue
+        where = ".".join(walked)
+        if not isinstance(node, ml_collections.ConfigDict):
+            return f"config key '{where}' is a value, it has no key '{part}'"
+        prefix = f"{where}." if where else ""
+        close = difflib.get_close_matches(part, list(node.keys()), n=3, cutoff=0.6)
+        if close:
+            return (
+                f"config key '{prefix}{part}': unknown key; did you mean "
+                + " or ".join(f"'{prefix}{c}'" for c in close)
+                + "?"
+            )
+        of = f" of '{where}'" if where else ""
+        return f"config key '{prefix}{part}': unknown key; known keys{of}: {', '.join(node)}"
+    return None
+
+
 def check_keys(
     cfg: ml_collections.ConfigDict,
     defaults: ml_collections.ConfigDict,
@@ -396,7 +453,8 @@ def check_keys(
         if prefix is not None:
             own_checks[prefix](path, value)
             continue
-        _check(path in default_leaves, path, "unknown key (typo?)")
+        if path not in default_leaves:
+            raise ConfigError(unknown_key(defaults, path) or f"config key '{path}': unknown key")
         default = default_leaves[path]
         _check(
             _type_ok(value, default),

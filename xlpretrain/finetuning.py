@@ -37,6 +37,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 from xlpretrain import loop
 from xlpretrain.config import (
     LOOP_RANGES,
+    LOOP_RESUME_NEUTRAL,
     MESH_RANGES,
     ConfigError,
     Ranges,
@@ -62,6 +63,7 @@ from xlpretrain.model.config import ATTENTION_IMPLS
 from xlpretrain.optim import adamw, parameter_path, warmup_linear_decay
 from xlpretrain.sharding import global_batch, make_mesh, under_mesh
 from xlpretrain.step import Training, TrainState, make_train_step, sharded_training
+from xlpretrain.workdir import check_resume, check_workdir, save_config
 
 log = logging.getLogger("xlpretrain")
 
@@ -113,6 +115,16 @@ def default_config() -> ml_collections.ConfigDict:
 
     cfg.mesh = mesh_section()
     return cfg
+
+
+# Keys a resumed fine-tuning run may change (`xlpretrain.workdir.check_resume`).
+RESUME_NEUTRAL = (
+    *LOOP_RESUME_NEUTRAL,
+    "data.num_workers",
+    "data.prefetch",
+    "eval.",
+    "model.attention",
+)
 
 
 _RANGES: Ranges = {
@@ -388,10 +400,10 @@ def build(
     if pretrained.tokenizer is None:
         raise FileNotFoundError(f"{cfg.init.path} has no tokenizer.model")
     workdir = os.path.abspath(workdir)
-    os.makedirs(workdir, exist_ok=True)
-    if jax.process_index() == 0:
-        with open(os.path.join(workdir, "config.json"), "w") as f:
-            f.write(cfg.to_json_best_effort(indent=2))
+    check_workdir(workdir)
+    resume_step = loop.checkpointer(workdir, cfg.train).latest_step()
+    if resume_step is not None:
+        check_resume(workdir, cfg, resume_step, RESUME_NEUTRAL, finetune_schedule)
     config = dataclasses.replace(
         pretrained.config,
         dtype=cfg.model.dtype,
@@ -437,6 +449,7 @@ def build(
         process_count=jax.process_count(),
     )
     accuracy = make_accuracy(classifier, training, rules, cfg.data.batch_size)
+    save_config(workdir, cfg, resume_step or 0)  # last: a run that fails to start changes none
     return FineTuning(cfg, workdir, task, plug_in, training, batches, accuracy)
 
 

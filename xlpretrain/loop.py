@@ -14,8 +14,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import grain
@@ -25,8 +24,14 @@ import numpy as np
 
 from xlpretrain.checkpoint import Checkpointer, abstract_with_shardings
 from xlpretrain.divergence import BadStepGuard, DivergenceError
-from xlpretrain.metrics import MetricsWriter, progress_line
-from xlpretrain.preemption import PreemptionWatch
+from xlpretrain.metrics import (
+    MetricsWriter,
+    Progress,
+    best_held_out,
+    progress_line,
+    summary_lines,
+)
+from xlpretrain.preemption import Interrupted, PreemptionWatch
 from xlpretrain.sharding import global_batch
 from xlpretrain.step import Training, TrainState
 
@@ -55,9 +60,11 @@ class Loop:
     # Whether a step starts a stage that trains other parameters (Adam's moments restart).
     restarts_moments: Callable[[int], bool] = lambda step: False
     staged: bool = False  # log each step's stage
+    describe_stage: Callable[[int], str] = lambda stage: f"stage {stage}"  # announced at its start
     evaluate: Callable[[Any, int], dict[str, float]] | None = None  # (params, stage) → scalars
     eval_every: int = 0
     profile: tuple[int, int] | None = None  # [start, end) steps traced to WORKDIR/profile
+    next_steps: Sequence[str] = ()  # commands the final summary suggests
 
 
 def checkpointer(workdir: str, train: ml_collections.ConfigDict) -> Checkpointer:
@@ -82,7 +89,8 @@ def settings(train: ml_collections.ConfigDict) -> dict[str, Any]:
 
 def run(loop: Loop) -> TrainState:
     """Trains from the newest readable checkpoint (or step 0) to `loop.end_step`; stops early,
-    with a checkpoint, on a preemption notice."""
+    with a checkpoint, on a preemption notice (SIGTERM) or Ctrl-C (then raises `Interrupted`),
+    and ends with a summary of the run."""
     training, checkpointer, end_step = loop.training, loop.checkpointer, loop.end_step
     iterator = iter(loop.dataset)
     state, start_step = training.state, 0
@@ -103,21 +111,25 @@ def run(loop: Loop) -> TrainState:
     writer = MetricsWriter(loop.workdir, resume_step=start_step)
     profile = loop.profile
     guard = BadStepGuard(loop.max_bad_steps)
-    tokens_since_log, last_log_time, first_log_time = 0, time.perf_counter(), None
-    last_saved = start_step
+    progress = Progress(start_step, end_step)
+    history: list[dict[str, float]] = []
+    last_saved, step, stage = start_step, start_step, None
     try:
         with PreemptionWatch(checkpointer.manager) as preemption:
             for step in range(start_step + 1, end_step + 1):
                 if profile and step == profile[0]:
                     jax.profiler.start_trace(os.path.join(loop.workdir, "profile"))
                 local = next(iterator)
-                tokens_since_log += jax.process_count() * real_tokens(local)
-                stage = loop.stage_of(step)
+                if loop.stage_of(step) != stage:
+                    stage = loop.stage_of(step)
+                    if loop.staged:
+                        log.info("step %d: %s", step, loop.describe_stage(stage))
                 if step > 1 and loop.restarts_moments(step):
                     log.info("stage %d trains other parameters: Adam's moments restart", stage)
                     state = training.restart_moments(state)
                 step_fn = training.step_fns[stage]
                 state, metrics = step_fn(state, global_batch(local, training.batch_sharding))
+                progress.step_done(step, jax.process_count() * real_tokens(local), metrics)
                 guard.observe(step, metrics)
                 if profile and step == profile[1] - 1:
                     jax.block_until_ready(state)
@@ -128,32 +140,33 @@ def run(loop: Loop) -> TrainState:
                     guard.flush()
                     scalars = {k: float(v) for k, v in jax.device_get(metrics).items()}
                     scalars["skipped_steps"] = guard.total
-                    now = time.perf_counter()
-                    scalars["tokens_per_s"] = tokens_since_log / max(now - last_log_time, 1e-9)
+                    scalars["tokens_per_s"] = progress.tokens_per_s()
                     scalars.pop("finite")
                     if loop.staged:
                         scalars["stage"] = stage
                     if evaluate:  # its time is not the step's: the next interval starts after
                         scalars.update(loop.evaluate(state.params, stage))
+                        progress.restart_window()
                     writer.write(step, scalars)
-                    if first_log_time is None:
-                        first_log_time, first_log_step = now, step
-                        seconds_left = 0.0
-                    else:
-                        rate = (now - first_log_time) / (step - first_log_step)
-                        seconds_left = rate * (end_step - step)
-                    log.info("%s", progress_line(step, end_step, scalars, seconds_left))
-                    tokens_since_log, last_log_time = 0, time.perf_counter()
+                    history.append({"step": step, **scalars})
+                    log.info(
+                        "%s",
+                        progress_line(step, end_step, scalars, progress.seconds_left(step)),
+                    )
                 if step % loop.checkpoint_every == 0 or step == end_step or preempted:
                     guard.flush()  # never checkpoint past the step that ends the run
                     checkpointer.save(step, state, iterator)
                     last_saved = step
                 if preempted:
-                    log.warning(
-                        "preempted: stopped after step %d with a checkpoint; run the same "
-                        "command to resume",
-                        step,
+                    how = "Ctrl-C" if preemption.interrupted else "preempted"
+                    message = (
+                        f"{how}: stopped after step {step} with a checkpoint in "
+                        f"{checkpointer.directory}; run the same command to resume"
                     )
+                    if preemption.interrupted:
+                        checkpointer.wait()
+                        raise Interrupted(message)
+                    log.warning("%s", message)
                     break
             guard.flush()
     except DivergenceError as error:
@@ -163,4 +176,16 @@ def run(loop: Loop) -> TrainState:
     finally:
         checkpointer.wait()
         writer.close()
+    for line in summary_lines(
+        first_step=start_step + 1,
+        last_step=step,
+        total_steps=end_step,
+        seconds=progress.elapsed(),
+        tokens=progress.tokens,
+        last=history[-1] if history else {},
+        best=best_held_out(history),
+        checkpoint=os.path.join(checkpointer.directory, str(last_saved)),
+        next_steps=loop.next_steps if step == end_step else (),
+    ):
+        log.info("%s", line)
     return state

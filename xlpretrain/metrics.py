@@ -6,7 +6,8 @@ import datetime
 import json
 import logging
 import os
-from collections.abc import Mapping
+import time
+from collections.abc import Mapping, Sequence
 
 import jax
 import numpy as np
@@ -80,24 +81,129 @@ def _plain(value) -> float:
     return float(np.asarray(value))
 
 
-def progress_line(step: int, total: int, scalars: Mapping[str, float], seconds_left: float) -> str:
-    """`step 30/60 | loss 5.12 (mmlm 5.10 tlm 5.15) | 12.3k tok/s | ETA 0:01:23`"""
-    parts = [
-        f"{k.split('/', 1)[1]} {v:.3f}" for k, v in sorted(scalars.items()) if k.startswith("loss/")
-    ]
-    eta = datetime.timedelta(seconds=int(max(seconds_left, 0)))
-    line = (
-        f"step {step}/{total} | loss {scalars['loss']:.4f} ({' '.join(parts)}) | "
-        f"{scalars.get('tokens_per_s', 0.0) / 1e3:.1f}k tok/s | ETA {eta}"
-    )
-    held_out = [
-        f"{k.removeprefix('eval/loss/')} {v:.3f}"
+def _per_objective(scalars: Mapping[str, float], prefix: str) -> str:
+    return " ".join(
+        f"{k.removeprefix(prefix)} {v:.3f}"
         for k, v in sorted(scalars.items())
-        if k.startswith("eval/loss/")
-    ]
+        if k.startswith(prefix) and "/" not in k.removeprefix(prefix)
+    )
+
+
+def progress_line(step: int, total: int, scalars: Mapping[str, float], seconds_left: float) -> str:
+    """`step 30/60 | loss 5.1234 (mmlm 5.100 tlm 5.150) | acc mmlm 0.120 tlm 0.100 |
+    lr 4.80e-04 | grad 1.23 | 12.3k tok/s | ETA 0:01:23 | eval mmlm 5.300 retrieval@1 0.125`"""
+    losses = _per_objective(scalars, "loss/")
+    parts = [f"step {step}/{total}", f"loss {scalars['loss']:.4f} ({losses})"]
+    if accuracy := _per_objective(scalars, "accuracy/"):
+        parts.append(f"acc {accuracy}")
+    if "learning_rate" in scalars:
+        parts.append(f"lr {scalars['learning_rate']:.2e}")
+    if "grad_norm" in scalars:
+        parts.append(f"grad {scalars['grad_norm']:.3g}")
+    parts.append(f"{scalars.get('tokens_per_s', 0.0) / 1e3:.1f}k tok/s")
+    parts.append(f"ETA {datetime.timedelta(seconds=int(max(seconds_left, 0)))}")
+    # Held-out losses per objective (pre-training), else accuracies per language (fine-tuning).
+    held_out = [_per_objective(scalars, "eval/loss/")]
+    if not held_out[0] and (accuracy := _per_objective(scalars, "eval/accuracy/")):
+        held_out = [f"accuracy {accuracy}"]
     if "eval/retrieval" in scalars:
         held_out.append(f"retrieval@1 {scalars['eval/retrieval']:.3f}")
-    return line + (f" | eval {' '.join(held_out)}" if held_out else "")
+    if held_out := [part for part in held_out if part]:
+        parts.append("eval " + " ".join(held_out))
+    return " | ".join(parts)
+
+
+class Progress:
+    """Tokens, time and the ETA of a run. The first step (which compiles) is timed on its own,
+    so the ETA on the first line after it reflects steps, not compilation."""
+
+    def __init__(self, start_step: int, end_step: int):
+        self.start_step, self.end_step = start_step, end_step
+        self.started = time.perf_counter()
+        self.first_done: float | None = None  # when the first step finished
+        self.tokens = 0
+        self._window_tokens, self._window_start = 0, self.started
+
+    def step_done(self, step: int, tokens: int, block_on) -> None:
+        self.tokens += tokens
+        self._window_tokens += tokens
+        if step == self.start_step + 1:
+            jax.block_until_ready(block_on)
+            self.first_done = time.perf_counter()
+
+    def tokens_per_s(self) -> float:
+        """Tokens per second since the last call (the logged interval), then restarts it."""
+        now = time.perf_counter()
+        rate = self._window_tokens / max(now - self._window_start, 1e-9)
+        self._window_tokens, self._window_start = 0, now
+        return rate
+
+    def restart_window(self) -> None:
+        """Excludes what follows (an evaluation) from the next interval."""
+        self._window_start = time.perf_counter()
+
+    def seconds_left(self, step: int) -> float:
+        """From the steps after the first; the first step's time alone when it is all there is."""
+        now = time.perf_counter()
+        if step > self.start_step + 1 and self.first_done is not None:
+            per_step = (now - self.first_done) / (step - self.start_step - 1)
+        else:
+            per_step = now - self.started
+        return per_step * (self.end_step - step)
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.started
+
+
+def best_held_out(history: Sequence[Mapping[str, float]]) -> dict[str, tuple[float, int]]:
+    """`eval/*` key → (best value, its step) over logged records: the lowest loss, the highest
+    accuracy or retrieval."""
+    best: dict[str, tuple[float, int]] = {}
+    for record in history:
+        for key, value in record.items():
+            if not key.startswith("eval/"):
+                continue
+            lower = "/loss" in key
+            if key not in best or (value < best[key][0] if lower else value > best[key][0]):
+                best[key] = (value, record["step"])
+    return best
+
+
+def summary_lines(
+    *,
+    first_step: int,
+    last_step: int,
+    total_steps: int,
+    seconds: float,
+    tokens: int,
+    last: Mapping[str, float],
+    best: Mapping[str, tuple[float, int]],
+    checkpoint: str | None,
+    next_steps: Sequence[str],
+) -> list[str]:
+    """What a finished run says: steps, time and tokens, the last losses and accuracies per
+    objective, the best held-out figures, where the checkpoint is and what to run next."""
+    took = datetime.timedelta(seconds=int(seconds))
+    lines = [
+        f"finished steps {first_step}-{last_step} of {total_steps} in {took}: {tokens:,} tokens "
+        f"({tokens / max(seconds, 1e-9) / 1e3:.1f}k tokens/s)"
+    ]
+    objectives = sorted(k.removeprefix("loss/") for k in last if k.startswith("loss/"))
+    finals = [
+        f"{name} loss {last[f'loss/{name}']:.4f}"
+        + (f" accuracy {last[f'accuracy/{name}']:.3f}" if f"accuracy/{name}" in last else "")
+        for name in objectives
+    ]
+    if "loss" in last:
+        per_objective = f" ({', '.join(finals)})" if finals else ""
+        lines.append(f"final loss {last['loss']:.4f}{per_objective}")
+    if best:
+        figures = (f"{k.removeprefix('eval/')} {v:.4f} (step {s})" for k, (v, s) in best.items())
+        lines.append("best held-out: " + ", ".join(sorted(figures)))
+    if checkpoint:
+        lines.append(f"checkpoint: {checkpoint}")
+    lines += [f"next: {command}" for command in next_steps]
+    return lines
 
 
 def read_metrics(workdir: str | os.PathLike) -> list[dict]:

@@ -44,6 +44,22 @@ class RunPlan:
         """The stage that logged step `step` (1-based) belongs to."""
         return phase_index(self.phases, step)
 
+    def describe_stage(self, stage: int) -> str:
+        """`stage 2/2: mmlm 1, tlm 1, camlm 1, btmlm 1 (new: btmlm)`, announced as it starts:
+        the logged `loss` is the weighted sum over exactly these objectives."""
+        weights = self.stages[stage].weights
+        named = ", ".join(f"{name} {weight:g}" for name, weight in weights.items())
+        previous = self.stages[stage - 1].weights if stage else weights
+        changed = "".join(
+            f"; {what}: {', '.join(names)}"
+            for what, names in (
+                ("new", [n for n in weights if n not in previous]),
+                ("dropped", [n for n in previous if n not in weights]),
+            )
+            if names
+        )
+        return f"stage {stage + 1}/{len(self.stages)}: {named}{changed}; `loss` sums these"
+
     def starts_training_others(self, step: int) -> bool:
         """Whether `step` is the first of a stage that trains other parameters than the last."""
         stage, before = self.stage_index(step), self.stage_index(step - 1)
@@ -52,9 +68,14 @@ class RunPlan:
     def stage_objectives(self, stage: int) -> dict[str, Objective]:
         return {name: self.objectives[name] for name in self.stages[stage].weights}
 
-    def sources(self) -> set[str]:
-        """The corpus kinds (monolingual, parallel) the run's streams read."""
-        return set().union(*(stream.sources() for stream in self.streams.values()))
+    def sources(self) -> dict[str, list[str]]:
+        """The corpus kinds (monolingual, parallel) the run's streams read, each with the
+        objectives that read it."""
+        readers: dict[str, list[str]] = {}
+        for name, stream in sorted(self.streams.items()):
+            for kind in sorted(stream.sources()):
+                readers.setdefault(kind, []).append(name)
+        return readers
 
     def batch_shapes(self, stage: int) -> dict[str, FieldShapes]:
         """(shape, dtype) of every field of a step's global batch in `stage`, per objective."""

@@ -19,30 +19,51 @@ import orbax.checkpoint as ocp
 log = logging.getLogger("xlpretrain")
 
 
+class Interrupted(Exception):
+    """Ctrl-C stopped the run after a step, with a checkpoint of it."""
+
+
 class PreemptionWatch:
-    """``reached(step)``: stop after this step. A context manager, so the previous SIGTERM
-    handler is back once training ends."""
+    """``reached(step)``: stop after this step. A context manager, so the previous SIGTERM and
+    SIGINT handlers are back once training ends.
+
+    Ctrl-C (SIGINT) in a one-process run is a preemption the user asked for: the first one
+    finishes the step and saves it (``interrupted`` is then True), a second one aborts at once
+    (``KeyboardInterrupt``)."""
 
     def __init__(self, manager: ocp.CheckpointManager):
         self._manager = manager
         self._signal: int | None = None
-        self._previous = None
+        self._previous: dict[int, object] = {}
+
+    @property
+    def interrupted(self) -> bool:
+        return self._signal == signal.SIGINT
 
     def __enter__(self) -> PreemptionWatch:
         if jax.process_count() == 1:
-            self._previous = signal.signal(signal.SIGTERM, self._note)
+            for signum in (signal.SIGTERM, signal.SIGINT):
+                self._previous[signum] = signal.signal(signum, self._note)
         return self
 
     def __exit__(self, *exc_info) -> None:
-        if self._previous is not None:
-            signal.signal(signal.SIGTERM, self._previous)
+        for signum, previous in self._previous.items():
+            signal.signal(signum, previous)
 
     def _note(self, signum: int, frame) -> None:
         del frame
         self._signal = signum
-        log.warning(
-            "received %s: stopping after this step with a checkpoint", signal.Signals(signum).name
-        )
+        if signum == signal.SIGINT:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+            log.warning(
+                "Ctrl-C: stopping after this step with a checkpoint (Ctrl-C again aborts now, "
+                "losing the steps since the last checkpoint)"
+            )
+        else:
+            log.warning(
+                "received %s: stopping after this step with a checkpoint",
+                signal.Signals(signum).name,
+            )
 
     def reached(self, step: int) -> bool:
         if jax.process_count() == 1:

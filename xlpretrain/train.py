@@ -8,56 +8,23 @@ workdir is self-contained. The training itself is `xlpretrain.trainer`.
 
 from __future__ import annotations
 
-import logging
 import os
-import sys
 
-import jax
-from absl import app, flags
+from absl import flags
 from ml_collections import config_flags
 
-from xlpretrain import distributed
-from xlpretrain.checkpoint import CheckpointError
-from xlpretrain.errors import ConfigError
-from xlpretrain.trainer import WorkdirError, build, check_workdir, run
-
-log = logging.getLogger("xlpretrain")
+from xlpretrain import cli, distributed
+from xlpretrain.config import validate
+from xlpretrain.trainer import build, run
 
 
 def main(argv: list[str]) -> None:
     del argv
-    logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", stream=sys.stdout
-    )
-    logging.getLogger("absl").setLevel(logging.WARNING)
+    cli.setup_logging()
     if FLAGS.distributed:
         distributed.initialize()
-    cfg = FLAGS.config
-    workdir = os.path.abspath(FLAGS.workdir)
-    try:
-        check_workdir(workdir)
-    except WorkdirError as error:
-        log.error("%s", error)
-        sys.exit(1)
-    if jax.process_index() == 0:  # one log per run; other processes report only problems
-        handler = logging.FileHandler(os.path.join(workdir, "train.log"))
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
-        log.addHandler(handler)
-    else:
-        log.setLevel(logging.WARNING)
-    try:
-        trainer = build(cfg, workdir)
-        run(trainer)
-    except (
-        ConfigError,
-        CheckpointError,
-        FileNotFoundError,
-        ValueError,
-        FloatingPointError,
-        WorkdirError,
-    ) as error:
-        log.error("%s: %s", type(error).__name__, error)
-        sys.exit(1)
+    cfg, workdir = FLAGS.config, os.path.abspath(FLAGS.workdir)
+    cli.run_task(workdir, lambda: validate(cfg), lambda: build(cfg, workdir), run, "train.log")
 
 
 def define_flags() -> None:
@@ -81,4 +48,4 @@ FLAGS = flags.FLAGS
 
 if __name__ == "__main__":
     define_flags()
-    app.run(main)
+    cli.run(main)

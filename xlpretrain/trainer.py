@@ -19,41 +19,21 @@ import ml_collections
 from xlpretrain import loop, warm_start
 from xlpretrain import objectives as objectives_lib
 from xlpretrain.checkpoint import Checkpointer
-from xlpretrain.config import check_batch_divides, validate
+from xlpretrain.config import RESUME_NEUTRAL, check_batch_divides, validate
 from xlpretrain.convert import folder as convert_folder
 from xlpretrain.data.corpus import load_corpus, load_tokenizer
 from xlpretrain.data.pipeline import Corpus, StepBatchBuilder, make_dataset
 from xlpretrain.data.sampling import format_sampling_table
 from xlpretrain.errors import ConfigError
 from xlpretrain.evaluation import Evaluator, build_evaluator
+from xlpretrain.optim import learning_rate_schedule
 from xlpretrain.plan import RunPlan
 from xlpretrain.sharding import make_mesh
 from xlpretrain.step import Training, TrainState, setup_training
 from xlpretrain.tokenizer import Tokenizer
+from xlpretrain.workdir import WorkdirError, check_resume, check_workdir, save_config
 
 log = logging.getLogger("xlpretrain")
-
-
-class WorkdirError(OSError):
-    """The workdir cannot hold the run's outputs."""
-
-
-def check_workdir(workdir: str) -> None:
-    """Creates ``workdir`` and writes a file there, so a read-only or missing disk stops the
-    run now, not at its first checkpoint."""
-    probe = os.path.join(workdir, f".write-test-{jax.process_index()}")
-    try:
-        os.makedirs(workdir, exist_ok=True)
-        with open(probe, "wb") as f:
-            f.write(b"\0" * 4096)
-            f.flush()
-            os.fsync(f.fileno())
-        os.remove(probe)
-    except OSError as error:
-        raise WorkdirError(
-            f"workdir {workdir} is not writable: {error.strerror or error}; checkpoints, "
-            "metrics and logs go there"
-        ) from error
 
 
 def check_free_space(workdir: str, state, keep: int) -> None:
@@ -114,21 +94,21 @@ def build(
     validate(cfg)
     workdir = os.path.abspath(workdir)
     check_workdir(workdir)
+    checkpointer = loop.checkpointer(workdir, cfg.train)
+    resume_step = checkpointer.latest_step()
+    if resume_step is not None:
+        check_resume(workdir, cfg, resume_step, RESUME_NEUTRAL, learning_rate_schedule)
     mesh = make_mesh(cfg.mesh.data, cfg.mesh.fsdp, cfg.mesh.tensor, devices)
     check_batch_divides(cfg, mesh.shape)
     plan = RunPlan.from_config(cfg)
     corpus = load_corpus(cfg, plan.sources())
     _check_languages(workdir, corpus.languages)
-    checkpointer = loop.checkpointer(workdir, cfg.train)
     pretrained = None
-    if cfg.init.checkpoint and checkpointer.latest_step() is None:  # resuming ignores it
+    if cfg.init.checkpoint and resume_step is None:  # resuming ignores it
         if not os.path.isdir(cfg.init.checkpoint):
             raise ConfigError(f"config key 'init.checkpoint': no folder {cfg.init.checkpoint}")
         pretrained = convert_folder.read(cfg.init.checkpoint)
     tokenizer = load_tokenizer(cfg, workdir, corpus, pretrained.tokenizer if pretrained else None)
-    if jax.process_index() == 0:
-        with open(os.path.join(workdir, "config.json"), "w") as f:
-            f.write(cfg.to_json_best_effort(indent=2))
 
     model, init_params = objectives_lib.build_model(cfg, plan.objectives, len(corpus.languages))
     if jax.process_index() == 0:
@@ -147,6 +127,7 @@ def build(
             log.info("%s", line)
 
     evaluator = build_evaluator(cfg, plan, model, training, corpus, tokenizer)
+    save_config(workdir, cfg, resume_step or 0)  # last: a run that fails to start changes none
     return Trainer(cfg, plan, workdir, training, builder, checkpointer, evaluator)
 
 
@@ -187,6 +168,15 @@ def _profile_window(spec: str) -> tuple[int, int] | None:
     return int(start), int(end)
 
 
+def next_steps(workdir: str) -> list[str]:
+    """What a finished pre-training run suggests: export it, measure what it learned."""
+    return [
+        f"python -m xlpretrain.convert to-hf {workdir} {workdir}/hf  (a Hugging Face model)",
+        f"python -m xlpretrain.eval.retrieval --workdir {workdir} --data DATA  "
+        "(cross-lingual retrieval on DATA/parallel/<l1>-<l2>.tsv)",
+    ]
+
+
 def run(trainer: Trainer) -> TrainState:
     """Trains from the newest readable checkpoint (or step 0) to `train.stop_at` or
     `train.steps` on the shared loop (`xlpretrain.loop`)."""
@@ -205,10 +195,12 @@ def run(trainer: Trainer) -> TrainState:
             trainer.checkpointer,
             **loop.settings(cfg.train),
             stage_of=trainer.plan.stage_index,
+            describe_stage=trainer.plan.describe_stage,
             restarts_moments=trainer.plan.starts_training_others,
             staged=len(trainer.plan.stages) > 1,
             evaluate=trainer.evaluator,
             eval_every=cfg.eval.every_steps,
             profile=_profile_window(cfg.train.profile_steps),
+            next_steps=next_steps(trainer.workdir),
         )
     )

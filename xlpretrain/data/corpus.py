@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Mapping, Sequence
 
 import jax
 import ml_collections
@@ -21,9 +22,9 @@ from xlpretrain.tokenizer import Tokenizer, train_tokenizer
 log = logging.getLogger("xlpretrain")
 
 
-def load_corpus(cfg: ml_collections.ConfigDict, kinds: set[str]) -> Corpus:
-    """The sources the active objectives need: folders, TFDS datasets, or — when nothing is
-    configured — the demo corpus."""
+def load_corpus(cfg: ml_collections.ConfigDict, readers: Mapping[str, Sequence[str]]) -> Corpus:
+    """The sources the active objectives need (`readers`: corpus kind → the objectives that
+    read it): folders, TFDS datasets, or — when nothing is configured — the demo corpus."""
     data = cfg.data
     mono_tfds, parallel_tfds = data.mono_tfds, data.parallel_tfds
     for kind, folder, tfds_name in (
@@ -43,7 +44,7 @@ def load_corpus(cfg: ml_collections.ConfigDict, kinds: set[str]) -> Corpus:
         log.info("no corpus configured: using the demo corpus in %s", os.path.dirname(mono_dir))
     options = dict(strict=data.strict, max_line_bytes=data.max_line_bytes)
     mono = parallel = None
-    if MONO in kinds:
+    if MONO in readers:
         if mono_tfds.name:
             from xlpretrain.data.tfds_source import TfdsMonolingualSource  # optional extra
 
@@ -59,10 +60,13 @@ def load_corpus(cfg: ml_collections.ConfigDict, kinds: set[str]) -> Corpus:
         elif mono_dir:
             mono = MonolingualSource.from_dir(mono_dir, **options)
         else:
-            raise ConfigError("config key 'data.mono_dir': an objective needs monolingual data")
+            raise ConfigError(
+                f"config key 'data.mono_dir': {', '.join(readers[MONO])} read monolingual data: "
+                "set it to a folder of <lang>.txt files (or data.mono_tfds.name)"
+            )
         for line in format_stats(mono.stats):
             _log_data_line("mono", line)
-    if PARALLEL in kinds:
+    if PARALLEL in readers:
         if parallel_tfds.name:
             from xlpretrain.data.tfds_source import TfdsParallelSource  # optional extra
 
@@ -79,7 +83,10 @@ def load_corpus(cfg: ml_collections.ConfigDict, kinds: set[str]) -> Corpus:
         elif parallel_dir:
             parallel = ParallelSource.from_dir(parallel_dir, **options)
         else:
-            raise ConfigError("config key 'data.parallel_dir': an objective needs parallel data")
+            raise ConfigError(
+                f"config key 'data.parallel_dir': {', '.join(readers[PARALLEL])} read parallel "
+                "data: set it to a folder of <l1>-<l2>.tsv files (or data.parallel_tfds.name)"
+            )
         for line in format_stats(parallel.stats):
             _log_data_line("parallel", line)
     return Corpus(mono, parallel, language_vocabulary(mono, parallel))

@@ -8,44 +8,32 @@ checkpoint folder) with the pairs of one language (`data.train_language`) and me
 on every evaluation language (zero-shot transfer). Runs on pre-training's loop
 (`xlpretrain.finetuning`): running the same command again resumes from DIR's latest checkpoint.
 Writes `DIR/results.json`, the logged steps to `DIR/metrics.jsonl` (and TensorBoard), the
-checkpoints to `DIR/checkpoints/` and the config to `DIR/config.json`.
+checkpoints to `DIR/checkpoints/`, the log to `DIR/finetune.log` and the config to
+`DIR/config.json`.
 """
 
 from __future__ import annotations
 
-import logging
-import sys
+import os
 from collections.abc import Sequence
 
-from absl import app, flags
+from absl import flags
 from ml_collections import config_flags
 
-from xlpretrain import finetuning
-from xlpretrain.checkpoint import CheckpointError
-from xlpretrain.data.sources import DataError
-from xlpretrain.errors import ConfigError
-
-log = logging.getLogger("xlpretrain")
+from xlpretrain import cli, finetuning
 
 
 def main(argv: Sequence[str]) -> None:
     del argv
-    logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", stream=sys.stdout
+    cli.setup_logging()
+    cfg, workdir = FLAGS.config, os.path.abspath(FLAGS.workdir)
+    cli.run_task(
+        workdir,
+        lambda: finetuning.validate(cfg),
+        lambda: finetuning.build(cfg, workdir),
+        finetuning.run,
+        "finetune.log",
     )
-    logging.getLogger("absl").setLevel(logging.WARNING)
-    try:
-        finetuning.run(finetuning.build(FLAGS.config, FLAGS.workdir))
-    except (
-        ConfigError,
-        CheckpointError,
-        DataError,
-        FileNotFoundError,
-        FloatingPointError,
-        ValueError,
-    ) as error:
-        log.error("%s: %s", type(error).__name__, error)
-        sys.exit(1)
 
 
 def define_flags() -> None:
@@ -63,4 +51,4 @@ FLAGS = flags.FLAGS
 
 if __name__ == "__main__":
     define_flags()
-    app.run(main)
+    cli.run(main)

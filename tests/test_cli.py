@@ -1,0 +1,220 @@
+"""The command lines as a user meets them: a mistake is one line on stderr naming what and where
+(with the nearest valid name), exit status 2 and nothing left on disk; Ctrl-C saves or aborts
+in one line; a resumed run says how its config changed and refuses changes to the training
+the checkpoint is part of unless told; the run reports what it did."""
+
+import json
+import logging
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from xlpretrain import cli, trainer
+from xlpretrain.config import ConfigError
+from xlpretrain.data.sources import DataError
+from xlpretrain.metrics import Progress, progress_line, summary_lines
+from xlpretrain.preemption import PreemptionWatch
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+# What importing JAX with its CUDA plugin prints on a host without a GPU (the gpu-compile test
+# extra), from C++ before any of our code runs: not the command's output.
+FOREIGN = ("cudart_stub.cc", "All log messages before absl::InitializeLog()")
+
+
+def stderr_lines(result: subprocess.CompletedProcess) -> list[str]:
+    return [
+        line
+        for line in result.stderr.splitlines()
+        if line.strip() and not any(mark in line for mark in FOREIGN)
+    ]
+
+
+@pytest.mark.parametrize(
+    "arguments, message",
+    [
+        (
+            ["--config.optim.learnin_rate=1e-3"],
+            "config key 'optim.learnin_rate': unknown key; did you mean 'optim.learning_rate'?",
+        ),
+        (["--config.optimm.learning_rate=1"], "config key 'optimm': unknown key; did you mean"),
+        (["--config.train.steps=abc"], "config key 'train.steps': cannot read 'abc'"),
+        (["--config.data.batch_size=-1"], "config key 'data.batch_size': must be > 0, got -1"),
+        (["--config=configs/nonexistent.py"], "--config configs/nonexistent.py: no such file"),
+        (["--config=configs/demoo.py"], "no such file; did you mean configs/demo.py?"),
+        (
+            ["--config.data.mono_dir=/no/such/corpus", "--config.objectives.tlm=0"],
+            "/no/such/corpus",
+        ),
+        (
+            ["--config.data.parallel_dir=/no/pairs"],
+            "config key 'data.mono_dir': mmlm read monolingual data: set it to a folder",
+        ),
+    ],
+)
+def test_a_user_error_is_one_line_with_exit_2_and_leaves_nothing(tmp_path, arguments, message):
+    workdir = tmp_path / "run"
+    command = [sys.executable, "-m", "xlpretrain.train", "--config=configs/demo.py"]
+    result = subprocess.run(
+        [*command, f"--workdir={workdir}", *arguments],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=REPO,
+    )
+    lines = stderr_lines(result)
+    assert result.returncode == 2, result.stdout[-2000:] + result.stderr[-2000:]
+    assert len(lines) == 1 and "Traceback" not in result.stderr + result.stdout, lines
+    assert lines[0].startswith("xlpretrain.train: error: ") and message in lines[0], lines
+    assert not workdir.exists()
+
+
+def test_a_workdir_that_is_a_file_is_named_so(tmp_path, capsys):
+    path = tmp_path / "notes.txt"
+    path.write_text("mine")
+    with pytest.raises(SystemExit) as stop:
+        cli.run_task(str(path), lambda: None, lambda: None, print, "train.log")
+    assert stop.value.code == 2 and path.read_text() == "mine"
+    assert f"workdir {path} is a file, not a folder" in capsys.readouterr().err
+
+
+def test_a_failed_start_removes_only_what_it_added(tmp_path, capsys):
+    """A run that fails before its first step removes the files it made; an existing workdir
+    keeps everything it had (its log gets the error)."""
+    workdir = tmp_path / "run"
+    workdir.mkdir()
+    (workdir / "train.log").write_text("earlier run\n")
+    (workdir / "notes.txt").write_text("mine")
+
+    def build():
+        (workdir / "tokenizer.model").write_text("half-made")
+        raise DataError(f"{workdir}/mono/de.txt:41: invalid UTF-8 (strict mode)")
+
+    with pytest.raises(SystemExit) as stop:
+        cli.run_task(str(workdir), lambda: None, build, print, "train.log")
+    assert stop.value.code == 2
+    assert sorted(p.name for p in workdir.iterdir()) == ["notes.txt", "train.log"]
+    assert "de.txt:41: invalid UTF-8" in (workdir / "train.log").read_text()
+    assert capsys.readouterr().err.count("\n") == 1
+
+    fresh = tmp_path / "fresh"
+    with pytest.raises(SystemExit):
+        cli.run_task(str(fresh), lambda: None, build, print, "train.log")
+    assert not fresh.exists()
+
+    def invalid():
+        raise ConfigError("config key 'train.steps': must be > 0, got 0")
+
+    with pytest.raises(SystemExit) as stop:  # a config error stops before the disk is touched
+        cli.run_task(str(fresh), invalid, build, print, "train.log")
+    assert stop.value.code == 2 and not fresh.exists()
+
+
+def test_ctrl_c_before_training_is_one_line_and_exit_130(tmp_path, capsys):
+    def build():
+        raise KeyboardInterrupt
+
+    with pytest.raises(SystemExit) as stop:
+        cli.run_task(str(tmp_path / "run"), lambda: None, build, print, "train.log")
+    assert stop.value.code == 130
+    error = capsys.readouterr().err.strip()
+    assert error.endswith("aborted (Ctrl-C); nothing was saved after the last checkpoint")
+
+
+def test_first_ctrl_c_asks_for_a_checkpoint_and_the_second_aborts():
+    previous = signal.getsignal(signal.SIGINT)
+    with PreemptionWatch(manager=None) as watch:
+        assert not watch.reached(1)
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.01)
+        assert watch.reached(1) and watch.interrupted
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(1)
+    assert signal.getsignal(signal.SIGINT) is previous
+
+
+def test_progress_line_carries_accuracy_learning_rate_and_gradient_norm():
+    scalars = {
+        "loss": 5.5,
+        "loss/mmlm": 5.0,
+        "loss/tlm": 6.0,
+        "accuracy/mmlm": 0.25,
+        "accuracy/tlm": 0.125,
+        "learning_rate": 4.8e-4,
+        "grad_norm": 1.234,
+        "tokens_per_s": 12_300.0,
+    }
+    line = progress_line(30, 60, scalars, 83.0)
+    assert line == (
+        "step 30/60 | loss 5.5000 (mmlm 5.000 tlm 6.000) | acc mmlm 0.250 tlm 0.125 | "
+        "lr 4.80e-04 | grad 1.23 | 12.3k tok/s | ETA 0:01:23"
+    )
+    tuned = {**scalars, "eval/accuracy/fra": 0.5, "eval/accuracy/rus": 0.75}
+    assert progress_line(30, 60, tuned, 0).endswith("| eval accuracy fra 0.500 rus 0.750")
+
+
+def test_eta_comes_from_the_steps_after_the_compiling_one(monkeypatch):
+    clock = iter([0.0, 10.0, 11.0, 11.0])  # start; step 1 done (compiled); step 3 logged twice
+    monkeypatch.setattr(time, "perf_counter", lambda: next(clock))
+    progress = Progress(start_step=0, end_step=103)
+    progress.step_done(1, tokens=5, block_on=None)
+    progress.step_done(2, tokens=5, block_on=None)
+    progress.step_done(3, tokens=5, block_on=None)
+    assert progress.seconds_left(3) == pytest.approx(0.5 * 100)  # 2 steps in 1 s after step 1
+
+
+def test_the_summary_says_what_the_run_did():
+    lines = summary_lines(
+        first_step=1,
+        last_step=200,
+        total_steps=200,
+        seconds=35.2,
+        tokens=556_187,
+        last={"loss": 12.0, "loss/mmlm": 5.6, "accuracy/mmlm": 0.2, "loss/tlm": 6.4},
+        best={"eval/loss/mmlm": (5.3, 150), "eval/retrieval": (0.25, 200)},
+        checkpoint="runs/demo/checkpoints/200",
+        next_steps=["python -m xlpretrain.convert to-hf runs/demo runs/demo/hf"],
+    )
+    assert lines == [
+        "finished steps 1-200 of 200 in 0:00:35: 556,187 tokens (15.8k tokens/s)",
+        "final loss 12.0000 (mmlm loss 5.6000 accuracy 0.200, tlm loss 6.4000)",
+        "best held-out: loss/mmlm 5.3000 (step 150), retrieval 0.2500 (step 200)",
+        "checkpoint: runs/demo/checkpoints/200",
+        "next: python -m xlpretrain.convert to-hf runs/demo runs/demo/hf",
+    ]
+
+
+def test_a_resumed_run_states_and_guards_its_config_changes(udhr_run_config, tmp_path, caplog):
+    """Changing how a run is logged is accepted and logged; changing its schedule stops the run
+    naming the change, unless `train.resume_with_changes`; then the learning-rate jump is
+    stated and the earlier config is kept beside the new one."""
+    first = udhr_run_config(train__steps=2)
+    built = trainer.build(first, str(tmp_path))
+    trainer.run(built)
+    built.checkpointer.close()
+    saved = (tmp_path / "config.json").read_text()
+
+    with caplog.at_level(logging.INFO, logger="xlpretrain"):
+        logged = trainer.build(udhr_run_config(train__steps=2, train__log_every=5), str(tmp_path))
+    logged.checkpointer.close()
+    assert "resuming at step 2 with a changed config: train.log_every 1 → 5" in caplog.text
+
+    longer = udhr_run_config(train__steps=6)
+    with pytest.raises(ConfigError) as refused:
+        trainer.build(longer, str(tmp_path))
+    assert "train.steps 2 → 6" in str(refused.value)
+    assert "--config.train.resume_with_changes=True" in str(refused.value)
+
+    caplog.clear()
+    accepted = udhr_run_config(train__steps=6, train__resume_with_changes=True)
+    with caplog.at_level(logging.INFO, logger="xlpretrain"):
+        trainer.build(accepted, str(tmp_path)).checkpointer.close()
+    assert "learning-rate schedule is rebuilt from the new config: step 3 trains at" in caplog.text
+    kept = json.loads((tmp_path / "config.step-2.json").read_text())
+    assert kept == json.loads(saved) and kept["train"]["steps"] == 2
+    assert json.loads((tmp_path / "config.json").read_text())["train"]["steps"] == 6

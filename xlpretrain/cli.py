@@ -1,0 +1,281 @@
+"""What the command lines share: flags parsed without tracebacks, one-line errors, exit codes,
+and a log that starts with the run rather than with JAX's start-up chatter.
+
+A mistake the user can fix (a mistyped key, a missing file, a bad value, a corpus that cannot
+be read) is one line on stderr, `PROGRAM: error: WHAT (WHERE)[; did you mean …?]`, and exit
+status 2 (`USAGE`), as argparse and most Unix tools do. A run that fails after it started
+(divergence) exits 1 (`FAILED`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import difflib
+import importlib.util
+import logging
+import os
+import re
+import shutil
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from typing import NoReturn, TypeVar
+
+import jax
+import ml_collections
+from absl import app, flags
+
+from xlpretrain.checkpoint import CheckpointError
+from xlpretrain.config import unknown_key
+from xlpretrain.data.sources import DataError
+from xlpretrain.divergence import DivergenceError
+from xlpretrain.errors import ConfigError
+from xlpretrain.preemption import Interrupted
+from xlpretrain.workdir import WorkdirError, check_workdir
+
+USAGE, FAILED, INTERRUPTED = 2, 1, 130  # 130: 128 + SIGINT, as shells report Ctrl-C
+log = logging.getLogger("xlpretrain")
+T = TypeVar("T")
+
+
+def program() -> str:
+    """`python -m xlpretrain.train` → `xlpretrain.train`, as the error lines name it."""
+    main = sys.modules.get("__main__")
+    spec = getattr(main, "__spec__", None)
+    return spec.name if spec is not None else os.path.basename(sys.argv[0])
+
+
+def exit_with(message: str, code: int = USAGE, kind: str = "error") -> NoReturn:
+    """Prints `PROGRAM: KIND: message` (its first line) to stderr and exits with `code`."""
+    first = message.strip().splitlines()[0] if message.strip() else "unknown error"
+    print(f"{program()}: {kind}: {first}", file=sys.stderr, flush=True)
+    sys.exit(code)
+
+
+@contextlib.contextmanager
+def _aborted_on_ctrl_c() -> Iterator[None]:
+    """A Ctrl-C the program does not handle itself (before training, or a second one during
+    it) ends it with one line and exit status 130 rather than a traceback."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        exit_with(
+            "aborted (Ctrl-C); nothing was saved after the last checkpoint",
+            INTERRUPTED,
+            kind="stopped",
+        )
+
+
+class _WithoutTraceback(logging.Filter):
+    """JAX's report of a backend plugin that cannot start (its CUDA plugin on a host with no
+    GPU) as one warning line, its exception named, instead of two chained tracebacks."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.exc_info and record.exc_info[1] is not None:
+            error = record.exc_info[1]
+            record.msg = f"{record.getMessage()}: {type(error).__name__}: {error}"
+            record.args, record.exc_info, record.exc_text = (), None, None
+            record.levelno, record.levelname = logging.WARNING, "WARNING"
+        return True
+
+
+def setup_logging(level: int = logging.INFO) -> None:
+    """Our log to stdout; JAX's and absl's only from warnings up (JAX logs at INFO that no TPU
+    backend was found, which reads as an error on every CPU or GPU host), and a backend that
+    cannot start in one line."""
+    logging.basicConfig(
+        level=level,
+        format="%(asctime)s %(levelname)s %(message)s",
+        stream=sys.stdout,
+        force=True,  # absl.app has installed its own handler by now
+    )
+    quiet_libraries()
+
+
+def quiet_libraries() -> None:
+    """JAX's, absl's, Orbax's and grain's logs from warnings up, and a JAX backend that cannot
+    start in one line."""
+    for name in ("absl", "jax", "orbax", "grain"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+    logging.getLogger("jax._src.xla_bridge").addFilter(_WithoutTraceback())
+
+
+def _config_argument(argv: Sequence[str], name: str) -> str | None:
+    """The value of the last `--name X` or `--name=X` in `argv` (the one absl keeps)."""
+    found = None
+    for index, arg in enumerate(argv):
+        if arg == f"--{name}" and index + 1 < len(argv):
+            found = argv[index + 1]
+        elif arg.startswith(f"--{name}="):
+            found = arg.split("=", 1)[1]
+    return found
+
+
+def _overrides(argv: Sequence[str], name: str) -> list[tuple[str, str | None]]:
+    """`(key path, value)` of every `--name.a.b[=v]` in `argv`, in order."""
+    found = []
+    for arg in argv:
+        if arg.startswith(f"--{name}."):
+            key, _, value = arg[len(name) + 3 :].partition("=")
+            found.append((key, value if "=" in arg else None))
+    return found
+
+
+def _missing_file(path: str) -> str:
+    """`--config PATH` names no file: say so, with the config files beside it."""
+    folder = os.path.dirname(path) or "."
+    files = []
+    if os.path.isdir(folder):
+        files = sorted(f for f in os.listdir(folder) if f.endswith(".py"))
+    close = difflib.get_close_matches(os.path.basename(path), files, n=1)
+    hint = f"; did you mean {os.path.join(folder, close[0])}?" if close else ""
+    known = f" ({folder} has {', '.join(files)})" if files and not close else ""
+    return f"--config {path}: no such file{hint}{known}"
+
+
+def _last_exception_line(text: str) -> str:
+    """The exception line at the end of an embedded traceback (`ValueError: …`)."""
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    exceptions = [line for line in lines if re.match(r"^[A-Za-z_.]*(Error|Exception):", line)]
+    return exceptions[-1] if exceptions else lines[-1] if lines else text
+
+
+def load_config(spec: str) -> ml_collections.ConfigDict:
+    """`configs/x.py[:ARG]` → its `get_config([ARG])`, as `--config` loads it."""
+    path, _, arg = spec.partition(":")
+    if not os.path.isfile(path):
+        raise FileNotFoundError(_missing_file(path))
+    module_spec = importlib.util.spec_from_file_location("_xlpretrain_config", path)
+    module = importlib.util.module_from_spec(module_spec)
+    module_spec.loader.exec_module(module)
+    return module.get_config(arg) if arg else module.get_config()
+
+
+def describe_flag_error(argv: Sequence[str], error: BaseException, config_flag: str) -> str:
+    """One line for an error raised while parsing `argv`: which flag or config key, what is
+    wrong with it, and the nearest valid names."""
+    spec = _config_argument(argv, config_flag)
+    if spec is not None:
+        try:
+            config = load_config(spec)
+        except FileNotFoundError as missing:
+            return str(missing)
+        except Exception as failed:  # noqa: BLE001 - whatever the config file raises
+            return f"--{config_flag} {spec}: {type(failed).__name__}: {failed}"
+        for key, given in _overrides(argv, config_flag):
+            if why := unknown_key(config, key):
+                return why
+            if given is None:
+                return f"--{config_flag}.{key}: missing value (--{config_flag}.{key}=VALUE)"
+        match = re.match(rf"flag --{config_flag}\.([\w.]+)=(.*?): (.*)", str(error))
+        if match:
+            key, given, why = match.groups()
+            return f"config key '{key}': cannot read {given!r} ({why})"
+    text = str(error)
+    return text.strip().splitlines()[0] if text.strip() else type(error).__name__
+
+
+def run(main: Callable[[list[str]], None], config_flag: str = "config") -> None:
+    """`absl.app.run(main)` with flag errors as one line and exit status 2."""
+
+    def parse(argv: list[str]) -> list[str]:
+        try:
+            rest = flags.FLAGS(argv)
+            # A config file that fails to load is reported when the config is first read.
+            if config_flag in flags.FLAGS:
+                _ = flags.FLAGS[config_flag].value.keys()
+        except Exception as error:  # noqa: BLE001 - absl and ml_collections raise many types
+            exit_with(describe_flag_error(argv, error, config_flag))
+        return rest
+
+    app.run(main, flags_parser=parse)
+
+
+# What a user can fix before a run starts: one line, exit status 2, nothing left on disk.
+USER_ERRORS = (
+    ConfigError,
+    CheckpointError,
+    DataError,
+    FileNotFoundError,
+    NotADirectoryError,
+    ValueError,
+    WorkdirError,
+)
+
+
+def run_task(
+    workdir: str,
+    validate: Callable[[], object],
+    build: Callable[[], T],
+    run: Callable[[T], object],
+    log_name: str,
+) -> None:
+    """A training task from its command line: the config validated before anything touches
+    the disk, `WORKDIR/<log_name>` written by process 0, and every way it can end reported in
+    one line on stderr — a user error before the first step (exit 2, and what this invocation
+    added to the workdir removed), a checkpoint that cannot be read (2), divergence (1),
+    Ctrl-C (130: saved after the step, or aborted by a second one)."""
+    with _aborted_on_ctrl_c():
+        try:
+            validate()
+        except ConfigError as error:
+            exit_with(str(error))
+        before = set(os.listdir(workdir)) if os.path.isdir(workdir) else None
+        handler = None
+        try:
+            check_workdir(workdir)
+            handler = _log_to(os.path.join(workdir, log_name))
+            task = build()
+        except USER_ERRORS as error:
+            if handler is not None:
+                log.removeHandler(handler)
+                handler.close()
+            _remove_created(workdir, before)
+            _record(os.path.join(workdir, log_name), error)
+            exit_with(str(error))
+        try:
+            run(task)
+        except DivergenceError as error:
+            _record(os.path.join(workdir, log_name), error)
+            exit_with(str(error), FAILED)
+        except USER_ERRORS as error:  # found at resume: a checkpoint that cannot be read
+            _record(os.path.join(workdir, log_name), error)
+            exit_with(str(error))
+        except Interrupted as stopped:
+            _record(os.path.join(workdir, log_name), stopped)
+            exit_with(str(stopped), INTERRUPTED, kind="stopped")
+
+
+def _log_to(path: str) -> logging.Handler | None:
+    """The run's log file, for process 0 (one log per run); other processes log only
+    problems."""
+    if jax.process_index() != 0:
+        log.setLevel(logging.WARNING)
+        return None
+    handler = logging.FileHandler(path)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+    log.addHandler(handler)
+    return handler
+
+
+def _remove_created(workdir: str, before: set[str] | None) -> None:
+    """Removes what this invocation added to `workdir` (the folder too if it made it)."""
+    if jax.process_index() != 0 or not os.path.isdir(workdir):
+        return
+    if before is None:
+        shutil.rmtree(workdir, ignore_errors=True)
+        return
+    for name in set(os.listdir(workdir)) - before:
+        path = os.path.join(workdir, name)
+        if os.path.isdir(path):
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            os.remove(path)
+
+
+def _record(path: str, error: BaseException) -> None:
+    """Why the run ended, in its log file too where it has one."""
+    if jax.process_index() == 0 and os.path.isfile(path):
+        with open(path, "a") as f:
+            stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+            f.write(f"{stamp} ERROR {type(error).__name__}: {error}\n")

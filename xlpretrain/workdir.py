@@ -1,0 +1,147 @@
+"""What a run's workdir holds besides checkpoints: a folder it can write, and the configs it was
+run with.
+
+A resumed run compares its config with the one the workdir was last run with. Changes that only
+affect how the run is logged, saved, sharded, computed or evaluated are logged and accepted;
+any other change alters the training the checkpoint is part of (the learning-rate schedule, the
+objectives, the data, the model), so it needs `train.resume_with_changes=True`, and the effect
+of a new `train.steps` on the learning rate is stated. Every config a workdir ran with is kept:
+`config.json` is the current one, earlier ones are `config.step-N.json` (N: the step the run had
+reached when its config changed).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any
+
+import jax
+import ml_collections
+import optax
+
+from xlpretrain.errors import ConfigError
+
+log = logging.getLogger("xlpretrain")
+CONFIG = "config.json"
+_ABSENT = object()  # a key one of two configs lacks
+
+
+class WorkdirError(OSError):
+    """The workdir cannot hold the run's outputs."""
+
+
+def check_workdir(workdir: str) -> None:
+    """Creates ``workdir`` and writes a file there, so a read-only or missing disk stops the
+    run now, not at its first checkpoint."""
+    if os.path.exists(workdir) and not os.path.isdir(workdir):
+        raise WorkdirError(f"workdir {workdir} is a file, not a folder (a run writes a folder)")
+    probe = os.path.join(workdir, f".write-test-{jax.process_index()}")
+    try:
+        os.makedirs(workdir, exist_ok=True)
+        with open(probe, "wb") as f:
+            f.write(b"\0" * 4096)
+            f.flush()
+            os.fsync(f.fileno())
+        os.remove(probe)
+    except OSError as error:
+        raise WorkdirError(
+            f"workdir {workdir} is not writable: {error.strerror or error}; checkpoints, "
+            "metrics and logs go there"
+        ) from error
+
+
+def _flat(tree: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
+    if isinstance(tree, Mapping):
+        for key, value in tree.items():
+            yield from _flat(value, f"{prefix}{key}.")
+    else:
+        yield prefix[:-1], tree
+
+
+def _as_json(cfg: ml_collections.ConfigDict) -> dict:
+    """The config as `config.json` holds it (tuples as lists), so saved and new compare."""
+    return json.loads(cfg.to_json_best_effort())
+
+
+def changes(saved: Mapping, cfg: ml_collections.ConfigDict) -> list[tuple[str, Any, Any]]:
+    """(key, saved value, new value) of every key whose value differs, in key order."""
+    old, new = dict(_flat(saved)), dict(_flat(_as_json(cfg)))
+    return [
+        (key, old.get(key, _ABSENT), new.get(key, _ABSENT))
+        for key in sorted(old.keys() | new.keys())
+        if old.get(key, _ABSENT) != new.get(key, _ABSENT)
+    ]
+
+
+def _value(value: Any) -> str:
+    return "(absent)" if value is _ABSENT else json.dumps(value)
+
+
+def _neutral(key: str, neutral: Sequence[str]) -> bool:
+    """`key` is one of `neutral`, or under one of its sections (`"eval."`)."""
+    return any(key == n or (n.endswith(".") and key.startswith(n)) for n in neutral)
+
+
+def check_resume(
+    workdir: str,
+    cfg: ml_collections.ConfigDict,
+    step: int,
+    neutral: Sequence[str],
+    schedule: Callable[[ml_collections.ConfigDict], optax.Schedule],
+) -> None:
+    """Logs how `cfg` differs from the workdir's `config.json` for a run resuming at `step`;
+    raises `ConfigError` when a change outside `neutral` (key prefixes) is not accepted by
+    `train.resume_with_changes`."""
+    path = os.path.join(workdir, CONFIG)
+    if not os.path.isfile(path):
+        return
+    with open(path) as f:
+        saved = json.load(f)
+    found = [c for c in changes(saved, cfg) if c[0] != "train.resume_with_changes"]
+    altering = [c for c in found if not _neutral(c[0], neutral)]
+    listed = ", ".join(f"{key} {_value(old)} → {_value(new)}" for key, old, new in found)
+    if altering and not cfg.train.resume_with_changes:
+        keys = ", ".join(key for key, _, _ in altering)
+        raise ConfigError(
+            f"the config differs from {path}, whose run is at step {step}: {listed}; {keys} "
+            "change the training the checkpoint is part of: add "
+            "--config.train.resume_with_changes=True to continue with them, or use a new workdir"
+        )
+    if found:
+        log.info("resuming at step %d with a changed config: %s", step, listed)
+    old_rate = schedule(ml_collections.ConfigDict(saved))(step - 1) if step else None
+    new_rate = schedule(cfg)(step)
+    if old_rate is not None and any(key.startswith(("train.steps", "optim.")) for key, *_ in found):
+        log.info(
+            "the learning-rate schedule is rebuilt from the new config: step %d trains at %.3g "
+            "(step %d trained at %.3g under the old one)",
+            step + 1,
+            float(new_rate),
+            step,
+            float(old_rate),
+        )
+
+
+def save_config(workdir: str, cfg: ml_collections.ConfigDict, step: int) -> None:
+    """Writes `config.json`; a different one already there is kept as `config.step-N.json`
+    (N: `step`, where the run it describes had got to)."""
+    if jax.process_index() != 0:
+        return
+    path = os.path.join(workdir, CONFIG)
+    if os.path.isfile(path):
+        with open(path) as f:
+            saved = json.load(f)
+        if not changes(saved, cfg):
+            return
+        kept, number = os.path.join(workdir, f"config.step-{step}.json"), 1
+        while os.path.exists(kept):
+            number += 1
+            kept = os.path.join(workdir, f"config.step-{step}-{number}.json")
+        os.replace(path, kept)
+        log.info("the previous config is kept as %s", kept)
+    with open(path + ".tmp", "w") as f:
+        f.write(cfg.to_json_best_effort(indent=2))
+    os.replace(path + ".tmp", path)
