@@ -48,10 +48,9 @@ def test_sm90_every_kernel_compiles_without_spills_at_the_default_tiles(case):
 
 
 def test_sm90_tiles_that_spill_are_reported():
-    """The check above can fail: 128 × 128 tiles (the old default) spill in every kernel."""
-    _, reports = compiled(
-        Case("camlm", "gated", "bfloat16", 512, 0.1), flash.Tiles.uniform(128, 128)
-    )
+    """The check above can fail: 128 × 128 tiles (the old default) spill in every kernel, even
+    with the plainest mask (no bias, no dropout: the case ptxas builds fastest, about 10 s)."""
+    _, reports = compiled(Case("mmlm", "none", "bfloat16", 512, 0.0), flash.Tiles.uniform(128, 128))
     assert all(r.spill_stores > 0 and r.registers == 255 for r in reports), reports
 
 
