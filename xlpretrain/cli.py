@@ -133,13 +133,6 @@ def _missing_file(path: str) -> str:
     return f"--config {path}: no such file{hint}{known}"
 
 
-def _last_exception_line(text: str) -> str:
-    """The exception line at the end of an embedded traceback (`ValueError: …`)."""
-    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
-    exceptions = [line for line in lines if re.match(r"^[A-Za-z_.]*(Error|Exception):", line)]
-    return exceptions[-1] if exceptions else lines[-1] if lines else text
-
-
 def load_config(spec: str) -> ml_collections.ConfigDict:
     """`configs/x.py[:ARG]` → its `get_config([ARG])`, as `--config` loads it."""
     path, _, arg = spec.partition(":")
@@ -221,28 +214,28 @@ def run_task(
         except ConfigError as error:
             exit_with(str(error))
         before = set(os.listdir(workdir)) if os.path.isdir(workdir) else None
-        handler = None
+        log_path, handler = os.path.join(workdir, log_name), None
         try:
             check_workdir(workdir)
-            handler = _log_to(os.path.join(workdir, log_name))
+            handler = _log_to(log_path)
             task = build()
         except USER_ERRORS as error:
             if handler is not None:
                 log.removeHandler(handler)
                 handler.close()
             _remove_created(workdir, before)
-            _record(os.path.join(workdir, log_name), error)
+            _record(log_path, error)
             exit_with(str(error))
         try:
             run(task)
         except DivergenceError as error:
-            _record(os.path.join(workdir, log_name), error)
+            _record(log_path, error)
             exit_with(str(error), FAILED)
         except USER_ERRORS as error:  # found at resume: a checkpoint that cannot be read
-            _record(os.path.join(workdir, log_name), error)
+            _record(log_path, error)
             exit_with(str(error))
         except Interrupted as stopped:
-            _record(os.path.join(workdir, log_name), stopped)
+            _record(log_path, stopped)
             exit_with(str(stopped), INTERRUPTED, kind="stopped")
 
 

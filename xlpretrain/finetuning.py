@@ -10,7 +10,7 @@ At the end, accuracy on the training pairs and on every evaluation language (zer
 transfer) goes to `WORKDIR/results.json`. `python -m xlpretrain.eval.finetune` is its command
 line.
 
-Optimisation: pre-training's clipped AdamW (`xlpretrain.optim.adamw`), linear warm-up over the
+Optimisation: pre-training's clipped AdamW (`xlpretrain.optim.adamw_from`), linear warm-up over the
 first `optim.warmup_fraction` of the steps then linear decay, times a layer-wise learning-rate
 decay (ERNIE-M, ELECTRA): the head learns at the full rate, encoder layer i (0-based) at
 `layer_decay ** (num_layers - i)`, the embeddings at `layer_decay ** (num_layers + 1)`, so the
@@ -60,7 +60,7 @@ from xlpretrain.data.pipeline import make_dataset
 from xlpretrain.data.sources import DataError, format_stats
 from xlpretrain.model.classifier import PairClassifier
 from xlpretrain.model.config import ATTENTION_IMPLS
-from xlpretrain.optim import adamw, parameter_path, warmup_linear_decay
+from xlpretrain.optim import adamw_from, parameter_path, warmup_linear_decay
 from xlpretrain.sharding import global_batch, make_mesh, under_mesh
 from xlpretrain.step import Training, TrainState, make_train_step, sharded_training
 from xlpretrain.workdir import check_resume, check_workdir, save_config
@@ -274,16 +274,8 @@ def make_finetune_optimizer(
 ) -> optax.GradientTransformation:
     """Pre-training's clipped AdamW on this schedule, then the layer-wise decay. `params` may
     be abstract: only paths and ranks are read."""
-    optim = cfg.optim
-    tx = adamw(
-        finetune_schedule(cfg),
-        b1=optim.b1,
-        b2=optim.b2,
-        eps=optim.eps,
-        weight_decay=optim.weight_decay,
-        clip_norm=optim.clip_norm,
-    )
-    factors = layer_decay_factors(params, num_layers, optim.layer_decay)
+    tx = adamw_from(cfg.optim, finetune_schedule(cfg))
+    factors = layer_decay_factors(params, num_layers, cfg.optim.layer_decay)
     return optax.chain(tx, scale_updates(factors))
 
 

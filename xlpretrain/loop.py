@@ -163,8 +163,7 @@ def run(loop: Loop) -> TrainState:
                         f"{how}: stopped after step {step} with a checkpoint in "
                         f"{checkpointer.directory}; run the same command to resume"
                     )
-                    if preemption.interrupted:
-                        checkpointer.wait()
+                    if preemption.interrupted:  # `finally` waits for the save first
                         raise Interrupted(message)
                     log.warning("%s", message)
                     break

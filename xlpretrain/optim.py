@@ -81,13 +81,13 @@ def adamw(
     return optax.chain(*[t for t in (freeze(trainable), clip, decayed) if t], freeze(trainable))
 
 
-def make_optimizer(
-    cfg: ml_collections.ConfigDict, trainable: str = ""
+def adamw_from(
+    optim: ml_collections.ConfigDict, schedule: optax.Schedule, trainable: str = ""
 ) -> optax.GradientTransformation:
-    """Pre-training's `adamw`: the `optim.*` numbers on `learning_rate_schedule(cfg)`."""
-    optim = cfg.optim
+    """`adamw` on `schedule` with the numbers of an `optim` config section (b1, b2, eps,
+    weight_decay, clip_norm), the section pre-training and fine-tuning configs both have."""
     return adamw(
-        learning_rate_schedule(cfg),
+        schedule,
         b1=optim.b1,
         b2=optim.b2,
         eps=optim.eps,
@@ -95,6 +95,13 @@ def make_optimizer(
         clip_norm=optim.clip_norm,
         trainable=trainable,
     )
+
+
+def make_optimizer(
+    cfg: ml_collections.ConfigDict, trainable: str = ""
+) -> optax.GradientTransformation:
+    """Pre-training's `adamw`: the `optim.*` numbers on `learning_rate_schedule(cfg)`."""
+    return adamw_from(cfg.optim, learning_rate_schedule(cfg), trainable)
 
 
 def restart_moments(opt_state):

@@ -112,16 +112,14 @@ def check_resume(
         )
     if found:
         log.info("resuming at step %d with a changed config: %s", step, listed)
-    old_rate = schedule(ml_collections.ConfigDict(saved))(step - 1) if step else None
-    new_rate = schedule(cfg)(step)
-    if old_rate is not None and any(key.startswith(("train.steps", "optim.")) for key, *_ in found):
+    if step and any(key.startswith(("train.steps", "optim.")) for key, *_ in found):
         log.info(
             "the learning-rate schedule is rebuilt from the new config: step %d trains at %.3g "
             "(step %d trained at %.3g under the old one)",
             step + 1,
-            float(new_rate),
+            float(schedule(cfg)(step)),
             step,
-            float(old_rate),
+            float(schedule(ml_collections.ConfigDict(saved))(step - 1)),
         )
 
 
