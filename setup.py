@@ -39,8 +39,10 @@ setup(
             "nbclient>=0.10",
             "nbformat>=5.10",
             "ipykernel>=6.29",
+            "wandb>=0.17",  # train.wandb_project, tested offline
         ],
         "docs": ["mkdocs-material>=9.5"],
+        "wandb": ["wandb>=0.17"],  # train.wandb_project
         # python -m xlpretrain.convert: safetensors alone converts model.safetensors; torch
         # reads pytorch_model.bin; transformers loads the exported folders.
         "hf": ["safetensors>=0.4", "torch>=2.0", "transformers>=4.40"],

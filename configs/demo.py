@@ -1,5 +1,12 @@
-"""A tiny MMLM + TLM run on the built-in demo corpus (CLDR text from Babel): about a minute on
-two CPU cores, no download. `python -m xlpretrain.train --config configs/demo.py --workdir DIR`.
+"""A small MMLM + TLM run on the built-in demo corpus (CLDR text from Babel) that shows it
+learned: about a minute on two CPU cores, no download.
+`python -m xlpretrain.train --config configs/demo.py --workdir DIR`.
+
+It trains on nine tenths of the corpus and evaluates on the held-out tenth at steps 300 and 600
+(the demo corpus's `held_out/`, used when no corpus and no eval folders are named); the summary
+sets the held-out accuracy beside a unigram model's and retrieval beside chance. Pointed at a
+corpus of your own, name held-out folders (`eval.mono_dir`, `eval.parallel_dir`) or set
+`eval.every_steps=0`.
 """
 
 from xlpretrain.config import default_config
@@ -8,20 +15,23 @@ from xlpretrain.config import default_config
 def get_config(arg: str = ""):
     del arg
     cfg = default_config()
-    cfg.train.steps = 200
-    cfg.train.log_every = 10
-    cfg.train.checkpoint_every = 100
+    cfg.train.steps = 600
+    cfg.train.log_every = 50
+    cfg.train.checkpoint_every = 300
     cfg.data.max_length = 64
     cfg.data.batch_size = 16
-    cfg.model.vocab_size = 4002
-    cfg.model.hidden_size = 64
+    cfg.model.vocab_size = 2002
+    cfg.model.hidden_size = 128
     cfg.model.num_layers = 2
     cfg.model.num_heads = 4
-    cfg.model.mlp_dim = 256
+    cfg.model.mlp_dim = 512
     cfg.model.dropout_rate = 0.0
     cfg.model.attention_dropout_rate = 0.0
-    cfg.optim.learning_rate = 3e-3
-    cfg.optim.warmup_steps = 20
+    cfg.optim.learning_rate = 2e-3
+    cfg.optim.warmup_steps = 60
     cfg.tokenizer.sentences_per_language = 1000
     cfg.objectives.tlm = 1.0
+    cfg.eval.every_steps = 300
+    cfg.eval.batches = 8
+    cfg.eval.retrieval_lines = 100
     return cfg

@@ -15,9 +15,8 @@ Each stage's `batch_size` says it (docs/configs.md: how batch sizes combine).
 The paper does not print when stage 2 starts either: it starts at half of `train.steps`.
 Placeholders get their target language by language embedding.
 
-`tiny` runs on a CPU in about a minute; point it at UDHR with
-`--config.data.mono_dir=../shared/data/udhr/mono`
-`--config.data.parallel_dir=../shared/data/udhr/parallel`.
+`tiny` runs on a CPU in about a minute, on the demo corpus unless pointed at folders with
+`--config.data.mono_dir=DIR/mono --config.data.parallel_dir=DIR/parallel`.
 """
 
 import ml_collections

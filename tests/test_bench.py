@@ -36,7 +36,7 @@ def run_bench(*args: str) -> dict:
     result = subprocess.run(
         [sys.executable, "-m", "xlpretrain.bench", "--config", "configs/demo.py", "--json",
          "--config.model.vocab_size=2002", "--config.tokenizer.sentences_per_language=200",
-         *args],
+         "--config.model.hidden_size=64", "--config.model.mlp_dim=256", *args],
         capture_output=True, text=True, timeout=300, check=True,
     )  # fmt: skip
     return json.loads(result.stdout.strip().splitlines()[-1])
@@ -48,7 +48,7 @@ def test_bench_cli_reports_throughput_the_flop_formula_the_pipeline_and_the_peer
     )  # fmt: skip
     assert report["tokens_per_s"] > 0 and report["step_time_s"] > 0
     assert report["flop_formula"] == bench.FLOP_FORMULA
-    # configs/demo.py: 2 layers, hidden 64, FFN 256, vocab 2002 (the override above); MMLM and
+    # configs/demo.py: 2 layers; hidden 64, FFN 256, vocab 2002 (the overrides above); MMLM and
     # TLM each 16 rows × 64 tokens (T = 1024) with ⌈0.15 · 64⌉ = 10 predictions a row (P = 160):
     #   6 · 2 · (4 · 64² + 2 · 64 · 256) · 1024 = 603,979,776   weight matmuls
     # + 12 · 2 · 64 · 64 · 1024             = 100,663,296   attention

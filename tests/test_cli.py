@@ -24,6 +24,9 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 # What importing JAX with its CUDA plugin prints on a host without a GPU (the gpu-compile test
 # extra), from C++ before any of our code runs: not the command's output.
 FOREIGN = ("cudart_stub.cc", "All log messages before absl::InitializeLog()")
+# configs/demo.py evaluates on the demo corpus's held-out part; a corpus of one's own needs its
+# own held-out folders, or none.
+NO_EVAL = "--config.eval.every_steps=0"
 
 
 def stderr_lines(result: subprocess.CompletedProcess) -> list[str]:
@@ -47,11 +50,11 @@ def stderr_lines(result: subprocess.CompletedProcess) -> list[str]:
         (["--config=configs/nonexistent.py"], "--config configs/nonexistent.py: no such file"),
         (["--config=configs/demoo.py"], "no such file; did you mean configs/demo.py?"),
         (
-            ["--config.data.mono_dir=/no/such/corpus", "--config.objectives.tlm=0"],
+            ["--config.data.mono_dir=/no/such/corpus", "--config.objectives.tlm=0", NO_EVAL],
             "/no/such/corpus",
         ),
         (
-            ["--config.data.parallel_dir=/no/pairs"],
+            ["--config.data.parallel_dir=/no/pairs", NO_EVAL],
             "config key 'data.mono_dir': mmlm read monolingual data: set it to a folder",
         ),
     ],
@@ -186,6 +189,37 @@ def test_the_summary_says_what_the_run_did():
         "best held-out: loss/mmlm 5.3000 (step 150), retrieval 0.2500 (step 200)",
         "checkpoint: runs/demo/checkpoints/200",
         "next: python -m xlpretrain.convert to-hf runs/demo runs/demo/hf",
+    ]
+
+
+def test_the_summary_sets_held_out_figures_beside_what_needs_no_learning():
+    last = {
+        "step": 200,
+        "loss": 9.0,
+        "eval/loss/mmlm": 4.1,
+        "eval/accuracy/mmlm": 0.2,
+        "eval/loss/tlm": 4.0,
+        "eval/accuracy/tlm": 0.17,
+        "eval/retrieval": 0.3,
+        "eval/retrieval/en-de": 0.68,
+    }
+    baselines = {
+        "eval/loss/mmlm": {"unigram": 5.98},
+        "eval/accuracy/mmlm": {"unigram": 0.113},
+        "eval/loss/tlm": {"unigram": 5.68},
+        "eval/accuracy/tlm": {"unigram": 0.067},
+        "eval/retrieval": {"step 0": 0.375, "chance": 0.01},
+    }
+    best = {"eval/retrieval": (0.31, 100), "eval/retrieval/en-de": (0.7, 100)}
+    lines = summary_lines(
+        first_step=1, last_step=200, total_steps=200, seconds=60.0, tokens=1000, last=last,
+        best=best, checkpoint=None, next_steps=(), baselines=baselines,
+    )  # fmt: skip
+    assert lines[2:] == [
+        "held-out at step 200: mmlm loss 4.1000 (unigram 5.9800) accuracy 0.200 (unigram 0.113);"
+        " tlm loss 4.0000 (unigram 5.6800) accuracy 0.170 (unigram 0.067); retrieval@1 0.300"
+        " (step 0 0.375, chance 0.010)",
+        "best held-out: retrieval 0.3100 (step 100)",  # not each pair's
     ]
 
 

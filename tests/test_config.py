@@ -135,6 +135,7 @@ def test_cli_missing_corpus_exits_nonzero_naming_the_path(tmp_path):
             str(tmp_path / "run"),
             f"--config.data.mono_dir={missing}",
             "--config.objectives.tlm=0",
+            "--config.eval.every_steps=0",
         ],
         capture_output=True,
         text=True,

@@ -288,7 +288,7 @@ def test_iterator_state_resumes_the_exact_stream(corpus, tokenizer):
 
 def test_missing_kind_is_a_clear_error(corpus, tokenizer):
     mono_only = Corpus(corpus.mono, None, corpus.languages)
-    with pytest.raises(ValueError, match="parallel_dir"):
+    with pytest.raises(ValueError, match="^tlm need parallel data, but the corpus has none"):
         _builder(mono_only, tokenizer)
 
 

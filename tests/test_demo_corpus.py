@@ -18,8 +18,13 @@ from xlpretrain.data import demo_corpus
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("demo")
-    mono, parallel = demo_corpus.build_demo_corpus(root)
-    assert (mono, parallel) == (root / "mono", root / "parallel")
+    folders = demo_corpus.build_demo_corpus(root)
+    assert folders == (
+        root / "mono",
+        root / "parallel",
+        root / "held_out" / "mono",
+        root / "held_out" / "parallel",
+    )
     return root
 
 
@@ -103,9 +108,46 @@ def test_parallel_format_and_alignment(corpus):
     assert fr["Germany: Euro"] == "Allemagne: euro"
 
 
+def test_a_tenth_is_held_out_the_same_items_in_every_pair_file(corpus):
+    """Every tenth document and parallel item goes to held_out/, in the same layout; a held-out
+    English item is held out of every pair file, so no held-out pair is trained on."""
+    held_out = corpus / "held_out"
+    for kind, pattern in (("mono", "*.txt"), ("parallel", "*.tsv")):
+        names = sorted(p.name for p in (corpus / kind).glob(pattern))
+        assert names == sorted(p.name for p in (held_out / kind).glob(pattern))
+        for name in names:
+            train, test = read_lines(corpus / kind / name), read_lines(held_out / kind / name)
+            total = len(train) + len(test)
+            assert len(test) == total // demo_corpus.HELD_OUT_EVERY, name
+            assert not set(train) & set(test), name
+    english = {tuple(read_lines(held_out / "parallel" / name)[i].split("\t")[0] for i in (0, -1))
+               for name in names}  # fmt: skip
+    assert len(english) == 1
+    trained = {line.split("\t")[0] for line in read_lines(corpus / "parallel" / "en-de.tsv")}
+    tested = {line.split("\t")[0] for line in read_lines(held_out / "parallel" / "en-de.tsv")}
+    assert len(tested) >= 100 and not trained & tested
+
+
+def test_the_command_line_writes_the_corpus_where_asked(tmp_path):
+    result = subprocess.run(
+        [sys.executable, "-m", "xlpretrain.data.demo_corpus", "--out", str(tmp_path / "demo"),
+         "--languages", "3"],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    assert f"held_out_parallel: {tmp_path / 'demo' / 'held_out' / 'parallel'}" in result.stdout
+    assert len(list((tmp_path / "demo" / "mono").glob("*.txt"))) == 3
+    bad = subprocess.run(
+        [sys.executable, "-m", "xlpretrain.data.demo_corpus", "--out", str(tmp_path / "x"),
+         "--languages", "1"],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert bad.returncode == 2 and "error: num_languages must be >= 2" in bad.stderr
+
+
 def test_text_is_real(corpus):
-    def mono(lang: str) -> str:
-        return (corpus / "mono" / f"{lang}.txt").read_text(encoding="utf-8")
+    def mono(lang: str) -> str:  # training and held-out documents
+        folders = (corpus / "mono", corpus / "held_out" / "mono")
+        return "".join((f / f"{lang}.txt").read_text(encoding="utf-8") for f in folders)
 
     assert "Deutschland" in mono("de") and "Januar" in mono("de")
     assert "Allemagne" in mono("fr") and "janvier" in mono("fr")
@@ -130,7 +172,7 @@ def test_cached_build_is_not_rewritten(corpus, monkeypatch):
         raise AssertionError("cached corpus rebuilt")
 
     monkeypatch.setattr(demo_corpus, "_write_corpus", fail)
-    assert demo_corpus.build_demo_corpus(corpus) == (corpus / "mono", corpus / "parallel")
+    assert demo_corpus.build_demo_corpus(corpus).mono == corpus / "mono"
     assert {p: p.stat().st_mtime_ns for p in corpus.rglob("*")} == mtimes
 
 
@@ -149,7 +191,7 @@ def test_interrupted_build_is_redone(corpus, tmp_path):
 def test_other_settings_rebuild(corpus, tmp_path):
     copy = tmp_path / "copy"
     shutil.copytree(corpus, copy)
-    mono, parallel = demo_corpus.build_demo_corpus(copy, num_languages=5)
+    mono, parallel, *_ = demo_corpus.build_demo_corpus(copy, num_languages=5)
     languages = sorted(p.stem for p in mono.glob("*.txt"))
     assert len(languages) == 5 and "en" in languages
     assert len(list(parallel.glob("*.tsv"))) == 4
@@ -167,5 +209,5 @@ def test_default_cache_dir(monkeypatch, tmp_path):
     assert demo_corpus.default_demo_cache_dir() == tmp_path
     monkeypatch.delenv("XLPRETRAIN_CACHE")
     monkeypatch.setenv("HOME", str(tmp_path))
-    expected = tmp_path / ".cache" / "xlpretrain" / "demo_corpus_v1"
+    expected = tmp_path / ".cache" / "xlpretrain" / "demo_corpus_v2"
     assert demo_corpus.default_demo_cache_dir() == expected

@@ -16,7 +16,7 @@ from xlpretrain.config import ConfigError, validate
 from xlpretrain.convert.folder import Pretrained
 from xlpretrain.data.sources import ParallelSource
 from xlpretrain.eval.alignment import retrieval_accuracy
-from xlpretrain.evaluation import without_dropout
+from xlpretrain.evaluation import training_unigram, unigram_baseline, without_dropout
 from xlpretrain.metrics import progress_line, read_metrics
 
 HELD_OUT = ("007", "008", "009")
@@ -104,3 +104,46 @@ def test_retrieval_is_scored_with_the_current_parameters(evaluated_run, held_out
 def test_evaluation_needs_held_out_data_for_what_it_evaluates(udhr_run_config):
     with pytest.raises(ConfigError, match="eval.mono_dir.*evaluates mmlm, which reads mono data"):
         validate(udhr_run_config(eval__every_steps=10))
+
+
+def test_the_unigram_baseline_is_the_training_texts_distribution_on_held_out_labels():
+    """Counts: every real text token of the training rows, a masked one as its label, special
+    tokens and padding never; scored add-one smoothed on the held-out prediction slots, and the
+    most frequent token as the guess."""
+
+    class Tokenizer:
+        def special_ids(self):
+            return np.array([0, 1, 2, 3, 4])  # <s> <pad> </s> <unk> <mask>
+
+    class TrainingRows:
+        tokenizer = Tokenizer()
+
+        def map(self, step):
+            row = {
+                "input_ids": np.array([[0, 5, 5, 5, 4, 6, 2, 1]]),
+                "is_masked": np.array([[0, 0, 0, 0, 1, 0, 0, 0]]),
+                "labels": np.array([[0, 0, 0, 0, 6, 0, 0, 0]]),
+                "segment_ids": np.array([[1, 1, 1, 1, 1, 1, 1, 0]]),
+            }
+            return {"mmlm": row, "tlm": row}
+
+    counts = training_unigram(TrainingRows(), steps=2, vocab_size=10)
+    np.testing.assert_array_equal(counts, [0, 0, 0, 0, 0, 12, 8, 0, 0, 0])
+    held_out = [{"pred_labels": np.array([[5, 6, 9, 0]]), "pred_weights": np.array([[1, 1, 1, 0]])}]
+    figures = unigram_baseline(held_out, counts)
+    p = np.array([13, 9, 1]) / 30  # add-one: (count + 1) / (20 + 10)
+    assert figures["loss"] == pytest.approx(-np.log(p).mean())
+    assert figures["accuracy"] == pytest.approx(1 / 3)
+
+
+def test_the_demo_corpus_is_evaluated_on_its_held_out_part():
+    """With no corpus named (the demo corpus), empty eval folders mean the demo's held-out
+    part; with a corpus of one's own they must be named (the test above)."""
+    from tests.tiny import run_config
+    from xlpretrain.data import corpus
+
+    demo = run_config(eval__every_steps=10)
+    mono, parallel = corpus.held_out_folders(demo)
+    assert mono.endswith("held_out/mono") and parallel.endswith("held_out/parallel")
+    demo.eval.mono_dir = "/elsewhere/mono"
+    assert corpus.held_out_folders(demo)[0] == "/elsewhere/mono"

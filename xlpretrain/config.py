@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import importlib.util
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import ml_collections
 
+from xlpretrain.data.corpus import uses_demo_corpus
 from xlpretrain.errors import ConfigError
 from xlpretrain.model.config import ATTENTION_IMPLS
 from xlpretrain.model.kernels.tiles import Tiles
@@ -63,6 +65,9 @@ def loop_section(
     # A resumed run whose config changes keys outside `RESUME_NEUTRAL` (the schedule, the
     # objectives, the data, the model) stops unless this is True (xlpretrain/workdir.py).
     train.resume_with_changes = False
+    # Weights & Biases: also log every record to this project ("": off; `pip install wandb`).
+    # The run is named after the workdir and resumed with it; WANDB_MODE=offline works.
+    train.wandb_project = ""
     return train
 
 
@@ -78,6 +83,7 @@ LOOP_RESUME_NEUTRAL = (
     "train.max_bad_steps",
     "train.allow_fresh_start",
     "train.resume_with_changes",
+    "train.wandb_project",
     "mesh.",
 )
 RESUME_NEUTRAL = (
@@ -118,7 +124,9 @@ def default_config() -> ml_collections.ConfigDict:
     # Evaluation during training (xlpretrain/evaluation.py): every `every_steps` steps, each
     # active objective's loss and accuracy on `batches` held-out batches (dropout off) built from
     # these folders (same layout as data.*_dir), and retrieval accuracy@1 on the first
-    # `retrieval_lines` pairs of each parallel file; logged as eval/* with that step's metrics.
+    # `retrieval_lines` pairs of each parallel file; logged as eval/* with that step's metrics,
+    # and at the last step. With no corpus configured (the demo corpus), empty folders mean
+    # the demo corpus's held-out split.
     cfg.eval = ml_collections.ConfigDict()
     cfg.eval.every_steps = 0  # 0: no evaluation during training
     cfg.eval.mono_dir = ""
@@ -495,7 +503,7 @@ def validate(cfg: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
         _check(len(cfg.objectives) > 0, "objectives", "at least one objective is required")
         _check(any(w > 0 for w in cfg.objectives.values()), "objectives", "all weights are zero")
     active = {name for stage in stages(cfg) for name in stage.weights}
-    if cfg.eval.every_steps > 0:
+    if cfg.eval.every_steps > 0 and not uses_demo_corpus(cfg):
         for name in sorted(active):
             for kind in sorted(REGISTRY[name].stream(cfg).sources()):
                 _check(
@@ -550,11 +558,18 @@ def validate(cfg: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
 
 
 def check_stop_at(train: ml_collections.ConfigDict) -> None:
-    """`train.stop_at` is -1 or a step of the run."""
+    """`train.stop_at` is -1 or a step of the run; a W&B project needs wandb installed (both
+    `train` keys every task's loop reads, checked before anything is built)."""
     _check(
         train.stop_at == -1 or 0 < train.stop_at <= train.steps,
         "train.stop_at",
         f"must be -1 or in [1, train.steps={train.steps}], got {train.stop_at}",
+    )
+    _check(
+        not train.wandb_project or importlib.util.find_spec("wandb") is not None,
+        "train.wandb_project",
+        f"{train.wandb_project!r} needs Weights & Biases, which is not installed: "
+        "pip install wandb (or leave the key empty)",
     )
 
 

@@ -8,6 +8,12 @@ by each stage's objectives with dropout off, sharded like the training step and 
 all their predictions, as the training loss is. Retrieval embeds the first
 `eval.retrieval_lines` pairs of each held-out pair file with the current parameters
 (`xlpretrain.eval.retrieval`).
+
+So that a number says whether the model learned anything, each comes with references that
+need no training: for masked-token predictions what the training text's unigram model scores
+on the same held-out labels, for retrieval the score of the parameters the run started from
+(identical strings embed identically even in an untrained model, so same-script pairs score
+far above chance without any learning) and chance.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ import numpy as np
 from jax.experimental import multihost_utils
 
 from xlpretrain.convert.folder import DISCRIMINATOR, MASKED_LM, Pretrained
+from xlpretrain.data.corpus import held_out_folders
 from xlpretrain.data.pipeline import Corpus, StepBatchBuilder
 from xlpretrain.data.protocols import ParallelCorpus
 from xlpretrain.data.sources import MonolingualSource, ParallelSource
@@ -35,6 +42,7 @@ from xlpretrain.tokenizer import Tokenizer
 
 log = logging.getLogger("xlpretrain")
 EVAL_SEED_OFFSET = 7919  # held-out rows never repeat the training stream's draws
+UNIGRAM_STEPS = 16  # training batches whose text the unigram baseline counts
 
 
 def without_dropout(model):
@@ -47,13 +55,14 @@ def without_dropout(model):
     return model.clone(**quiet)
 
 
-def held_out_corpus(eval_cfg: ml_collections.ConfigDict, data_cfg, kinds, languages) -> Corpus:
-    """The held-out folders the run's streams read, with the training run's language ids."""
+def held_out_corpus(folders: tuple[str, str], data_cfg, kinds, languages) -> Corpus:
+    """The held-out folders (mono, parallel) the run's streams read, with the training run's
+    language ids."""
     options = dict(strict=data_cfg.strict, max_line_bytes=data_cfg.max_line_bytes)
     sources = {}
     for kind, folder, load in (
-        (MONO, eval_cfg.mono_dir, MonolingualSource.from_dir),
-        (PARALLEL, eval_cfg.parallel_dir, ParallelSource.from_dir),
+        (MONO, folders[0], MonolingualSource.from_dir),
+        (PARALLEL, folders[1], ParallelSource.from_dir),
     ):
         if kind in kinds:
             sources[kind] = load(folder, **options)
@@ -67,6 +76,36 @@ def held_out_corpus(eval_cfg: ml_collections.ConfigDict, data_cfg, kinds, langua
             "model has no language id for them"
         )
     return corpus
+
+
+def training_unigram(builder: StepBatchBuilder, steps: int, vocab_size: int) -> np.ndarray:
+    """Token counts of the text in the first `steps` training batches, every objective's rows
+    (a masked token counted as its label, special tokens not at all), over every process."""
+    counts = np.zeros(vocab_size)
+    for step in range(steps):
+        for batch in builder.map(step).values():
+            text = np.where(batch["is_masked"] > 0, batch["labels"], batch["input_ids"])
+            counts += np.bincount(text[batch["segment_ids"] > 0], minlength=vocab_size)
+    counts[builder.tokenizer.special_ids()] = 0
+    if jax.process_count() > 1:
+        counts = np.asarray(multihost_utils.process_allgather(counts)).sum(0)
+    return counts
+
+
+def unigram_baseline(batches: list[Mapping[str, np.ndarray]], counts: np.ndarray) -> dict:
+    """What a model that ignores context scores on these batches' masked tokens: the
+    training text's unigram distribution (add-one smoothed) as the prediction everywhere, its
+    most frequent token as the guess. Summed over every process's rows."""
+    log_p = np.log((counts + 1) / (counts.sum() + len(counts)))
+    guess = int(np.argmax(counts))
+    sums = np.zeros(3)
+    for batch in batches:
+        labels, weights = batch["pred_labels"].ravel(), batch["pred_weights"].ravel()
+        hits = weights * (labels == guess)
+        sums += [-(weights * log_p[labels]).sum(), hits.sum(), weights.sum()]
+    if jax.process_count() > 1:
+        sums = np.asarray(multihost_utils.process_allgather(sums)).sum(0)
+    return {"loss": sums[0] / max(sums[2], 1.0), "accuracy": sums[1] / max(sums[2], 1.0)}
 
 
 def make_eval_step(model, loss_fns: Mapping[str, Callable], rng: jax.Array) -> Callable:
@@ -97,6 +136,8 @@ class Evaluator:
     tokenizer: Tokenizer
     languages: tuple[str, ...]
     family: ModelFamily
+    # An `eval/*` key → its references by name ("unigram", "step 0", "chance").
+    baselines: dict[str, dict[str, float]] = dataclasses.field(default_factory=dict)
 
     def __call__(self, params, stage: int) -> dict[str, float]:
         totals: dict[str, np.ndarray] = {}
@@ -134,14 +175,18 @@ def build_evaluator(
     training: Training,
     corpus: Corpus,
     tokenizer: Tokenizer,
+    training_rows: StepBatchBuilder,
 ) -> Evaluator | None:
-    """The run's evaluator, or None when `eval.every_steps` is 0."""
+    """The run's evaluator, or None when `eval.every_steps` is 0. `training_rows` (the run's
+    batch builder) gives the unigram counts of the baselines."""
     if cfg.eval.every_steps <= 0:
         return None
-    held_out = held_out_corpus(cfg.eval, cfg.data, plan.sources(), corpus.languages)
+    folders = held_out_folders(cfg)
+    held_out = held_out_corpus(folders, cfg.data, plan.sources(), corpus.languages)
     rules = [tuple(rule) for rule in cfg.mesh.rules]
     quiet = without_dropout(model)
-    batches, steps = [], []
+    batches, steps, baselines = [], [], {}
+    unigram = training_unigram(training_rows, UNIGRAM_STEPS, model.config.vocab_size)
     for stage in plan.stages:
         builder = StepBatchBuilder(
             held_out,
@@ -156,12 +201,13 @@ def build_evaluator(
             process_index=jax.process_index(),
             process_count=jax.process_count(),
         )
-        batches.append(
-            [
-                global_batch(builder.map(index), training.batch_sharding)
-                for index in range(cfg.eval.batches)
-            ]
-        )
+        local = [builder.map(index) for index in range(cfg.eval.batches)]
+        batches.append([global_batch(batch, training.batch_sharding) for batch in local])
+        for name in stage.weights:
+            if plan.objectives[name].family is ModelFamily.MASKED_LM:
+                figures = unigram_baseline([b[name] for b in local], unigram)
+                for what, value in figures.items():
+                    baselines[f"eval/{what}/{name}"] = {"unigram": value}
         loss_fns = {name: plan.objectives[name].loss(cfg) for name in stage.weights}
         step = make_eval_step(quiet, loss_fns, jax.random.key(cfg.train.seed))
         steps.append(
@@ -171,18 +217,14 @@ def build_evaluator(
             )
         )
     retrieval = None
-    if cfg.eval.parallel_dir and cfg.eval.retrieval_lines > 0:
+    if folders[1] and cfg.eval.retrieval_lines > 0:
         retrieval = held_out.parallel or ParallelSource.from_dir(
-            cfg.eval.parallel_dir, strict=cfg.data.strict, max_line_bytes=cfg.data.max_line_bytes
+            folders[1], strict=cfg.data.strict, max_line_bytes=cfg.data.max_line_bytes
         )
+        lines = [min(retrieval.num_lines(p), cfg.eval.retrieval_lines) for p in retrieval.pairs]
+        baselines["eval/retrieval"] = {"chance": float(np.mean([1 / n for n in lines if n]))}
     family = next(iter(plan.objectives.values())).family
-    log.info(
-        "evaluating every %d steps on %d held-out batches per stage%s",
-        cfg.eval.every_steps,
-        cfg.eval.batches,
-        f", retrieval on {len(retrieval.pairs)} pair files" if retrieval else "",
-    )
-    return Evaluator(
+    evaluator = Evaluator(
         plan,
         batches,
         steps,
@@ -192,4 +234,20 @@ def build_evaluator(
         tokenizer,
         tuple(corpus.languages),
         family,
+        baselines,
     )
+    if retrieval is not None:
+        start = evaluator._retrieval(training.state.params)["eval/retrieval"]
+        baselines["eval/retrieval"] = {"step 0": start, **baselines["eval/retrieval"]}
+    log.info(
+        "evaluating every %d steps on %d held-out batches per stage%s; references: %s",
+        cfg.eval.every_steps,
+        cfg.eval.batches,
+        f", retrieval on {len(retrieval.pairs)} pair files" if retrieval else "",
+        ", ".join(
+            f"{key.removeprefix('eval/')} {value:.4f} ({name})"
+            for key, references in baselines.items()
+            for name, value in references.items()
+        ),
+    )
+    return evaluator

@@ -475,6 +475,7 @@ def run(tuning: FineTuning) -> dict | None:
             **settings,
             evaluate=evaluate if cfg.eval.every_steps else None,
             eval_every=cfg.eval.every_steps,
+            run_config=cfg.to_dict(),
         )
     )
     step = int(state.step)

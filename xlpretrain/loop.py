@@ -62,9 +62,13 @@ class Loop:
     staged: bool = False  # log each step's stage
     describe_stage: Callable[[int], str] = lambda stage: f"stage {stage}"  # announced at its start
     evaluate: Callable[[Any, int], dict[str, float]] | None = None  # (params, stage) → scalars
-    eval_every: int = 0
+    eval_every: int = 0  # and at the last step
+    # An `eval/*` key → references by name that need no training, set beside it in the summary.
+    baselines: Mapping[str, Mapping[str, float]] = dataclasses.field(default_factory=dict)
     profile: tuple[int, int] | None = None  # [start, end) steps traced to WORKDIR/profile
     next_steps: Sequence[str] = ()  # commands the final summary suggests
+    wandb_project: str = ""  # also log to this Weights & Biases project ("": off)
+    run_config: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # for W&B
 
 
 def checkpointer(workdir: str, train: ml_collections.ConfigDict) -> Checkpointer:
@@ -84,6 +88,7 @@ def settings(train: ml_collections.ConfigDict) -> dict[str, Any]:
         "checkpoint_every": train.checkpoint_every,
         "max_bad_steps": train.max_bad_steps,
         "allow_fresh_start": train.allow_fresh_start,
+        "wandb_project": train.wandb_project,
     }
 
 
@@ -108,7 +113,12 @@ def run(loop: Loop) -> TrainState:
         log.info("nothing to do: the latest checkpoint is at step %d", start_step)
         return state
 
-    writer = MetricsWriter(loop.workdir, resume_step=start_step)
+    writer = MetricsWriter(
+        loop.workdir,
+        resume_step=start_step,
+        wandb_project=loop.wandb_project,
+        run_config=loop.run_config,
+    )
     profile = loop.profile
     guard = BadStepGuard(loop.max_bad_steps)
     progress = Progress(start_step, end_step)
@@ -135,7 +145,9 @@ def run(loop: Loop) -> TrainState:
                     jax.block_until_ready(state)
                     jax.profiler.stop_trace()
                 preempted = preemption.reached(step)
-                evaluate = loop.evaluate is not None and step % loop.eval_every == 0
+                evaluate = loop.evaluate is not None and (
+                    step % loop.eval_every == 0 or step == end_step
+                )
                 if step % loop.log_every == 0 or step == end_step or preempted or evaluate:
                     guard.flush()
                     scalars = {k: float(v) for k, v in jax.device_get(metrics).items()}
@@ -183,6 +195,7 @@ def run(loop: Loop) -> TrainState:
         tokens=progress.tokens,
         last=history[-1] if history else {},
         best=best_held_out(history),
+        baselines=loop.baselines,
         checkpoint=os.path.join(checkpointer.directory, str(last_saved)),
         next_steps=loop.next_steps if step == end_step else (),
     ):

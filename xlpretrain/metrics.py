@@ -1,4 +1,5 @@
-"""Where metrics go: `metrics.jsonl` (the contract), TensorBoard, and a progress line."""
+"""Where metrics go: `metrics.jsonl` (the contract), TensorBoard, optionally Weights & Biases,
+and a progress line."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import json
 import logging
 import os
 import time
+import uuid
 from collections.abc import Mapping, Sequence
 
 import jax
@@ -24,16 +26,30 @@ class MetricsWriter:
     written by a run that was killed before it checkpointed them, and about to be written
     again — and a line torn by the kill, so ``metrics.jsonl`` holds each step once;
     TensorBoard purges them likewise.
+
+    With ``wandb_project``, the records also go to a Weights & Biases run named after the
+    workdir, whose id is kept in ``WORKDIR/wandb_run_id`` so that a resumed run continues it
+    (W&B ignores a step it already has, so redone steps keep their first values there).
     """
 
-    def __init__(self, workdir: str | os.PathLike, resume_step: int = 0):
+    def __init__(
+        self,
+        workdir: str | os.PathLike,
+        resume_step: int = 0,
+        *,
+        wandb_project: str = "",
+        run_config: Mapping | None = None,
+    ):
         self.enabled = jax.process_index() == 0
+        self._wandb = None
         if self.enabled:
             path = os.path.join(workdir, "metrics.jsonl")
             if os.path.exists(path):
                 _truncate_after(path, resume_step)
             self._jsonl = open(path, "a")  # noqa: SIM115
             self._tb = SummaryWriter(os.path.join(workdir, "tb"), purge_step=resume_step + 1)
+            if wandb_project:
+                self._wandb = _wandb_run(workdir, wandb_project, run_config or {})
 
     def write(self, step: int, scalars: Mapping[str, float]) -> None:
         if not self.enabled:
@@ -45,11 +61,38 @@ class MetricsWriter:
             if key != "step":
                 self._tb.add_scalar(key, value, step)
         self._tb.flush()
+        if self._wandb is not None:
+            self._wandb.log(dict(scalars), step=step)
 
     def close(self) -> None:
         if self.enabled:
             self._jsonl.close()
             self._tb.close()
+            if self._wandb is not None:
+                self._wandb.finish()
+
+
+def _wandb_run(workdir: str | os.PathLike, project: str, run_config: Mapping):
+    """The workdir's W&B run: started, or resumed by the id its first start saved (config
+    validation has checked that wandb is installed)."""
+    import wandb  # optional: only runs that ask for it import it
+
+    id_path = os.path.join(workdir, "wandb_run_id")
+    if os.path.exists(id_path):
+        with open(id_path) as f:
+            run_id = f.read().strip()
+    else:
+        run_id = uuid.uuid4().hex[:12]  # letters and digits, as W&B ids must be
+        with open(id_path, "w") as f:
+            f.write(run_id + "\n")
+    return wandb.init(
+        project=project,
+        id=run_id,
+        resume="allow",
+        name=os.path.basename(os.path.abspath(workdir)),
+        dir=workdir,
+        config=dict(run_config),
+    )
 
 
 def _truncate_after(path: str, step: int) -> None:
@@ -180,9 +223,12 @@ def summary_lines(
     best: Mapping[str, tuple[float, int]],
     checkpoint: str | None,
     next_steps: Sequence[str],
+    baselines: Mapping[str, Mapping[str, float]] | None = None,
 ) -> list[str]:
     """What a finished run says: steps, time and tokens, the last losses and accuracies per
-    objective, the best held-out figures, where the checkpoint is and what to run next."""
+    objective, the last held-out figures beside references that need no training (`baselines`:
+    an `eval/*` key → {name: value}), the
+    best ones, where the checkpoint is and what to run next."""
     took = datetime.timedelta(seconds=int(seconds))
     lines = [
         f"finished steps {first_step}-{last_step} of {total_steps} in {took}: {tokens:,} tokens "
@@ -197,13 +243,39 @@ def summary_lines(
     if "loss" in last:
         per_objective = f" ({', '.join(finals)})" if finals else ""
         lines.append(f"final loss {last['loss']:.4f}{per_objective}")
-    if best:
+    if baselines and (compared := _beside_baselines(last, baselines)):
+        lines.append(f"held-out at step {last['step']}: {compared}")
+    if best := {k: v for k, v in best.items() if not k.startswith("eval/retrieval/")}:
         figures = (f"{k.removeprefix('eval/')} {v:.4f} (step {s})" for k, (v, s) in best.items())
         lines.append("best held-out: " + ", ".join(sorted(figures)))
     if checkpoint:
         lines.append(f"checkpoint: {checkpoint}")
     lines += [f"next: {command}" for command in next_steps]
     return lines
+
+
+def _beside_baselines(
+    last: Mapping[str, float], baselines: Mapping[str, Mapping[str, float]]
+) -> str:
+    """ "mmlm loss 3.2100 (unigram 5.9000) accuracy 0.352 (unigram 0.081); retrieval@1 0.420
+    (step 0 0.380, chance 0.009)" for the figures of `last` that have references."""
+
+    def figure(what: str, key: str, digits: int) -> str:
+        references = ", ".join(f"{n} {v:.{digits}f}" for n, v in baselines[key].items())
+        return f"{what} {last[key]:.{digits}f} ({references})"
+
+    parts = []
+    for name in sorted(k.removeprefix("eval/loss/") for k in last if k.startswith("eval/loss/")):
+        figures = [
+            figure(what, key, digits)
+            for what, digits in (("loss", 4), ("accuracy", 3))
+            if (key := f"eval/{what}/{name}") in baselines and key in last
+        ]
+        if figures:
+            parts.append(f"{name} {' '.join(figures)}")
+    if "eval/retrieval" in baselines and "eval/retrieval" in last:
+        parts.append(figure("retrieval@1", "eval/retrieval", 3))
+    return "; ".join(parts)
 
 
 def read_metrics(workdir: str | os.PathLike) -> list[dict]:

@@ -126,7 +126,7 @@ def build(
         for line in format_sampling_table(counts, probabilities, title):
             log.info("%s", line)
 
-    evaluator = build_evaluator(cfg, plan, model, training, corpus, tokenizer)
+    evaluator = build_evaluator(cfg, plan, model, training, corpus, tokenizer, builder)
     save_config(workdir, cfg, resume_step or 0)  # last: a run that fails to start changes none
     return Trainer(cfg, plan, workdir, training, builder, checkpointer, evaluator)
 
@@ -200,7 +200,9 @@ def run(trainer: Trainer) -> TrainState:
             staged=len(trainer.plan.stages) > 1,
             evaluate=trainer.evaluator,
             eval_every=cfg.eval.every_steps,
+            baselines=trainer.evaluator.baselines if trainer.evaluator else {},
             profile=_profile_window(cfg.train.profile_steps),
             next_steps=next_steps(trainer.workdir),
+            run_config=cfg.to_dict(),
         )
     )

@@ -7,6 +7,7 @@ import argparse
 import logging
 import sys
 
+from xlpretrain import cli
 from xlpretrain.convert import from_hf, to_hf, to_hf_seq2seq
 from xlpretrain.convert.seq2seq import decoder_layers_of
 
@@ -59,7 +60,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
-    logging.getLogger("absl").setLevel(logging.WARNING)
+    cli.quiet_libraries()
     try:
         if args.command == "from-hf":
             model = from_hf(args.src, args.dst, allow_missing_head=args.allow_missing_head)

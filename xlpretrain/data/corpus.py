@@ -22,6 +22,34 @@ from xlpretrain.tokenizer import Tokenizer, train_tokenizer
 log = logging.getLogger("xlpretrain")
 
 
+def uses_demo_corpus(cfg: ml_collections.ConfigDict) -> bool:
+    """No corpus is configured, so the run trains on the built-in demo corpus."""
+    data = cfg.data
+    return not (
+        data.mono_dir or data.parallel_dir or data.mono_tfds.name or data.parallel_tfds.name
+    )
+
+
+def demo_folders(cfg: ml_collections.ConfigDict) -> demo_corpus.DemoFolders:
+    """The demo corpus of `data.demo_languages` languages, built on first use (cached)."""
+    return demo_corpus.build_demo_corpus(
+        demo_corpus.default_demo_cache_dir(), num_languages=cfg.data.demo_languages
+    )
+
+
+def held_out_folders(cfg: ml_collections.ConfigDict) -> tuple[str, str]:
+    """`eval.mono_dir` and `eval.parallel_dir`; where one is empty and the run trains on the
+    demo corpus, the demo's held-out folder instead."""
+    mono, parallel = cfg.eval.mono_dir, cfg.eval.parallel_dir
+    if uses_demo_corpus(cfg) and not (mono and parallel):
+        folders = demo_folders(cfg)
+        mono, parallel = (
+            mono or str(folders.held_out_mono),
+            parallel or str(folders.held_out_parallel),
+        )
+    return mono, parallel
+
+
 def load_corpus(cfg: ml_collections.ConfigDict, readers: Mapping[str, Sequence[str]]) -> Corpus:
     """The sources the active objectives need (`readers`: corpus kind → the objectives that
     read it): folders, TFDS datasets, or — when nothing is configured — the demo corpus."""
@@ -34,13 +62,9 @@ def load_corpus(cfg: ml_collections.ConfigDict, readers: Mapping[str, Sequence[s
         if folder and tfds_name:
             raise ConfigError(f"config key 'data.{kind}_tfds.name': set it or data.{kind}_dir")
     mono_dir, parallel_dir = data.mono_dir, data.parallel_dir
-    if not (mono_dir or parallel_dir or mono_tfds.name or parallel_tfds.name):
-        mono_dir, parallel_dir = map(
-            str,
-            demo_corpus.build_demo_corpus(
-                demo_corpus.default_demo_cache_dir(), num_languages=data.demo_languages
-            ),
-        )
+    if uses_demo_corpus(cfg):
+        folders = demo_folders(cfg)
+        mono_dir, parallel_dir = str(folders.mono), str(folders.parallel)
         log.info("no corpus configured: using the demo corpus in %s", os.path.dirname(mono_dir))
     options = dict(strict=data.strict, max_line_bytes=data.max_line_bytes)
     mono = parallel = None

@@ -14,6 +14,10 @@ locales, which gives parallel data for free. The layout is exactly that of a use
   with its currency, a language name, a date, ...) rendered in both locales. Only items that
   every selected language translates are used, and each English text once, so all
   ``en-*.tsv`` files share the same English column, line by line.
+* ``held_out/mono`` and ``held_out/parallel``: the same layout, for evaluation. Every
+  ``HELD_OUT_EVERY``-th document of each language and every ``HELD_OUT_EVERY``-th parallel item
+  (the same items in every pair file) are held out of training; the held-out pairs are never
+  seen as pairs, though their names may occur inside training documents.
 
 The build is deterministic (fixed reference dates, sorted keys) and takes a few seconds; the
 result is cached under a stamp that names the corpus version and the babel version.
@@ -32,6 +36,7 @@ from collections import Counter
 from collections.abc import Iterator
 from functools import cache
 from pathlib import Path
+from typing import NamedTuple
 
 import babel
 from babel import Locale, localedata
@@ -40,7 +45,8 @@ from babel.dates import format_date, format_timedelta
 from babel.lists import format_list
 from babel.numbers import get_territory_currencies
 
-VERSION = "demo_corpus_v1"
+VERSION = "demo_corpus_v2"
+HELD_OUT_EVERY = 10  # one document, one parallel item in ten is held out
 
 # Fixed so that the output never depends on the day it is built.
 _CURRENCY_DATE = datetime.date(2025, 1, 1)
@@ -67,16 +73,28 @@ _BREAKS = re.compile(r"[\t\n\r\v\f\x1c-\x1e\x85\u2028\u2029]+| {2,}")
 Key = tuple[str, ...]
 
 
+class DemoFolders(NamedTuple):
+    """Where a built demo corpus is: the training folders, then the held-out ones."""
+
+    mono: Path
+    parallel: Path
+    held_out_mono: Path
+    held_out_parallel: Path
+
+
+_FOLDERS = ("mono", "parallel", "held_out/mono", "held_out/parallel")
+
+
 def default_demo_cache_dir() -> Path:
-    """``$XLPRETRAIN_CACHE`` if set, else ``~/.cache/xlpretrain/demo_corpus_v1``."""
+    """``$XLPRETRAIN_CACHE`` if set, else ``~/.cache/xlpretrain/demo_corpus_v2``."""
     env = os.environ.get("XLPRETRAIN_CACHE")
     return Path(env) if env else Path.home() / ".cache" / "xlpretrain" / VERSION
 
 
 def build_demo_corpus(
     cache_dir: str | os.PathLike, *, num_languages: int = 40, min_entries: int = 1400
-) -> tuple[Path, Path]:
-    """Builds (or finds cached) the CLDR demo corpus; returns ``(mono_dir, parallel_dir)``.
+) -> DemoFolders:
+    """Builds (or finds cached) the CLDR demo corpus in ``cache_dir``; returns its folders.
 
     ``num_languages`` languages are chosen deterministically: English (the pivot of the
     parallel files), then the best-ranked official language of every other script, then the
@@ -91,7 +109,7 @@ def build_demo_corpus(
     if num_languages < 2:
         raise ValueError(f"num_languages must be >= 2 (English + others), got {num_languages}")
     cache_dir = Path(cache_dir)
-    mono_dir, parallel_dir = cache_dir / "mono", cache_dir / "parallel"
+    folders = DemoFolders(*(cache_dir / name for name in _FOLDERS))
     stamp_path = cache_dir / "DONE"
     stamp = (
         f"{VERSION} babel={babel.__version__} num_languages={num_languages} "
@@ -100,19 +118,19 @@ def build_demo_corpus(
     cache_dir.mkdir(parents=True, exist_ok=True)
     with _locked(cache_dir / ".lock"):
         if stamp_path.is_file() and stamp_path.read_text(encoding="utf-8") == stamp:
-            return mono_dir, parallel_dir
+            return folders
         stamp_path.unlink(missing_ok=True)
         for leftover in cache_dir.glob(".build-*"):  # from an interrupted build
             shutil.rmtree(leftover)
         build = Path(tempfile.mkdtemp(prefix=".build-", dir=cache_dir))
         _write_corpus(build, _select_languages(num_languages, min_entries))
-        for name in ("mono", "parallel"):
+        for name in ("mono", "parallel", "held_out"):
             shutil.rmtree(cache_dir / name, ignore_errors=True)
             os.replace(build / name, cache_dir / name)
         build.rmdir()
         (cache_dir / "DONE.tmp").write_text(stamp, encoding="utf-8")
         os.replace(cache_dir / "DONE.tmp", stamp_path)
-    return mono_dir, parallel_dir
+    return folders
 
 
 @contextlib.contextmanager
@@ -126,10 +144,10 @@ def _locked(path: Path) -> Iterator[None]:
 
 
 def _write_corpus(root: Path, languages: list[str]) -> None:
-    (root / "mono").mkdir()
-    (root / "parallel").mkdir()
+    for name in _FOLDERS:
+        (root / name).mkdir(parents=True)
     for lang in languages:
-        _write_lines(root / "mono" / f"{lang}.txt", _documents(lang))
+        _write_split(root, f"mono/{lang}.txt", _documents(lang))
     items = {lang: _items(lang) for lang in languages}
     # Keys every language has; an English text only once ("Thai" the language and the script).
     first_key: dict[str, Key] = {}
@@ -138,7 +156,15 @@ def _write_corpus(root: Path, languages: list[str]) -> None:
     for lang in languages:
         if lang != "en":
             pairs = [f"{items['en'][k]}\t{items[lang][k]}" for k in first_key.values()]
-            _write_lines(root / "parallel" / f"en-{lang}.tsv", pairs)
+            _write_split(root, f"parallel/en-{lang}.tsv", pairs)
+
+
+def _write_split(root: Path, name: str, lines: list[str]) -> None:
+    """Every ``HELD_OUT_EVERY``-th distinct line to ``held_out/name``, the others to ``name``."""
+    lines = list(dict.fromkeys(lines))  # a repeated document would leak into the held-out
+    out = {i for i in range(len(lines)) if i % HELD_OUT_EVERY == HELD_OUT_EVERY - 1}
+    _write_lines(root / name, [line for i, line in enumerate(lines) if i not in out])
+    _write_lines(root / "held_out" / name, [line for i, line in enumerate(lines) if i in out])
 
 
 def _write_lines(path: Path, lines: list[str]) -> None:
@@ -373,3 +399,28 @@ def _units(atoms: dict[Key, str]) -> list[str]:
 
 def _unit_keys(unit: str) -> list[Key]:
     return [("unit", unit, str(n)) for n in _UNIT_COUNTS]
+
+
+def main(argv: list[str] | None = None) -> None:
+    """`python -m xlpretrain.data.demo_corpus --out DIR [--languages N]`: writes the demo
+    corpus to a folder of one's own, to pass as data.mono_dir / data.parallel_dir."""
+    import argparse
+
+    parser = argparse.ArgumentParser(
+        prog="python -m xlpretrain.data.demo_corpus",
+        description="Writes the CLDR demo corpus (training and held-out folders) to --out.",
+    )
+    parser.add_argument("--out", required=True, help="folder to write mono/, parallel/, held_out/")
+    parser.add_argument("--languages", type=int, default=40, help="English and N-1 others")
+    args = parser.parse_args(argv)
+    try:
+        folders = build_demo_corpus(args.out, num_languages=args.languages)
+    except (ValueError, OSError) as error:
+        parser.exit(2, f"{parser.prog}: error: {error}\n")
+    for name, folder in folders._asdict().items():
+        count = len(list(folder.iterdir()))
+        print(f"{name + ':':<19}{folder}  ({count} files)")
+
+
+if __name__ == "__main__":
+    main()

@@ -97,20 +97,26 @@ class StepBatchBuilder(grain.transforms.Map):
             for p in self.phases
         ]
         kinds = set().union(*(spec.sources() for spec in self.streams.values()))
+
+        def readers(kind: str) -> str:
+            return ", ".join(
+                sorted(n for n, spec in self.streams.items() if kind in spec.sources())
+            )
+
         self._mono_keys, self._mono_p = [], np.zeros(0)
         self._pair_keys, self._pair_p = [], np.zeros(0)
         self.mono_probabilities: dict[str, float] = {}  # by language; empty if unused
         self.parallel_probabilities: dict[tuple[str, str], float] = {}
         if MONO in kinds:
             if corpus.mono is None:
-                raise ValueError("an objective needs monolingual data but data.mono_dir is unset")
+                raise ValueError(f"{readers(MONO)} need monolingual data, but the corpus has none")
             counts = {lang: corpus.mono.num_lines(lang) for lang in corpus.mono.languages}
             self.mono_probabilities = language_probabilities(counts, mono_alpha)
             self._mono_keys = list(self.mono_probabilities)
             self._mono_p = np.array(list(self.mono_probabilities.values()))
         if PARALLEL in kinds:
             if corpus.parallel is None:
-                raise ValueError("an objective needs parallel data but data.parallel_dir is unset")
+                raise ValueError(f"{readers(PARALLEL)} need parallel data, but the corpus has none")
             counts = {pair: corpus.parallel.num_lines(pair) for pair in corpus.parallel.pairs}
             self.parallel_probabilities = language_probabilities(counts, parallel_alpha)
             self._pair_keys = list(self.parallel_probabilities)
