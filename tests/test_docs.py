@@ -20,7 +20,8 @@ How a block is treated:
   installation lines (CI has installed the project), the test suite itself, cluster
   submissions; `launch/*.sh` launchers run as their dry run (`DRY_RUN=1`).
 - A command identical to one that runs on another page is run once, where it comes first.
-  So a page must not use the outputs of a command it repeats from another page.
+  So a page must not use the outputs of a command it repeats from another page, except those
+  that only write a corpus folder (`EVERY_PAGE`: seconds each), which run on every page.
 - `TINY` is the one place where documented settings are shrunk: a command running one of its
   programs gets that program's flags appended (a later flag wins over the documented one):
   a few steps, one small shared tokenizer, small benchmark and sizing shapes.
@@ -116,6 +117,7 @@ RULES: tuple[tuple[str, str], ...] = (
     ),
 )
 STRIP_PREFIX = r"^pip install [^&;|]*&&\s*"  # `pip install X && CMD` runs CMD
+EVERY_PAGE = r"^python -m xlpretrain\.data\.demo_corpus\b"  # writes the folders a page trains on
 DRY_RUN = _ENV + r"launch/\w+\.sh\b"  # cluster launchers print their commands instead
 
 FENCE = re.compile(r"^\s*```(\S*)\s*$")
@@ -362,7 +364,7 @@ class Runner:
         if "../shared/" in command and not UDHR.is_dir():
             return Outcome("skipped", f"{step.where}: the UDHR corpus is not at {UDHR}")
         command = shrink(command, self.tokenizer)
-        first = self.claim(command, step.where)
+        first = step.where if re.match(EVERY_PAGE, command) else self.claim(command, step.where)
         if first != step.where:
             return Outcome("skipped", f"{step.where}: same command as {first}, run there")
         start = time.perf_counter()
@@ -413,7 +415,7 @@ def outcomes(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Outcome]:
     root = tmp_path_factory.mktemp("docs")
     if SHARED.is_dir():
         (root / "shared").symlink_to(SHARED)
-    mono_dir, _ = demo_corpus.build_demo_corpus(demo_corpus.default_demo_cache_dir())
+    mono_dir = demo_corpus.build_demo_corpus(demo_corpus.default_demo_cache_dir()).mono
     mono = MonolingualSource.from_dir(mono_dir)
     texts = {lang: [mono.line(lang, i) for i in range(20)] for lang in mono.languages}
     tokenizer = root / "tokenizer.model"
@@ -452,6 +454,55 @@ def test_every_guard_in_the_rules_table_exists() -> None:
                 if not re.search(rf"^def {name}\(", source, re.M):
                     missing.append(f"{path}::{name}")
     assert named > 20 and not missing, f"tests named in the table but not defined: {missing}"
+
+
+def test_every_objective_has_its_formula_and_mask_pictures() -> None:
+    """docs/objectives.md gives each registered objective a section with a display formula
+    (typeset by arithmatex + MathJax, so `$$` and no plain-text stand-in) and a picture of
+    each mask it declares, and every picture it shows exists."""
+    from xlpretrain.objectives import REGISTRY
+
+    page = (REPO / "docs" / "objectives.md").read_text()
+    sections = {s.split("\n", 1)[0]: s for s in page.split("\n## ")[1:]}
+    problems = []
+    for name, objective in REGISTRY.items():
+        titled = [body for title, body in sections.items() if name.upper() in title.split(" —")[0]]
+        if len(titled) != 1:
+            problems.append(f"{name}: {len(titled)} sections titled with {name.upper()}")
+            continue
+        if "$$" not in titled[0]:
+            problems.append(f"{name}: no display formula")
+        for mask in objective.masks:  # pictured under the mask's name or the objective's
+            if not {f"img/mask_{mask.name}.png", f"img/mask_{name}.png"} & set(
+                re.findall(r"img/[\w.]+", titled[0])
+            ):
+                problems.append(f"{name}: no picture of its mask {mask.name}")
+    for picture in re.findall(r"\(img/([\w.]+)\)", page):
+        if not (REPO / "docs" / "img" / picture).is_file():
+            problems.append(f"img/{picture} is shown but missing")
+    assert not problems, problems
+    config = yaml.safe_load((REPO / "mkdocs.yml").read_text().replace("!!", "#"))
+    extensions = [e if isinstance(e, str) else next(iter(e)) for e in config["markdown_extensions"]]
+    assert "pymdownx.arithmatex" in extensions and any(
+        "mathjax" in script for script in config["extra_javascript"]
+    )
+
+
+def test_user_facing_files_stay_inside_the_repository() -> None:
+    """A user's clone has no `../shared`: README, docs, configs and launchers never point there
+    (tests may, and skip without it)."""
+    files = [REPO / "README.md", *(REPO / "docs").rglob("*.md"), *(REPO / "docs").glob("*.ipynb")]
+    files += [
+        *(REPO / "configs").glob("*.py"),
+        *(p for p in (REPO / "launch").rglob("*") if p.is_file()),
+    ]
+    offenders = [
+        f"{path.relative_to(REPO)}:{number}"
+        for path in files
+        for number, line in enumerate(path.read_text(errors="replace").splitlines(), 1)
+        if re.search(r"\.\./shared|shared/(data|DESIGN)", line)
+    ]
+    assert not offenders, offenders
 
 
 def test_markers_are_well_formed() -> None:
