@@ -102,6 +102,8 @@ TINY: dict[str, tuple[str, ...]] = {
     "xlpretrain.eval.retrieval": ("--max-lines=10",),
     "xlpretrain.eval.finetune": ("--config.train.steps=4", "--config.train.log_every=2"),
 }
+# Left to a run on a prepared store, whose tokenizer (and so vocabulary) is the run's.
+STORE_KEEPS = ("--config.tokenizer.path", "--config.model.vocab_size")
 # Appended only where a command sets the flag, so that it stays inside the tiny run.
 TINY_IF_SET = {"--config.train.stop_at": "2"}
 
@@ -273,6 +275,8 @@ def shrink(command: str, tokenizer: pathlib.Path) -> str:
     )
     extra = [flag.format(tokenizer=tokenizer) for flag in TINY[match.group(1)]]
     extra += [f"{flag}={value}" for flag, value in TINY_IF_SET.items() if flag + "=" in command]
+    if "--config.data.store=" in command:  # the store's tokenizer is the run's
+        extra = [f for f in extra if not f.startswith(STORE_KEEPS)]
     return " ".join([command, *extra])
 
 

@@ -522,6 +522,8 @@ PROTOCOL_CASES = [
     ("TfdsMonolingualSource", "MonolingualCorpus"),
     ("ParallelSource", "ParallelCorpus"),
     ("TfdsParallelSource", "ParallelCorpus"),
+    ("StoreMonolingual", "MonolingualCorpus"),
+    ("StoreParallel", "ParallelCorpus"),
 ]
 
 
@@ -529,9 +531,9 @@ PROTOCOL_CASES = [
 def test_every_backend_implements_its_corpus_protocol(backend, protocol):
     """Folder and TFDS sources alike have every member the readers use (a new backend that
     forgets one fails here); `stats` is set per instance by the shared base."""
-    from xlpretrain.data import protocols, tfds_source
+    from xlpretrain.data import protocols, store, tfds_source
 
-    cls = getattr(sources, backend, None) or getattr(tfds_source, backend)
+    cls = next(c for m in (sources, tfds_source, store) if (c := getattr(m, backend, None)))
     wanted = getattr(protocols, protocol)
     members = {n for n in vars(wanted) if not n.startswith("_")} | set(wanted.__annotations__)
     missing = sorted(m for m in members - {"stats"} if not hasattr(cls, m))

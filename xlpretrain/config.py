@@ -135,6 +135,9 @@ def default_config() -> ml_collections.ConfigDict:
     cfg.eval.retrieval_lines = 1000  # 0: no retrieval
 
     cfg.data = ml_collections.ConfigDict()
+    # A store prepared by `python -m xlpretrain.data.prepare` (token ids, read by random
+    # access; its tokenizer is the run's): instead of the folders and TFDS datasets below.
+    cfg.data.store = ""
     cfg.data.mono_dir = ""  # folder of <lang>.txt; empty: the built-in demo corpus
     cfg.data.parallel_dir = ""  # folder of <l1>-<l2>.tsv; empty: the built-in demo corpus
     # TFDS datasets (ArrayRecord, read by random access through tfds.data_source) instead of

@@ -13,6 +13,7 @@ import ml_collections
 from jax.experimental import multihost_utils
 
 from xlpretrain.data import demo_corpus
+from xlpretrain.data import store as store_lib
 from xlpretrain.data.pipeline import Corpus, language_vocabulary
 from xlpretrain.data.sources import MonolingualSource, ParallelSource, format_stats
 from xlpretrain.data.streams import MONO, PARALLEL
@@ -26,7 +27,11 @@ def uses_demo_corpus(cfg: ml_collections.ConfigDict) -> bool:
     """No corpus is configured, so the run trains on the built-in demo corpus."""
     data = cfg.data
     return not (
-        data.mono_dir or data.parallel_dir or data.mono_tfds.name or data.parallel_tfds.name
+        data.store
+        or data.mono_dir
+        or data.parallel_dir
+        or data.mono_tfds.name
+        or data.parallel_tfds.name
     )
 
 
@@ -54,6 +59,8 @@ def load_corpus(cfg: ml_collections.ConfigDict, readers: Mapping[str, Sequence[s
     """The sources the active objectives need (`readers`: corpus kind → the objectives that
     read it): folders, TFDS datasets, or — when nothing is configured — the demo corpus."""
     data = cfg.data
+    if data.store:
+        return _load_store(cfg, readers)
     mono_tfds, parallel_tfds = data.mono_tfds, data.parallel_tfds
     for kind, folder, tfds_name in (
         ("mono", data.mono_dir, mono_tfds.name),
@@ -121,12 +128,35 @@ def _log_data_line(kind: str, line: str) -> None:
     (log.warning if ": no usable lines" in line else log.info)("%s data: %s", kind, line)
 
 
+def _load_store(cfg: ml_collections.ConfigDict, readers: Mapping[str, Sequence[str]]) -> Corpus:
+    """The kinds of data the objectives read, from the prepared store `data.store`."""
+    data = cfg.data
+    for key in ("mono_dir", "parallel_dir", "mono_tfds.name", "parallel_tfds.name"):
+        section, _, name = key.rpartition(".")
+        if data[section][name] if section else data[key]:
+            raise ConfigError(f"config key 'data.{key}': set it or data.store, not both")
+    mono, parallel = store_lib.open_store(data.store, readers)
+    for kind, source in ((MONO, mono), (PARALLEL, parallel)):
+        if source is not None:
+            for line in format_stats(source.stats):
+                _log_data_line(kind, line)
+    log.info("data: the prepared store %s", os.path.abspath(data.store))
+    return Corpus(mono, parallel, language_vocabulary(mono, parallel))
+
+
 def load_tokenizer(
     cfg: ml_collections.ConfigDict, workdir: str, corpus: Corpus, pretrained: Tokenizer | None
 ) -> Tokenizer:
     """The configured model, the workdir's own, the `init.checkpoint`'s (its ids are the
     model's), or a new one trained on a balanced sample."""
     own = os.path.join(workdir, "tokenizer.model")
+    if cfg.data.store:  # the store's ids are the run's
+        path = cfg.tokenizer.path or (own if os.path.exists(own) else "")
+        stored = os.path.join(cfg.data.store, store_lib.TOKENIZER)
+        if path:
+            store_lib.check_tokenizer(cfg.data.store, path)
+        cfg = cfg.copy_and_resolve_references()
+        cfg.tokenizer.path = path or stored
     if pretrained is not None and not cfg.tokenizer.path and not os.path.exists(own):
         if jax.process_index() == 0:
             pretrained.save(own)

@@ -135,7 +135,7 @@ def monolingual_row(
             budget = packer.remaining - 2
         if budget < MIN_SEGMENT_TOKENS:
             break
-        tokens = tokenizer.encode(source.line(language, (index + taken) % n_lines))
+        tokens = source.tokens(language, (index + taken) % n_lines, tokenizer)
         tokens = _window(tokens, budget, rng) if packer.units == 0 else tokens[:budget]
         ids = np.concatenate([[Tokenizer.BOS_ID], tokens, [Tokenizer.EOS_ID]])
         side = np.full(len(ids), SIDE_SOURCE)
@@ -185,12 +185,11 @@ def translation_pair_row(
         budget = packer.remaining - 4
         if budget < 2 * MIN_SEGMENT_TOKENS:
             break
-        first, second = source.line(pair, (index + taken) % n_lines)
+        a, b = source.token_pair(pair, (index + taken) % n_lines, tokenizer)
         first_lang, second_lang = lang_ids
         if rng.random() < 0.5:
-            first, second = second, first
+            a, b = b, a
             first_lang, second_lang = second_lang, first_lang
-        a, b = tokenizer.encode(first), tokenizer.encode(second)
         if len(a) + len(b) > budget:
             if packer.units > 0:
                 break
@@ -212,7 +211,7 @@ def translation_pair_row(
 
 
 def _segment_pair_row(
-    draw: Callable[[int], tuple[str, str, int, int]],
+    draw: Callable[[int], tuple[np.ndarray, np.ndarray, int, int]],
     tokenizer: Tokenizer,
     rng: np.random.Generator,
     *,
@@ -226,8 +225,7 @@ def _segment_pair_row(
         budget = packer.remaining - 4
         if budget < 2 * MIN_SEGMENT_TOKENS:
             break
-        first, second, first_lang, second_lang = draw(taken)
-        x, y = tokenizer.encode(first), tokenizer.encode(second)
+        x, y, first_lang, second_lang = draw(taken)
         if len(x) + len(y) > budget:
             if packer.units > 0:
                 break
@@ -260,8 +258,8 @@ def parallel_segment_pairs_row(
     n_lines = source.num_lines(pair)
     index = int(rng.integers(n_lines))
 
-    def draw(taken: int) -> tuple[str, str, int, int]:
-        first, second = source.line(pair, (index + taken) % n_lines)
+    def draw(taken: int) -> tuple[np.ndarray, np.ndarray, int, int]:
+        first, second = source.token_pair(pair, (index + taken) % n_lines, tokenizer)
         if rng.random() < 0.5:
             return second, first, lang_ids[1], lang_ids[0]
         return first, second, lang_ids[0], lang_ids[1]
@@ -285,8 +283,9 @@ def monolingual_segment_pairs_row(
         raise ValueError(f"language {language!r} has one usable line: no adjacent segments")
     index = int(rng.integers(n_lines - 1))
 
-    def draw(taken: int) -> tuple[str, str, int, int]:
+    def draw(taken: int) -> tuple[np.ndarray, np.ndarray, int, int]:
         first = (index + 2 * taken) % (n_lines - 1)  # never pairs the last line with the first
-        return source.line(language, first), source.line(language, first + 1), lang_id, lang_id
+        x = source.tokens(language, first, tokenizer)
+        return x, source.tokens(language, first + 1, tokenizer), lang_id, lang_id
 
     return _segment_pair_row(draw, tokenizer, rng, length=length, pack=pack)

@@ -1,10 +1,12 @@
 """What the input pipeline, evaluation and the tools need of a corpus, whatever stores it.
 
 A backend — folders of text (`sources.MonolingualSource`, `sources.ParallelSource`), TFDS
-datasets (`tfds_source`), or a prepared store — implements one of these two protocols, usually
-by deriving from `sources.MonolingualBase` / `sources.ParallelBase`, which supply the keys and
-the bookkeeping: it then only adds how to `line` an example. Readers are typed with the protocols
-and never see the backend.
+datasets (`tfds_source`), or a prepared store (`store`) — implements one of these two
+protocols, usually by deriving from `sources.MonolingualBase` / `sources.ParallelBase`, which
+supply the keys, the bookkeeping and `tokens` by encoding the text: a text backend then only
+adds how to `line` an example; a store of token ids also says how to read them (`tokens`,
+`token_pair`) without a tokenizer. Readers are typed with the protocols and never see the
+backend.
 """
 
 from __future__ import annotations
@@ -12,7 +14,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Protocol, runtime_checkable
 
+import numpy as np
+
 from xlpretrain.data.sources import FileStats, Pair
+from xlpretrain.tokenizer import Tokenizer
 
 
 @runtime_checkable
@@ -27,6 +32,8 @@ class MonolingualCorpus(Protocol):
     def num_lines(self, lang: str) -> int: ...
 
     def line(self, lang: str, index: int) -> str: ...
+
+    def tokens(self, lang: str, index: int, tokenizer: Tokenizer) -> np.ndarray: ...
 
     def summary(self) -> list[str]: ...
 
@@ -46,5 +53,9 @@ class ParallelCorpus(Protocol):
     def num_lines(self, pair: Pair) -> int: ...
 
     def line(self, pair: Pair, index: int) -> tuple[str, str]: ...
+
+    def token_pair(
+        self, pair: Pair, index: int, tokenizer: Tokenizer
+    ) -> tuple[np.ndarray, np.ndarray]: ...
 
     def summary(self) -> list[str]: ...

@@ -38,9 +38,12 @@ import mmap
 import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import nullcontext
-from typing import Any, BinaryIO, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, BinaryIO, Generic, TypeVar
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from xlpretrain.tokenizer import Tokenizer
 
 __all__ = [
     "DataError",
@@ -304,6 +307,41 @@ class _Chunk:
         return blank
 
 
+def _line_codes(
+    chunk: _Chunk, max_line_bytes: int, fields_ok: Callable[[_Chunk], np.ndarray] | None
+) -> np.ndarray:
+    """Per line of `chunk`: 0 if usable, else 1 + its problem's index in `_KINDS`."""
+    lengths = chunk.ends - chunk.starts
+    # Assigned in reverse order of precedence, so that the strongest kind wins.
+    codes = np.zeros(len(lengths), dtype=np.int8)
+    codes[chunk.blank(chunk.starts, chunk.ends)] = _EMPTY
+    codes[chunk.invalid_utf8()] = _INVALID_UTF8
+    codes[lengths > max_line_bytes] = _TOO_LONG
+    if fields_ok is not None:
+        codes[(codes == 0) & ~fields_ok(chunk)] = _BAD_FIELDS
+    return codes
+
+
+def usable_lines(
+    raw: bytes, *, max_line_bytes: int, fields_ok: Callable[[_Chunk], np.ndarray] | None = None
+) -> tuple[list[str], dict[str, int]]:
+    """The usable lines of `raw` (whole lines of a file) as text, and how many lines of each
+    problem kind were skipped: the folder sources' rules, for tools that stream a file's bytes
+    (`xlpretrain.data.prepare`) instead of indexing it."""
+    lines, counts = [], dict.fromkeys(_KINDS, 0)
+    for start, end, is_one_long_line in _chunks(raw, max(_CHUNK_BYTES, max_line_bytes + 2)):
+        if is_one_long_line:
+            counts["too_long"] += 1
+            continue
+        chunk = _Chunk(raw[start:end])
+        codes = _line_codes(chunk, max_line_bytes, fields_ok)
+        for code in np.flatnonzero(np.bincount(codes, minlength=len(_KINDS) + 1)[1:]).tolist():
+            counts[_KINDS[code]] += int(np.count_nonzero(codes == code + 1))
+        for i in np.flatnonzero(codes == 0).tolist():
+            lines.append(chunk.raw[chunk.starts[i] : chunk.ends[i]].decode("utf-8"))
+    return lines, counts
+
+
 def _scan_file(
     path: str,
     *,
@@ -332,13 +370,7 @@ def _scan_file(
             else:
                 chunk = _Chunk(data[start:end])
                 chunk_offsets, chunk_lengths = chunk.starts, chunk.ends - chunk.starts
-                # Assigned in reverse order of precedence, so that the strongest kind wins.
-                codes = np.zeros(len(chunk_offsets), dtype=np.int8)
-                codes[chunk.blank(chunk.starts, chunk.ends)] = _EMPTY
-                codes[chunk.invalid_utf8()] = _INVALID_UTF8
-                codes[chunk_lengths > max_line_bytes] = _TOO_LONG
-                if fields_ok is not None:
-                    codes[(codes == 0) & ~fields_ok(chunk)] = _BAD_FIELDS
+                codes = _line_codes(chunk, max_line_bytes, fields_ok)
             bad = np.flatnonzero(codes)
             if strict and len(bad):
                 kind = _KINDS[int(codes[bad[0]]) - 1]
@@ -478,6 +510,10 @@ class MonolingualBase(_Source[str]):
     def languages(self) -> list[str]:
         return list(self._files)
 
+    def tokens(self, lang: str, index: int, tokenizer: Tokenizer) -> np.ndarray:
+        """The line's token ids (a text backend encodes it; a prepared store has them)."""
+        return tokenizer.encode(self.line(lang, index))
+
 
 class ParallelBase(_Source[Pair]):
     """A parallel source of any backend: keyed by language pair."""
@@ -489,6 +525,13 @@ class ParallelBase(_Source[Pair]):
     @property
     def languages(self) -> list[str]:
         return sorted({lang for pair in self._files for lang in pair})
+
+    def token_pair(
+        self, pair: Pair, index: int, tokenizer: Tokenizer
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """The pair's token ids, side by side (a prepared store has them)."""
+        first, second = self.line(pair, index)
+        return tokenizer.encode(first), tokenizer.encode(second)
 
 
 def _no_string(names: Any, what: str) -> None:
@@ -556,7 +599,7 @@ def _as_pair(pair: Pair | str) -> Pair:
     return pair[0], pair[1]
 
 
-def _pairs_ok(chunk: _Chunk) -> np.ndarray:
+def pair_fields_ok(chunk: _Chunk) -> np.ndarray:
     """Which lines are exactly two tab-separated fields, neither of them blank."""
     tabs = np.flatnonzero(chunk.data == ord("\t"))
     line_of_tab = np.searchsorted(chunk.starts, tabs, side="right") - 1
@@ -596,7 +639,7 @@ class ParallelSource(ParallelBase):
             parse_key=parse_pair,
             describe=lambda pair: f"language pair '{pair[0]}-{pair[1]}'",
             wanted=wanted,
-            fields_ok=_pairs_ok,
+            fields_ok=pair_fields_ok,
             strict=strict,
             max_line_bytes=max_line_bytes,
         )

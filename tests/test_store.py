@@ -1,0 +1,217 @@
+"""The prepared store (`python -m xlpretrain.data.prepare`, `data.store`): rows built from it
+are the rows built from the text folders it was prepared from; its bytes do not depend on how
+the work was split; a re-run finishes a half-written store; a store that cannot be used is one
+clear error naming the file."""
+
+import json
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+
+import jax
+import numpy as np
+import pytest
+
+from tests.tiny import run_config, step_batch_builder
+from xlpretrain import trainer as trainer_lib
+from xlpretrain.data import prepare as prepare_lib
+from xlpretrain.data import store as store_lib
+from xlpretrain.data.pipeline import Corpus, language_vocabulary
+from xlpretrain.data.sources import MonolingualSource, ParallelSource
+from xlpretrain.data.streams import MONO, PARALLEL, SEGMENT_PAIRS, StreamSpec
+from xlpretrain.metrics import read_metrics
+from xlpretrain.tokenizer import Tokenizer
+
+LANGUAGES = ("eng", "deu_1996", "fra", "rus", "cmn_hans", "arb")
+SHARD_MB = 4 / 1024  # about 4 KB of input per shard: several shards per file
+STREAMS = {
+    "mmlm": StreamSpec(MONO, 0.15),
+    "tlm": StreamSpec(PARALLEL, 0.25),
+    "veco": StreamSpec(SEGMENT_PAIRS, 0.15),
+    "veco_mono": StreamSpec(SEGMENT_PAIRS, 0.15, mono_fraction=1.0),
+}
+
+
+@pytest.fixture(scope="module")
+def folders(udhr, tmp_path_factory) -> pathlib.Path:
+    """Six UDHR languages and their English pairs, with bad lines of every kind in one file."""
+    root = tmp_path_factory.mktemp("corpus")
+    (root / "mono").mkdir()
+    (root / "parallel").mkdir()
+    for lang in LANGUAGES:
+        shutil.copy(udhr / "mono" / f"{lang}.txt", root / "mono")
+        if lang != "eng":
+            shutil.copy(udhr / "parallel" / f"eng-{lang}.tsv", root / "parallel")
+    with open(root / "mono" / "fra.txt", "ab") as f:
+        f.write(b"\n  \nbad \xff byte\n" + b"x" * 2000 + b"\nfin.\n")
+    with open(root / "parallel" / "eng-fra.tsv", "ab") as f:
+        f.write(b"one field only\n")
+    return root
+
+
+def prepare(folders, out, tokenizer, **options) -> dict | None:
+    return prepare_lib.prepare(
+        out=str(out),
+        mono_dir=str(folders / "mono"),
+        parallel_dir=str(folders / "parallel"),
+        tokenizer=str(tokenizer),
+        shard_mb=SHARD_MB,
+        max_line_bytes=1000,
+        **options,
+    )
+
+
+@pytest.fixture(scope="module")
+def store(folders, udhr_tokenizer_path, tmp_path_factory) -> pathlib.Path:
+    out = tmp_path_factory.mktemp("store") / "store"
+    prepare(folders, out, udhr_tokenizer_path)
+    return out
+
+
+def tree(root: pathlib.Path) -> dict[str, bytes]:
+    return {
+        str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()
+    }
+
+
+def test_rows_from_the_store_are_the_rows_from_the_folders(folders, store, udhr_tokenizer_path):
+    """Every stream kind (packed segments, pairs, VECO's segment pairs from both kinds), several
+    steps: the same arrays, so the store changes where tokens come from, not the training."""
+    tokenizer = Tokenizer.load(udhr_tokenizer_path)
+    options = dict(max_line_bytes=1000)
+    mono = MonolingualSource.from_dir(folders / "mono", **options)
+    parallel = ParallelSource.from_dir(folders / "parallel", **options)
+    from_folders = Corpus(mono, parallel, language_vocabulary(mono, parallel))
+    stored_mono, stored_parallel = store_lib.open_store(store, (MONO, PARALLEL))
+    from_store = Corpus(stored_mono, stored_parallel, from_folders.languages)
+    assert language_vocabulary(stored_mono, stored_parallel) == from_folders.languages
+    for kind, source in ((MONO, mono), (PARALLEL, parallel)):
+        stored = stored_mono if kind == MONO else stored_parallel
+        for key, stats in source.stats.items():  # bad lines counted as the folder scan does
+            got = stored.stats[key]
+            assert (got.total, got.used, got.empty, got.invalid_utf8, got.too_long,
+                    got.bad_fields) == (stats.total, stats.used, stats.empty, stats.invalid_utf8,
+                                        stats.too_long, stats.bad_fields), key  # fmt: skip
+    assert mono.stats["fra"].skipped == 4 and parallel.stats[("eng", "fra")].bad_fields == 1
+    assert len(stored_mono._file("eng").paths) > 1  # the comparison crosses shard boundaries
+    folder_rows = step_batch_builder(from_folders, tokenizer, STREAMS, 8, seed=5)
+    store_rows = step_batch_builder(from_store, tokenizer, STREAMS, 8, seed=5)
+    for step in range(4):
+        expected, got = folder_rows.map(step), store_rows.map(step)
+        for name in STREAMS:
+            for field, value in expected[name].items():
+                np.testing.assert_array_equal(got[name][field], value, err_msg=f"{name}/{field}")
+    assert stored_mono.line("eng", 3) == tokenizer.decode(tokenizer.encode(mono.line("eng", 3)))
+
+
+def test_workers_and_job_arrays_write_the_same_store(folders, store, udhr_tokenizer_path, tmp_path):
+    prepare(folders, tmp_path / "workers", udhr_tokenizer_path, workers=2)
+    assert tree(tmp_path / "workers") == tree(store)
+    assert prepare(folders, tmp_path / "jobs", udhr_tokenizer_path, shard=(1, 2)) is None
+    assert not (tmp_path / "jobs" / store_lib.MANIFEST).exists()  # job 0's shards are missing
+    prepare(folders, tmp_path / "jobs", udhr_tokenizer_path, shard=(0, 2))
+    assert tree(tmp_path / "jobs") == tree(store)
+
+
+def test_a_rerun_keeps_finished_shards_and_redoes_half_written_ones(
+    folders, store, udhr_tokenizer_path, tmp_path
+):
+    copy = tmp_path / "store"
+    shutil.copytree(store, copy)
+    # As if killed: no manifest, one shard without its finishing JSON, a temporary file.
+    (copy / store_lib.MANIFEST).unlink()
+    (copy / "mono" / "eng" / "00001.json").unlink()
+    (copy / "mono" / "eng" / "00001.array_record").write_bytes(b"half")
+    (copy / "mono" / "eng" / "00002.array_record.tmp123").write_bytes(b"torn")
+    kept = copy / "mono" / "rus" / "00000.array_record"
+    before = kept.stat().st_mtime_ns
+    prepare(folders, copy, udhr_tokenizer_path)
+    (copy / "mono" / "eng" / "00002.array_record.tmp123").unlink()  # left for a human to see
+    assert tree(copy) == tree(store)
+    assert kept.stat().st_mtime_ns == before
+
+
+def test_a_store_that_cannot_be_used_is_an_error_naming_the_file(store, tmp_path):
+    copy = tmp_path / "store"
+    shutil.copytree(store, copy)
+    manifest_path = copy / store_lib.MANIFEST
+    manifest = json.loads(manifest_path.read_text())
+
+    manifest_path.write_text(json.dumps({**manifest, "format": "xlpretrain-store/0"}))
+    with pytest.raises(store_lib.StoreError, match=f"{manifest_path}: format 'xlpretrain-store/0'"):
+        store_lib.open_store(copy, (MONO,))
+    manifest_path.write_text("{not json")
+    with pytest.raises(store_lib.StoreError, match=f"{manifest_path} cannot be read"):
+        store_lib.open_store(copy, (MONO,))
+    manifest_path.write_text(json.dumps(manifest))
+
+    shard = copy / "mono" / "rus" / "00000.array_record"
+    data = shard.read_bytes()
+    shard.unlink()
+    with pytest.raises(store_lib.StoreError, match=f"{shard} is missing from the store"):
+        store_lib.open_store(copy, (MONO,))
+    shard.write_bytes(b"\0" * len(data))  # found at its first read
+    mono, _ = store_lib.open_store(copy, (MONO,))
+    with pytest.raises(store_lib.StoreError, match=f"{shard} holds 0 records, but the manifest"):
+        mono.tokens("rus", 0, None)
+    damaged = bytearray(data)
+    damaged[200:264] = b"\xff" * 64  # inside the first chunk of records
+    shard.write_bytes(bytes(damaged))
+    mono, _ = store_lib.open_store(copy, (MONO,))
+    with pytest.raises(store_lib.StoreError, match=f"{shard} cannot be read as ArrayRecord"):
+        mono.tokens("rus", 0, None)
+
+    mono_only = dict(manifest)
+    del mono_only[PARALLEL]
+    manifest_path.write_text(json.dumps(mono_only))
+    with pytest.raises(store_lib.StoreError, match="holds no parallel data.*--parallel_dir"):
+        store_lib.open_store(copy, (MONO, PARALLEL))
+
+    other = tmp_path / "other.model"
+    other.write_bytes(b"not the store's tokenizer")
+    with pytest.raises(store_lib.StoreError, match="ids come from a tokenizer with SHA-256"):
+        store_lib.check_tokenizer(store, other)
+    with pytest.raises(store_lib.StoreError, match="no such folder"):
+        store_lib.open_store(tmp_path / "nothing", (MONO,))
+
+
+def test_prepare_train_and_resume_on_the_store_equal_training_on_the_folders(
+    folders, udhr_tokenizer_path, tmp_path
+):
+    """The command line prepares a store (training its own tokenizer), a run on it stops at
+    step 4 and resumes; its losses are those of one uninterrupted run on the text folders with
+    the store's tokenizer."""
+    out = tmp_path / "store"
+    command = [sys.executable, "-m", "xlpretrain.data.prepare", f"--out={out}",
+               f"--mono_dir={folders / 'mono'}", f"--parallel_dir={folders / 'parallel'}",
+               "--vocab_size=1002", "--max_line_bytes=1000", f"--shard_mb={SHARD_MB}"]  # fmt: skip
+    result = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert f"--config.data.store={out}" in result.stdout and "mono fra: " in result.stdout
+
+    def train(workdir, **overrides):
+        cfg = run_config(data__max_line_bytes=1000, model__vocab_size=1002, **overrides)
+        trainer = trainer_lib.build(cfg, str(workdir), jax.devices()[:1])
+        try:
+            trainer_lib.run(trainer)
+        finally:
+            trainer.checkpointer.close()
+        return {r["step"]: r["loss"] for r in read_metrics(workdir)}
+
+    stored = train(tmp_path / "run", data__store=str(out), train__stop_at=4)
+    assert sorted(stored) == [1, 2, 3, 4]
+    assert (tmp_path / "run" / "tokenizer.model").read_bytes() == (
+        out / "tokenizer.model"
+    ).read_bytes()
+    stored = train(tmp_path / "run", data__store=str(out))
+    folders_run = train(
+        tmp_path / "folders",
+        data__mono_dir=str(folders / "mono"),
+        data__parallel_dir=str(folders / "parallel"),
+        tokenizer__path=str(out / "tokenizer.model"),
+    )
+    assert stored.keys() == folders_run.keys()
+    np.testing.assert_allclose(list(stored.values()), list(folders_run.values()), rtol=1e-6)
+    assert os.path.getsize(out / store_lib.MANIFEST) > 0

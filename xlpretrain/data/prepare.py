@@ -1,0 +1,329 @@
+"""`python -m xlpretrain.data.prepare --mono_dir DIR --parallel_dir DIR (--tokenizer MODEL |
+--vocab_size N) --out STORE [--workers N] [--shard I/N]`: tokenize a corpus once into a store
+that training reads by random access (`--config.data.store=STORE`; layout in
+`xlpretrain.data.store`).
+
+Each input file is cut into byte ranges of about `--shard_mb` at line starts; one range is one
+task, a pure function of the file's bytes and the tokenizer: it keeps the usable lines (the
+folder sources' rules; the skipped ones are counted by kind), tokenizes them and writes one
+ArrayRecord shard, then a small JSON beside it that marks the shard finished. So the work can
+be split any way — `--workers N` processes here, or `--shard I/N` for job I of an array of N
+(SLURM) — and the store's bytes are the same whichever way it ran. Re-running resumes: finished
+shards are kept, anything half-written is redone (shards are written under a temporary name
+and renamed). The manifest is written by the run that finds every shard finished.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import dataclasses
+import json
+import multiprocessing
+import os
+import shutil
+import sys
+from collections.abc import Sequence
+
+import numpy as np
+
+from xlpretrain.data import store as store_lib
+from xlpretrain.data.sources import DataError, pair_fields_ok, parse_pair, usable_lines
+from xlpretrain.tokenizer import Tokenizer, train_tokenizer
+
+SUFFIX = {store_lib.MONO: ".txt", store_lib.PARALLEL: ".tsv"}
+PROGRAM = "python -m xlpretrain.data.prepare"
+
+
+@dataclasses.dataclass(frozen=True)
+class Task:
+    """One shard: a byte range of one input file, and where its records go."""
+
+    kind: str  # store.MONO or store.PARALLEL
+    key: str  # the language, or the pair as 'l1-l2'
+    source: str  # the input file
+    index: int  # the shard's number within its key
+    start: int
+    end: int
+
+    @property
+    def name(self) -> str:
+        return f"{self.kind}/{self.key}/{self.index:05d}"
+
+
+def input_files(folder: str, kind: str) -> dict[str, str]:
+    """key → file of a text folder (`<lang>.txt` or `<l1>-<l2>.tsv`), in key order."""
+    if not os.path.isdir(folder):
+        raise DataError(f"data folder {folder} does not exist or is not a directory")
+    suffix, files = SUFFIX[kind], {}
+    for name in sorted(os.listdir(folder)):
+        path = os.path.join(folder, name)
+        if name.endswith(suffix) and not name.startswith(".") and os.path.isfile(path):
+            stem = name[: -len(suffix)]
+            key = "-".join(parse_pair(stem, path)) if kind == store_lib.PARALLEL else stem
+            files[key] = path
+    if not files:
+        raise DataError(f"no *{suffix} file in data folder {folder}")
+    return files
+
+
+def plan(files: dict[str, dict[str, str]], shard_bytes: int) -> list[Task]:
+    """Every shard of every input file: ranges of about `shard_bytes`, cut after a newline."""
+    tasks = []
+    for kind in sorted(files):
+        for key, path in files[kind].items():
+            size = os.path.getsize(path)
+            starts = [0]
+            with open(path, "rb") as f:
+                while (target := starts[-1] + shard_bytes) < size:
+                    f.seek(target - 1)
+                    boundary = target - 1 + len(f.readline())  # just after the next newline
+                    if boundary >= size:
+                        break
+                    starts.append(boundary)
+            bounds = [*starts, size]
+            tasks += [
+                Task(kind, key, path, i, bounds[i], bounds[i + 1]) for i in range(len(starts))
+            ]
+    return tasks
+
+
+def run_task(task: Task, out: str, max_line_bytes: int) -> None:
+    """Tokenizes one shard into `out` (a pure function of its bytes and the store's tokenizer);
+    nothing is left under the final names unless it finished."""
+    from array_record.python.array_record_module import ArrayRecordWriter
+
+    tokenizer = Tokenizer.load(os.path.join(out, store_lib.TOKENIZER))
+    with open(task.source, "rb") as f:
+        f.seek(task.start)
+        raw = f.read(task.end - task.start)
+    parallel = task.kind == store_lib.PARALLEL
+    lines, skipped = usable_lines(
+        raw, max_line_bytes=max_line_bytes, fields_ok=pair_fields_ok if parallel else None
+    )
+    path = os.path.join(out, task.name)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    temporary = f"{path}.array_record.tmp{os.getpid()}"
+    writer = ArrayRecordWriter(temporary, "group_size:1")
+    tokens = 0
+    for ids in _encoded(tokenizer, lines, parallel):
+        writer.write(ids)
+        tokens += (len(ids) // 4) - parallel  # int32 ids, less the length of a pair's first side
+    writer.close()
+    os.replace(temporary, path + ".array_record")
+    done = {"lines": len(lines), "tokens": tokens, "skipped": skipped}
+    with open(f"{path}.json.tmp{os.getpid()}", "w") as f:
+        json.dump(done, f, sort_keys=True)
+    os.replace(f"{path}.json.tmp{os.getpid()}", path + ".json")
+
+
+def _encoded(tokenizer: Tokenizer, lines: list[str], parallel: bool):
+    if not parallel:
+        for ids in tokenizer.encode_batch(lines, num_threads=1):
+            yield ids.astype(np.int32).tobytes()
+        return
+    sides = [line.split("\t") for line in lines]
+    firsts = tokenizer.encode_batch([s[0] for s in sides], num_threads=1)
+    seconds = tokenizer.encode_batch([s[1] for s in sides], num_threads=1)
+    for first, second in zip(firsts, seconds, strict=True):
+        yield store_lib.encode_pair(first, second)
+
+
+def finished(task: Task, out: str) -> bool:
+    path = os.path.join(out, task.name)
+    return os.path.isfile(path + ".json") and os.path.isfile(path + ".array_record")
+
+
+def write_manifest(tasks: Sequence[Task], out: str) -> dict:
+    """The manifest, from the finished shards' JSONs (every shard must be finished)."""
+    manifest = {
+        "format": store_lib.FORMAT,
+        "tokenizer": {
+            "sha256": store_lib.fingerprint(os.path.join(out, store_lib.TOKENIZER)),
+            "vocab_size": Tokenizer.load(os.path.join(out, store_lib.TOKENIZER)).vocab_size,
+        },
+    }
+    for task in tasks:
+        with open(os.path.join(out, task.name + ".json")) as f:
+            done = json.load(f)
+        entry = manifest.setdefault(task.kind, {}).setdefault(
+            task.key, {"shards": [], "lines": 0, "tokens": 0, "skipped": {}}
+        )
+        entry["shards"].append(
+            {"path": task.name + ".array_record", "lines": done["lines"], "tokens": done["tokens"]}
+        )
+        entry["lines"] += done["lines"]
+        entry["tokens"] += done["tokens"]
+        for kind, count in done["skipped"].items():
+            entry["skipped"][kind] = entry["skipped"].get(kind, 0) + count
+    temporary = os.path.join(out, store_lib.MANIFEST + ".tmp")
+    with open(temporary, "w") as f:
+        json.dump(manifest, f, indent=1, sort_keys=True)
+        f.write("\n")
+    os.replace(temporary, os.path.join(out, store_lib.MANIFEST))
+    return manifest
+
+
+def tokenizer_sample(
+    files: dict[str, dict[str, str]], per_language: int, max_line_bytes: int
+) -> dict[str, list]:
+    """The first `per_language` usable lines of each language (both sides of pair files),
+    read from the start of each file: a balanced sample for training the tokenizer."""
+    texts: dict[str, list[str]] = {}
+    for kind, by_key in files.items():
+        for key, path in by_key.items():
+            with open(path, "rb") as f:
+                raw = f.read(per_language * 2000)  # ample for `per_language` lines
+            raw = raw[: raw.rfind(b"\n") + 1] or raw
+            parallel = kind == store_lib.PARALLEL
+            lines, _ = usable_lines(
+                raw, max_line_bytes=max_line_bytes, fields_ok=pair_fields_ok if parallel else None
+            )
+            lines = lines[:per_language]
+            if parallel:
+                sides = [line.split("\t") for line in lines]
+                for column, lang in enumerate(key.split("-")):
+                    texts.setdefault(lang, []).extend(side[column] for side in sides)
+            else:
+                texts.setdefault(key, []).extend(lines)
+    return texts
+
+
+def prepare(
+    *,
+    out: str,
+    mono_dir: str = "",
+    parallel_dir: str = "",
+    tokenizer: str = "",
+    vocab_size: int = 0,
+    workers: int = 1,
+    shard: tuple[int, int] = (0, 1),
+    shard_mb: float = 64.0,
+    max_line_bytes: int = 1_000_000,
+    sentences_per_language: int = 10_000,
+    seed: int = 0,
+) -> dict | None:
+    """Prepares (or finishes) the store `out`; returns its manifest, or None while shards of
+    other jobs (`shard`) are still missing."""
+    if not (mono_dir or parallel_dir):
+        raise DataError("nothing to prepare: give --mono_dir, --parallel_dir or both")
+    if bool(tokenizer) == bool(vocab_size):
+        raise DataError("give --tokenizer MODEL or --vocab_size N (to train one), not both")
+    files = {}
+    if mono_dir:
+        files[store_lib.MONO] = input_files(mono_dir, store_lib.MONO)
+    if parallel_dir:
+        files[store_lib.PARALLEL] = input_files(parallel_dir, store_lib.PARALLEL)
+    os.makedirs(out, exist_ok=True)
+    sample = (sentences_per_language, max_line_bytes, seed)
+    _store_tokenizer(files, out, tokenizer, vocab_size, shard, sample)
+    tasks = plan(files, int(shard_mb * 2**20))
+    mine = [t for n, t in enumerate(tasks) if n % shard[1] == shard[0] and not finished(t, out)]
+    if workers > 1 and len(mine) > 1:
+        spawn = multiprocessing.get_context("spawn")  # no JAX here, but stay safe with threads
+        with concurrent.futures.ProcessPoolExecutor(workers, mp_context=spawn) as pool:
+            for future in [pool.submit(run_task, task, out, max_line_bytes) for task in mine]:
+                future.result()
+    else:
+        for task in mine:
+            run_task(task, out, max_line_bytes)
+    if not all(finished(task, out) for task in tasks):
+        return None
+    return write_manifest(tasks, out)
+
+
+def _store_tokenizer(files, out, tokenizer, vocab_size, shard, sample) -> None:
+    """Puts the tokenizer into the store: a copy of `tokenizer`, or one trained on a sample; a
+    store that has one keeps it, unless a different one is given."""
+    path = os.path.join(out, store_lib.TOKENIZER)
+    if tokenizer:
+        if not os.path.isfile(tokenizer):
+            raise DataError(f"--tokenizer {tokenizer}: no such file")
+        if os.path.isfile(path):
+            if store_lib.fingerprint(path) != store_lib.fingerprint(tokenizer):
+                raise DataError(
+                    f"{path} differs from --tokenizer {tokenizer}: the store was begun with "
+                    "another tokenizer; use a new --out"
+                )
+            return
+        shutil.copyfile(tokenizer, path + ".tmp")
+        os.replace(path + ".tmp", path)
+    elif not os.path.isfile(path):
+        if shard[1] > 1:
+            raise DataError(
+                "--shard needs the tokenizer in the store first: run once without --shard to "
+                "train it, or give --tokenizer"
+            )
+        per_language, max_line_bytes, seed = sample
+        texts = tokenizer_sample(files, per_language, max_line_bytes)
+        train_tokenizer(texts, path + ".tmp", vocab_size, seed=seed)
+        os.replace(path + ".tmp", path)
+    elif Tokenizer.load(path).vocab_size != vocab_size:
+        raise DataError(
+            f"{path} has {Tokenizer.load(path).vocab_size} ids, not --vocab_size {vocab_size}"
+        )
+
+
+def _shard_argument(text: str) -> tuple[int, int]:
+    try:
+        index, count = (int(part) for part in text.split("/"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected I/N, e.g. 0/8, got {text!r}") from None
+    if not 0 <= index < count:
+        raise argparse.ArgumentTypeError(f"I/N needs 0 <= I < N, got {text!r}")
+    return index, count
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        prog=PROGRAM,
+        description="Tokenize text folders once into a store that training reads by random "
+        "access (--config.data.store=STORE).",
+    )
+    parser.add_argument("--mono_dir", default="", help="folder of <lang>.txt, a line a document")
+    parser.add_argument("--parallel_dir", default="", help="folder of <l1>-<l2>.tsv pairs")
+    parser.add_argument("--tokenizer", default="", help="a SentencePiece model (Tokenizer ids)")
+    parser.add_argument("--vocab_size", type=int, default=0, help="train a tokenizer of N ids")
+    parser.add_argument("--out", required=True, help="the store folder (created or resumed)")
+    parser.add_argument("--workers", type=int, default=1, help="processes tokenizing shards")
+    parser.add_argument("--shard", type=_shard_argument, default=(0, 1), help="job I of N")
+    parser.add_argument("--shard_mb", type=float, default=64.0, help="input MB per shard")
+    parser.add_argument(
+        "--max_line_bytes", type=int, default=1_000_000, help="longer lines are skipped"
+    )
+    parser.add_argument(
+        "--sentences_per_language",
+        type=int,
+        default=10_000,
+        help="tokenizer training sample per language (with --vocab_size)",
+    )
+    args = parser.parse_args(argv)
+    try:
+        manifest = prepare(
+            out=args.out,
+            mono_dir=args.mono_dir,
+            parallel_dir=args.parallel_dir,
+            tokenizer=args.tokenizer,
+            vocab_size=args.vocab_size,
+            workers=args.workers,
+            shard=args.shard,
+            shard_mb=args.shard_mb,
+            max_line_bytes=args.max_line_bytes,
+            sentences_per_language=args.sentences_per_language,
+        )
+    except (DataError, ValueError, OSError) as error:
+        parser.exit(2, f"{PROGRAM}: error: {error}\n")
+    if manifest is None:
+        print(f"{args.out}: shards of other jobs are still missing; the last job writes the "
+              "manifest")  # fmt: skip
+        return
+    for kind in (store_lib.MONO, store_lib.PARALLEL):
+        for key, entry in manifest.get(kind, {}).items():
+            skipped = sum(entry["skipped"].values())
+            print(f"{kind} {key}: {entry['lines']} lines, {entry['tokens']} tokens, "
+                  f"{skipped} skipped, {len(entry['shards'])} shards")  # fmt: skip
+    print(f"store: {os.path.abspath(args.out)} (--config.data.store={args.out})")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

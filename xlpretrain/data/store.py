@@ -1,0 +1,242 @@
+"""A prepared store: the corpus tokenized once (`python -m xlpretrain.data.prepare`), read by
+random access.
+
+Layout of a store folder::
+
+    manifest.json                 format, tokenizer fingerprint, per key its shards and counts
+    tokenizer.model               the SentencePiece model the ids come from
+    mono/<lang>/<i>.array_record  one record per usable line: its token ids, int32
+    parallel/<l1>-<l2>/<i>.array_record
+                                  per pair: len(first) as int32, then both sides' ids
+
+Shard `i` of a key holds the usable lines of byte range `i` of its input file, in order, so the
+store's line `n` of a key is the folder source's line `n`: rows built from either are the same.
+Start-up reads the manifest only; a shard's ArrayRecord index is read when it is first used,
+and memory does not grow with the number of lines. Token ids are the run's own (`Tokenizer`
+ids), so the step loop never runs SentencePiece; `line` decodes them for the tools that need
+text (retrieval).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import numpy as np
+
+from xlpretrain.data.sources import (
+    DataError,
+    FileStats,
+    MonolingualBase,
+    Pair,
+    ParallelBase,
+    parse_pair,
+)
+from xlpretrain.data.streams import MONO, PARALLEL
+from xlpretrain.tokenizer import Tokenizer
+
+FORMAT = "xlpretrain-store/1"
+MANIFEST = "manifest.json"
+TOKENIZER = "tokenizer.model"
+
+
+class StoreError(DataError):
+    """A store cannot be used as it is: the message names the file."""
+
+
+def fingerprint(tokenizer_path: str | os.PathLike[str]) -> str:
+    """The SHA-256 of a SentencePiece model file: what a store's ids were made with."""
+    with open(tokenizer_path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+def encode_pair(first: np.ndarray, second: np.ndarray) -> bytes:
+    """A parallel record: len(first), first, second, as int32."""
+    return np.concatenate([[len(first)], first, second]).astype(np.int32).tobytes()
+
+
+def decode_pair(record: bytes) -> tuple[np.ndarray, np.ndarray]:
+    ids = np.frombuffer(record, dtype=np.int32)
+    split = 1 + int(ids[0])
+    return ids[1:split], ids[split:]
+
+
+def read_manifest(store: str | os.PathLike[str]) -> dict[str, Any]:
+    """The store's manifest, checked for the format this version reads."""
+    path = os.path.join(store, MANIFEST)
+    if not os.path.isdir(store):
+        raise StoreError(f"data.store {store}: no such folder (prepare one with python -m "
+                         "xlpretrain.data.prepare)")  # fmt: skip
+    if not os.path.isfile(path):
+        raise StoreError(
+            f"{path} is missing: {store} is not a finished store (run python -m "
+            "xlpretrain.data.prepare again with the same arguments to finish it)"
+        )
+    try:
+        with open(path) as f:
+            manifest = json.load(f)
+    except (OSError, ValueError) as error:
+        raise StoreError(f"{path} cannot be read: {error}") from None
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        found = manifest.get("format") if isinstance(manifest, dict) else None
+        raise StoreError(
+            f"{path}: format {found!r}, but this version of xlpretrain reads {FORMAT!r}; "
+            "prepare the store again"
+        )
+    return manifest
+
+
+class _Shards:
+    """One key's records over its shard files, by global index; readers open on first use
+    (so that the object travels to worker processes as paths and counts)."""
+
+    def __init__(self, paths: Sequence[str], counts: Sequence[int]):
+        self.paths = list(paths)
+        self.counts = list(counts)
+        self.ends = np.cumsum(counts, dtype=np.int64)
+        self._readers: dict[int, Any] = {}
+
+    def __len__(self) -> int:
+        return int(self.ends[-1]) if len(self.ends) else 0
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_readers": {}}
+
+    def read(self, index: int) -> bytes:
+        if not 0 <= index < len(self):
+            raise IndexError(f"record {index} out of range ({len(self)} records)")
+        shard = int(np.searchsorted(self.ends, index, side="right"))
+        offset = index - (int(self.ends[shard - 1]) if shard else 0)
+        path = self.paths[shard]
+        try:
+            reader = self._readers.get(shard)
+            if reader is None:
+                reader = self._readers[shard] = _open(path, self.counts[shard])
+            return reader.read([offset])[0]
+        except RuntimeError as error:  # what array_record raises for a damaged file
+            raise StoreError(f"{path} cannot be read as ArrayRecord: {error}") from None
+
+
+def _open(path: str, count: int):
+    from array_record.python.array_record_module import ArrayRecordReader
+
+    if not os.path.isfile(path):
+        raise StoreError(f"{path} is missing from the store: prepare it again")
+    reader = ArrayRecordReader(path, "readahead_buffer_size:0")
+    if reader.num_records() != count:
+        raise StoreError(
+            f"{path} holds {reader.num_records()} records, but the manifest says {count}: "
+            "the file was changed after the store was prepared; prepare it again"
+        )
+    return reader
+
+
+def _load(store: str, kind: str, manifest: dict, keys: Iterable[str]):
+    shards, stats = {}, {}
+    for key in keys:
+        entry = manifest[kind][key]
+        paths = [os.path.join(store, shard["path"]) for shard in entry["shards"]]
+        for path in paths:
+            if not os.path.isfile(path):
+                raise StoreError(f"{path} is missing from the store: prepare it again")
+        counts = [shard["lines"] for shard in entry["shards"]]
+        skipped = entry["skipped"]
+        stats[key] = FileStats(
+            path=os.path.join(store, kind, key),
+            total=sum(counts) + sum(skipped.values()),
+            used=sum(counts),
+            **skipped,
+        )
+        if sum(counts):
+            shards[key] = _Shards(paths, counts)
+    if not shards:
+        raise StoreError(f"{os.path.join(store, MANIFEST)}: no {kind} data with a usable line")
+    return shards, stats
+
+
+class _StoreSource:
+    """What both store sources share: the store's tokenizer, to decode ids into text."""
+
+    def _tokenizer(self) -> Tokenizer:
+        if getattr(self, "_decoder", None) is None:
+            self._decoder = Tokenizer.load(os.path.join(self.path, TOKENIZER))
+        return self._decoder
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_decoder": None}
+
+
+class StoreMonolingual(_StoreSource, MonolingualBase):
+    """A store's monolingual data: one record of token ids per line, by language."""
+
+    _UNITS = ("languages", "documents")
+
+    def tokens(self, lang: str, index: int, tokenizer: Tokenizer) -> np.ndarray:
+        return np.frombuffer(self._file(lang).read(index), dtype=np.int32)
+
+    def line(self, lang: str, index: int) -> str:
+        return self._tokenizer().decode(self.tokens(lang, index, self._tokenizer()))
+
+
+class StoreParallel(_StoreSource, ParallelBase):
+    """A store's parallel data: one record of both sides' token ids per pair."""
+
+    _UNITS = ("language pairs", "pairs")
+
+    def token_pair(
+        self, pair: Pair, index: int, tokenizer: Tokenizer
+    ) -> tuple[np.ndarray, np.ndarray]:
+        return decode_pair(self._file(pair).read(index))
+
+    def line(self, pair: Pair, index: int) -> tuple[str, str]:
+        first, second = self.token_pair(pair, index, self._tokenizer())
+        decode = self._tokenizer().decode
+        return decode(first), decode(second)
+
+
+def open_store(
+    store: str | os.PathLike[str], kinds: Iterable[str]
+) -> tuple[StoreMonolingual | None, StoreParallel | None]:
+    """The store's sources of the kinds asked for (`mono`, `parallel`): the manifest is read
+    and every shard it names checked to exist; nothing else is read."""
+    store = os.path.abspath(store)
+    manifest = read_manifest(store)
+    if not os.path.isfile(os.path.join(store, TOKENIZER)):
+        raise StoreError(f"{os.path.join(store, TOKENIZER)} is missing: prepare the store again")
+    mono = parallel = None
+    kinds = set(kinds)
+    for kind in kinds:
+        if not manifest.get(kind):
+            raise StoreError(
+                f"{os.path.join(store, MANIFEST)}: the store holds no {kind} data, which the "
+                "run's objectives read (prepare it with "
+                f"--{'mono_dir' if kind == MONO else 'parallel_dir'})"
+            )
+    if MONO in kinds:
+        shards, stats = _load(store, MONO, manifest, sorted(manifest[MONO]))
+        mono = StoreMonolingual(store, shards, stats)
+    if PARALLEL in kinds:
+        keys = sorted(manifest[PARALLEL], key=parse_pair)  # the folder source's order
+        shards, stats = _load(store, PARALLEL, manifest, keys)
+        parallel = StoreParallel(
+            store,
+            {parse_pair(k): v for k, v in shards.items()},
+            {parse_pair(k): v for k, v in stats.items()},
+        )
+    return mono, parallel
+
+
+def check_tokenizer(store: str | os.PathLike[str], tokenizer_path: str | os.PathLike[str]) -> None:
+    """The run's tokenizer must be the one the store's ids come from."""
+    manifest = read_manifest(store)
+    theirs, ours = manifest["tokenizer"]["sha256"], fingerprint(tokenizer_path)
+    if theirs != ours:
+        raise StoreError(
+            f"{os.path.join(store, MANIFEST)}: its ids come from a tokenizer with SHA-256 "
+            f"{theirs[:12]}…, but the run's ({tokenizer_path}) is {ours[:12]}…: use the store's "
+            f"{TOKENIZER} (leave tokenizer.path empty in a new workdir) or prepare the store "
+            "with this tokenizer"
+        )
