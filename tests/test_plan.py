@@ -60,6 +60,7 @@ def shrunk(cfg, corpus: pathlib.Path, tokenizer: pathlib.Path):
     )
     cfg.data.update(mono_dir=str(corpus / "mono"), parallel_dir=str(corpus / "parallel"))
     cfg.tokenizer.path = str(tokenizer)
+    cfg.eval.every_steps = 0  # shapes of the training batches only (configs/demo.py evaluates)
     return validate(cfg)
 
 
