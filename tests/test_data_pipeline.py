@@ -306,3 +306,51 @@ def test_phases_choose_each_steps_streams_and_rows(corpus, tokenizer):
     np.testing.assert_array_equal(third["mmlm"]["input_ids"], whole[:2])
     with pytest.raises(ValueError, match=r"\['camlm'\].*no StreamSpec"):
         _builder(corpus, tokenizer, phases=[Phase(0, {"camlm": 2})])
+
+
+def test_alpha_and_mask_rates_anneal_with_the_step(skewed_corpus, udhr_tokenizer_path):
+    """`data.anneal`: rows of steps 1-50 are drawn at α = 1 and masked at 30%, rows of steps
+    61-110 at α = 0.3 and 5% (language shares within 5 standard errors of p_l; masked shares
+    near the rate), and every step's batch has the slots of the highest rate."""
+    cfg = run_config(
+        skewed_corpus,
+        udhr_tokenizer_path,
+        objectives={"mmlm": 1.0, "tlm": 1.0},
+        train__steps=200,
+        data__anneal=(
+            {"step": 0, "mono_alpha": 1.0, "parallel_alpha": 1.0, "mono_mask_rate": 0.3},
+            {"step": 50, "mono_alpha": 1.0, "parallel_alpha": 1.0, "mono_mask_rate": 0.3},
+            {"step": 60, "mono_alpha": 0.3, "parallel_alpha": 0.3, "mono_mask_rate": 0.05},
+        ),
+    )
+    plan = RunPlan.from_config(cfg)
+    assert plan.streams["mmlm"].mask_rate == 0.3 and plan.streams["tlm"].mask_rate == 0.15
+    corpus = corpus_lib.load_corpus(cfg, plan.sources())
+    builder = trainer_lib.batch_builder(cfg, plan, corpus, Tokenizer.load(cfg.tokenizer.path))
+    specials = Tokenizer.load(cfg.tokenizer.path).special_ids()
+    for steps, alpha, rate in ((range(0, 50), 1.0, 0.3), (range(60, 110), 0.3, 0.05)):
+        drawn, masked, real = {"mmlm": [], "tlm": []}, 0, 0
+        for step in steps:  # dataset index: logged step + 1 is what the schedule reads
+            batches = builder.map(step)
+            assert (
+                batches["mmlm"]["pred_positions"].shape[1] == plan.streams["mmlm"].prediction_slots
+            )
+            for name, batch in batches.items():
+                for ids, segments in zip(batch["lang_ids"], batch["segment_ids"], strict=True):
+                    drawn[name].append(
+                        ({corpus.languages[i] for i in ids[segments > 0]} - {"eng"}).pop()
+                    )
+            mmlm = batches["mmlm"]
+            original = np.where(mmlm["is_masked"] > 0, mmlm["labels"], mmlm["input_ids"])
+            masked += int(mmlm["is_masked"].sum())
+            real += int(((mmlm["segment_ids"] > 0) & ~np.isin(original, specials)).sum())
+        for name in drawn:
+            share = np.array([np.mean(np.array(drawn[name]) == lang) for lang in SKEWED])
+            p = skewed_shares(alpha)
+            tolerance = 5 * np.sqrt(p * (1 - p) / len(drawn[name]))
+            np.testing.assert_array_less(np.abs(share - p), tolerance, err_msg=f"{name} α={alpha}")
+        assert abs(masked / real - rate) < 0.02, (masked / real, rate)
+    again = trainer_lib.batch_builder(cfg, plan, corpus, Tokenizer.load(cfg.tokenizer.path))
+    np.testing.assert_array_equal(
+        again.map(55)["mmlm"]["input_ids"], builder.map(55)["mmlm"]["input_ids"]
+    )

@@ -161,6 +161,11 @@ def default_config() -> ml_collections.ConfigDict:
     cfg.data.batch_size = 32  # global rows per objective and step (see `schedule` below)
     cfg.data.mono_alpha = 0.3
     cfg.data.parallel_alpha = 0.3
+    # Settings that change with the step (xlpretrain/data/anneal.py): points such as
+    # {"step": 0.5, "mono_alpha": 0.5, "mono_mask_rate": 0.15}, linear between them, of
+    # mono_alpha, parallel_alpha, mono_mask_rate and parallel_mask_rate (the mask rate of rows
+    # drawn from that kind of corpus); the settings above hold for what no point gives.
+    cfg.data.anneal = ()
     # Bad lines (and files with no usable line) raise instead of being skipped and counted.
     cfg.data.strict = False
     cfg.data.max_line_bytes = 1_000_000
@@ -494,6 +499,7 @@ def validate(cfg: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
             "objectives.": lambda path, value: _check_weight(path, path.split(".", 1)[1], value),
             "schedule": lambda _path, _value: _check_schedule(cfg),
             "data.per_objective.": _check_override,
+            "data.anneal": lambda _path, _value: _check_anneal(cfg),
         },
     )
     if cfg.schedule:
@@ -615,6 +621,15 @@ def _check_override(path: str, value: Any) -> None:
     _check(name in KNOWN_OBJECTIVES, path, f"unknown objective; known: {KNOWN_OBJECTIVES}")
     _check(key in ("max_length", "batch_size"), path, "only max_length and batch_size")
     _check(isinstance(value, int) and value > 0, path, f"must be an int > 0, got {value!r}")
+
+
+def _check_anneal(cfg: ml_collections.ConfigDict) -> None:
+    from xlpretrain.data.anneal import Anneal
+
+    try:
+        Anneal.from_config(cfg.data.anneal, cfg.train.steps)
+    except ValueError as error:
+        raise ConfigError(f"config key 'data.anneal': {error}") from None
 
 
 def _check_schedule(cfg: ml_collections.ConfigDict) -> None:

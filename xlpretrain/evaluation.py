@@ -200,6 +200,7 @@ def build_evaluator(
             reset_positions=cfg.data.tlm_reset_positions,
             process_index=jax.process_index(),
             process_count=jax.process_count(),
+            anneal=plan.anneal.settled() if plan.anneal else None,  # as training ends
         )
         local = [builder.map(index) for index in range(cfg.eval.batches)]
         batches.append([global_batch(batch, training.batch_sharding) for batch in local])

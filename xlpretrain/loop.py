@@ -67,6 +67,8 @@ class Loop:
     baselines: Mapping[str, Mapping[str, float]] = dataclasses.field(default_factory=dict)
     profile: tuple[int, int] | None = None  # [start, end) steps traced to WORKDIR/profile
     next_steps: Sequence[str] = ()  # commands the final summary suggests
+    # Host-side settings of a logged step (the annealed data settings), logged with it.
+    data_scalars: Callable[[int], dict[str, float]] | None = None
     wandb_project: str = ""  # also log to this Weights & Biases project ("": off)
     run_config: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # for W&B
 
@@ -156,6 +158,8 @@ def run(loop: Loop) -> TrainState:
                     scalars.pop("finite")
                     if loop.staged:
                         scalars["stage"] = stage
+                    if loop.data_scalars is not None:
+                        scalars.update(loop.data_scalars(step))
                     if evaluate:  # its time is not the step's: the next interval starts after
                         scalars.update(loop.evaluate(state.params, stage))
                         progress.restart_window()

@@ -1,9 +1,10 @@
 """The run plan: what a validated config means for training, resolved once.
 
-The stages (objectives, weights, trainable parameters, global rows per objective) and every
+The stages (objectives, weights, trainable parameters, global rows per objective), every
 objective's stream at its row length, hence its prediction and placeholder slots and every
-batch's shapes. The trainer, the step, the input pipeline, `bench` and `aot` read the plan and
-never re-derive these from the raw config, so the batch `aot` sizes is the batch training feeds.
+batch's shapes, and the data settings that anneal with the step. The trainer, the step, the
+input pipeline, `bench` and `aot` read the plan and never re-derive these from the raw config,
+so the batch `aot` sizes is the batch training feeds.
 """
 
 from __future__ import annotations
@@ -16,10 +17,24 @@ import ml_collections
 
 from xlpretrain import objectives as objectives_lib
 from xlpretrain.config import Stage, stages
-from xlpretrain.data.streams import Phase, StreamSpec, phase_index
+from xlpretrain.data.anneal import Anneal
+from xlpretrain.data.streams import MONO, SEGMENT_PAIRS, Phase, StreamSpec, phase_index
 from xlpretrain.objectives.declaration import Objective
 
 FieldShapes = dict[str, tuple[tuple[int, ...], type]]
+
+
+def _sized_for(spec: StreamSpec, anneal: Anneal) -> StreamSpec:
+    """`spec` with the highest mask rate its rows reach, so its prediction slots hold any
+    step's (a row's rate at its step comes from the schedule, not from these fields)."""
+    mono, parallel = "mono_mask_rate" in anneal, "parallel_mask_rate" in anneal
+    rate, mono_rate = spec.mask_rate, spec.mono_mask_rate
+    if (spec.kind == MONO and mono) or (spec.kind != MONO and parallel):
+        key = "mono_mask_rate" if spec.kind == MONO else "parallel_mask_rate"
+        rate = max(rate, anneal.maximum(key))
+    if spec.kind == SEGMENT_PAIRS and mono:
+        mono_rate = max(mono_rate, anneal.maximum("mono_mask_rate"))
+    return dataclasses.replace(spec, mask_rate=rate, mono_mask_rate=mono_rate)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -27,13 +42,18 @@ class RunPlan:
     stages: tuple[Stage, ...]
     objectives: Mapping[str, Objective]  # every objective some stage trains
     streams: Mapping[str, StreamSpec]  # each one's stream, its row length resolved
+    anneal: Anneal | None = None  # `data.anneal`; streams are sized for its highest mask rates
 
     @classmethod
     def from_config(cls, cfg: ml_collections.ConfigDict) -> RunPlan:
         """The plan of a validated config."""
         run_stages = tuple(stages(cfg))
         active = {name: objectives_lib.get(name) for s in run_stages for name in s.weights}
-        return cls(run_stages, active, {name: o.stream(cfg) for name, o in active.items()})
+        streams = {name: o.stream(cfg) for name, o in active.items()}
+        anneal = Anneal.from_config(cfg.data.anneal, cfg.train.steps) if cfg.data.anneal else None
+        if anneal is not None:
+            streams = {name: _sized_for(spec, anneal) for name, spec in streams.items()}
+        return cls(run_stages, active, streams, anneal)
 
     @property
     def phases(self) -> list[Phase]:

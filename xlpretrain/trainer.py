@@ -148,6 +148,7 @@ def batch_builder(
         reset_positions=cfg.data.tlm_reset_positions,
         process_index=jax.process_index(),
         process_count=jax.process_count(),
+        anneal=plan.anneal,
     )
 
 
@@ -201,6 +202,7 @@ def run(trainer: Trainer) -> TrainState:
             evaluate=trainer.evaluator,
             eval_every=cfg.eval.every_steps,
             baselines=trainer.evaluator.baselines if trainer.evaluator else {},
+            data_scalars=trainer.plan.anneal.at if trainer.plan.anneal else None,
             profile=_profile_window(cfg.train.profile_steps),
             next_steps=next_steps(trainer.workdir),
             run_config=cfg.to_dict(),

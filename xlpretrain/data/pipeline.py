@@ -11,12 +11,14 @@ the stream an uninterrupted run would.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import zlib
 from collections.abc import Callable, Mapping, Sequence
 
 import grain
 import numpy as np
 
+from xlpretrain.data.anneal import Anneal
 from xlpretrain.data.batch import SIDE_PLACEHOLDER, Batch, stack_rows
 from xlpretrain.data.examples import (
     Placeholders,
@@ -77,6 +79,7 @@ class StepBatchBuilder(grain.transforms.Map):
         reset_positions: bool,
         process_index: int = 0,
         process_count: int = 1,
+        anneal: Anneal | None = None,
     ):
         unknown = sorted({name for p in phases for name in p.rows} - set(streams))
         if unknown:
@@ -87,6 +90,7 @@ class StepBatchBuilder(grain.transforms.Map):
         self.corpus = corpus
         self.tokenizer = tokenizer
         self.streams = dict(streams)
+        self.anneal = anneal  # α and mask rates by step, where given
         self.seed = seed
         self.pack = pack
         self.reset_positions = reset_positions
@@ -111,6 +115,7 @@ class StepBatchBuilder(grain.transforms.Map):
             if corpus.mono is None:
                 raise ValueError(f"{readers(MONO)} need monolingual data, but the corpus has none")
             counts = {lang: corpus.mono.num_lines(lang) for lang in corpus.mono.languages}
+            self._mono_counts = counts
             self.mono_probabilities = language_probabilities(counts, mono_alpha)
             self._mono_keys = list(self.mono_probabilities)
             self._mono_p = np.array(list(self.mono_probabilities.values()))
@@ -118,6 +123,7 @@ class StepBatchBuilder(grain.transforms.Map):
             if corpus.parallel is None:
                 raise ValueError(f"{readers(PARALLEL)} need parallel data, but the corpus has none")
             counts = {pair: corpus.parallel.num_lines(pair) for pair in corpus.parallel.pairs}
+            self._pair_counts = counts
             self.parallel_probabilities = language_probabilities(counts, parallel_alpha)
             self._pair_keys = list(self.parallel_probabilities)
             self._pair_p = np.array(list(self.parallel_probabilities.values()))
@@ -151,9 +157,26 @@ class StepBatchBuilder(grain.transforms.Map):
             tags,
         )
 
-    def _monolingual(self, build_row, rng: np.random.Generator, length: int, **options) -> Batch:
+    def _probabilities(self, kind: str, step: int) -> np.ndarray:
+        """The languages' (pairs') sampling probabilities at logged step `step`: α's constant
+        ones, or those of α annealed to that step."""
+        key = f"{kind}_alpha"
+        if self.anneal is None or key not in self.anneal:
+            return self._mono_p if kind == MONO else self._pair_p
+        counts = self._mono_counts if kind == MONO else self._pair_counts
+        return _probabilities_at(tuple(counts.values()), self.anneal.value(key, step))
+
+    def _rate(self, kind: str, rate: float, step: int) -> float:
+        """The mask rate of a row from `kind` of corpus at `step`: annealed, or `rate`."""
+        key = f"{kind}_mask_rate"
+        return self.anneal.value(key, step) if self.anneal and key in self.anneal else rate
+
+    def _monolingual(
+        self, build_row, rng: np.random.Generator, length: int, step: int, **options
+    ) -> Batch:
         """A row of one language drawn by the α-sampling probabilities."""
-        lang = self._mono_keys[rng.choice(len(self._mono_keys), p=self._mono_p)]
+        p = self._probabilities(MONO, step)
+        lang = self._mono_keys[rng.choice(len(self._mono_keys), p=p)]
         return build_row(
             self.corpus.mono,
             self.tokenizer,
@@ -165,9 +188,12 @@ class StepBatchBuilder(grain.transforms.Map):
             **options,
         )
 
-    def _parallel(self, build_row, rng: np.random.Generator, length: int, **options) -> Batch:
+    def _parallel(
+        self, build_row, rng: np.random.Generator, length: int, step: int, **options
+    ) -> Batch:
         """A row of one language pair drawn by the α-sampling probabilities."""
-        pair = self._pair_keys[rng.choice(len(self._pair_keys), p=self._pair_p)]
+        p = self._probabilities(PARALLEL, step)
+        pair = self._pair_keys[rng.choice(len(self._pair_keys), p=p)]
         lang_ids = (self.corpus.lang_id(pair[0]), self.corpus.lang_id(pair[1]))
         return build_row(
             self.corpus.parallel,
@@ -183,20 +209,22 @@ class StepBatchBuilder(grain.transforms.Map):
     def _row(self, name: str, spec: StreamSpec, step: int, row: int) -> Batch:
         stream_id = zlib.crc32(name.encode())  # adding an objective leaves others' streams alone
         rng = np.random.default_rng([self.seed, stream_id, step, row])
-        length = spec.max_length
-        rate = spec.mask_rate
+        length, logged = spec.max_length, step + 1  # the schedule is by logged step
         if spec.kind == SEGMENT_PAIRS and rng.random() < spec.mono_fraction:
-            rate = spec.mono_mask_rate
-            unmasked = self._monolingual(monolingual_segment_pairs_row, rng, length)
+            rate = self._rate(MONO, spec.mono_mask_rate, logged)
+            unmasked = self._monolingual(monolingual_segment_pairs_row, rng, length, logged)
         elif spec.kind == SEGMENT_PAIRS:
-            unmasked = self._parallel(parallel_segment_pairs_row, rng, length)
+            rate = self._rate(PARALLEL, spec.mask_rate, logged)
+            unmasked = self._parallel(parallel_segment_pairs_row, rng, length, logged)
         elif spec.kind == MONO:
+            rate = self._rate(MONO, spec.mask_rate, logged)
             unmasked = self._monolingual(
-                monolingual_row, rng, length, placeholders=self._placeholders.get(name)
+                monolingual_row, rng, length, logged, placeholders=self._placeholders.get(name)
             )
         else:
+            rate = self._rate(PARALLEL, spec.mask_rate, logged)
             unmasked = self._parallel(
-                translation_pair_row, rng, length, reset_positions=self.reset_positions
+                translation_pair_row, rng, length, logged, reset_positions=self.reset_positions
             )
         masked = mask_row(
             unmasked,
@@ -221,6 +249,11 @@ class StepBatchBuilder(grain.transforms.Map):
             name: stack_rows([self._row(name, self.streams[name], step, r) for r in range(*span)])
             for name, span in rows.items()
         }
+
+
+@functools.lru_cache(maxsize=64)
+def _probabilities_at(counts: tuple[int, ...], alpha: float) -> np.ndarray:
+    return np.array(list(language_probabilities(dict(enumerate(counts)), alpha).values()))
 
 
 def placeholder_fields(unmasked: Batch, slots: int) -> Batch:

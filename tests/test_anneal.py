@@ -1,0 +1,74 @@
+"""`data.anneal`: data settings as piecewise-linear functions of the step, checked at
+validation, logged with each step, and resumed exactly in the middle of a schedule (the rows
+themselves: tests/test_data_pipeline.py::test_alpha_and_mask_rates_anneal_with_the_step)."""
+
+import jax
+import numpy as np
+import pytest
+
+from xlpretrain import trainer as trainer_lib
+from xlpretrain.config import ConfigError, validate
+from xlpretrain.data.anneal import Anneal
+from xlpretrain.metrics import read_metrics
+
+MMBERT = (  # mmBERT's recipe in one run: mask 30% → 15% → 5%, α 0.7 → 0.5 → 0.3
+    {"step": 0, "mono_alpha": 0.7, "mono_mask_rate": 0.3},
+    {"step": 0.5, "mono_alpha": 0.5, "mono_mask_rate": 0.15},
+    {"step": 100, "mono_alpha": 0.3, "mono_mask_rate": 0.05},
+)
+
+
+def test_points_are_joined_linearly_and_held_outside():
+    anneal = Anneal.from_config(MMBERT, total_steps=100)
+    assert anneal.points["mono_alpha"] == ((0, 50, 100), (0.7, 0.5, 0.3))
+    assert [anneal.value("mono_alpha", s) for s in (0, 25, 50, 75, 100, 500)] == pytest.approx(
+        [0.7, 0.6, 0.5, 0.4, 0.3, 0.3]
+    )
+    assert anneal.value("mono_mask_rate", 75) == pytest.approx(0.1)
+    assert anneal.maximum("mono_mask_rate") == 0.3 and "parallel_alpha" not in anneal
+    assert anneal.at(25) == pytest.approx({"data/mono_alpha": 0.6, "data/mono_mask_rate": 0.225})
+    assert anneal.settled().at(0) == pytest.approx(anneal.at(100))
+
+
+@pytest.mark.parametrize(
+    "points, message",
+    [
+        (({"step": 0, "mono_alfa": 0.5},), "unknown keys \\['mono_alfa'\\]"),
+        (({"step": 10, "mono_alpha": 0.5}, {"step": 5, "mono_alpha": 0.3}), "not after"),
+        (({"step": 0, "mono_mask_rate": 1.5},), "mono_mask_rate=1.5 must be in \\(0, 1\\]"),
+        (({"mono_alpha": 0.5},), "point 0 has no 'step'"),
+        (({"step": 0},), "gives no setting"),
+        (({"step": -3, "mono_alpha": 0.5},), "must be a step >= 0 or a fraction"),
+    ],
+)
+def test_a_bad_schedule_is_a_config_error_naming_the_point(udhr_run_config, points, message):
+    with pytest.raises(ConfigError, match=f"config key 'data.anneal': .*{message}"):
+        validate(udhr_run_config(data__anneal=points))
+
+
+def test_settings_in_force_are_logged_and_a_resume_mid_schedule_is_exact(udhr_run_config, tmp_path):
+    schedule = ({"step": 0, "mono_alpha": 1.0, "mono_mask_rate": 0.4},
+                {"step": 8, "mono_alpha": 0.2, "mono_mask_rate": 0.1})  # fmt: skip
+
+    def train(workdir, **overrides):
+        cfg = udhr_run_config(data__anneal=schedule, **overrides)
+        trainer = trainer_lib.build(cfg, str(workdir), jax.devices()[:1])
+        try:
+            trainer_lib.run(trainer)
+        finally:
+            trainer.checkpointer.close()
+        return read_metrics(workdir)
+
+    whole = train(tmp_path / "whole")
+    train(tmp_path / "resumed", train__stop_at=3)
+    resumed = train(tmp_path / "resumed")
+    anneal = Anneal.from_config(schedule, total_steps=8)
+    for record in whole:
+        assert record["data/mono_alpha"] == pytest.approx(
+            anneal.value("mono_alpha", record["step"])
+        )
+        assert record["data/mono_mask_rate"] == pytest.approx(
+            anneal.value("mono_mask_rate", record["step"])
+        )
+    assert [r["step"] for r in resumed] == [r["step"] for r in whole]
+    np.testing.assert_allclose([r["loss"] for r in resumed], [r["loss"] for r in whole], rtol=1e-5)
