@@ -40,9 +40,11 @@ setup(
             "nbformat>=5.10",
             "ipykernel>=6.29",
             "wandb>=0.17",  # train.wandb_project, tested offline
+            "apache-beam>=2.50",  # python -m xlpretrain.data.prepare --beam (DirectRunner)
         ],
         "docs": ["mkdocs-material>=9.5"],
         "wandb": ["wandb>=0.17"],  # train.wandb_project
+        "beam": ["apache-beam>=2.50"],  # python -m xlpretrain.data.prepare --beam
         # python -m xlpretrain.convert: safetensors alone converts model.safetensors; torch
         # reads pytorch_model.bin; transformers loads the exported folders.
         "hf": ["safetensors>=0.4", "torch>=2.0", "transformers>=4.40"],

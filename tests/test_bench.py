@@ -133,3 +133,20 @@ def test_each_objectives_flops_equal_the_hand_count(name):
     objective = objectives.get(name)
     shape = StepShape(tokens=64, length=32, predictions=10)
     assert objective.flops(cfg, objective.stream(cfg), shape) == HAND_COUNTED_FLOPS[name]
+
+
+def test_store_benchmark_reports_start_up_memory_and_throughput(udhr_tokenizer_path, tmp_path):
+    """The harness of `--store_gb` on a tiny synthetic store (the sizes it exists for are
+    measured in docs/performance.md, not here)."""
+    result = subprocess.run(
+        [sys.executable, "-m", "xlpretrain.bench", "--config", "configs/demo.py", "--json",
+         "--store_gb", "0.002", "--workdir", str(tmp_path), "--steps", "2",
+         f"--config.tokenizer.path={udhr_tokenizer_path}", "--config.model.vocab_size=1002",
+         "--config.eval.every_steps=0", "--config.objectives.tlm=0"],
+        capture_output=True, text=True, timeout=300, check=True,
+    )  # fmt: skip
+    (row,) = json.loads(result.stdout.strip().splitlines()[-1])
+    assert row["store_gb"] == 0.002 and row["documents"] > 1000
+    assert row["startup_s"] > 0 and row["tokens_per_s"] > 0
+    assert 0 < row["rss_startup_mb"] <= row["rss_end_mb"] * 1.5
+    assert (tmp_path / "store_0.002gb" / "manifest.json").is_file()

@@ -28,7 +28,7 @@ LAYERS = (
 # are parts of the bench tool).
 TOOLS = {
     "train": ("train",),
-    "bench": ("bench", "bench_gpu", "bench_attention", "bench_peer"),
+    "bench": ("bench", "bench_gpu", "bench_attention", "bench_peer", "bench_store"),
     "aot": ("aot",),
     "masks": ("masks.__main__", "masks.show"),
     "convert": ("convert.__main__",),

@@ -115,6 +115,22 @@ def test_workers_and_job_arrays_write_the_same_store(folders, store, udhr_tokeni
     assert tree(tmp_path / "jobs") == tree(store)
 
 
+def test_an_apache_beam_pipeline_writes_the_same_store(
+    folders, store, udhr_tokenizer_path, tmp_path
+):
+    """The DirectRunner, with several workers, from the command line."""
+    pytest.importorskip("apache_beam")
+    out = tmp_path / "beam"
+    command = [sys.executable, "-m", "xlpretrain.data.prepare", f"--out={out}",
+               f"--mono_dir={folders / 'mono'}", f"--parallel_dir={folders / 'parallel'}",
+               f"--tokenizer={udhr_tokenizer_path}", "--max_line_bytes=1000",
+               f"--shard_mb={SHARD_MB}", "--beam", "--runner=DirectRunner",
+               "--direct_num_workers=2", "--direct_running_mode=multi_threading"]  # fmt: skip
+    result = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert tree(out) == tree(store)
+
+
 def test_a_rerun_keeps_finished_shards_and_redoes_half_written_ones(
     folders, store, udhr_tokenizer_path, tmp_path
 ):

@@ -34,6 +34,7 @@ import numpy as np
 from absl import app, flags
 from ml_collections import config_flags
 
+from xlpretrain import cli
 from xlpretrain import objectives as objectives_lib
 from xlpretrain import trainer as trainer_lib
 from xlpretrain.bench_attention import attention_benchmark, format_attention
@@ -245,6 +246,7 @@ def benchmark(cfg, steps: int, warmup: int, peak_tflops: float = 0.0) -> dict:
 
 def main(argv: list[str]) -> None:
     del argv
+    cli.quiet_libraries()
     if FLAGS.suite:
         from xlpretrain import bench_gpu  # it imports this module
 
@@ -261,6 +263,20 @@ def main(argv: list[str]) -> None:
             FLAGS.attention_repeats,
         )
         print(json.dumps(report) if FLAGS.json else format_attention(report))
+        return
+    if FLAGS.store_gb:
+        from xlpretrain import bench_store
+
+        if not (FLAGS.workdir and FLAGS.config.tokenizer.path):
+            sys.exit(
+                "--store_gb needs --workdir (the stores are kept there) and "
+                "--config.tokenizer.path (the ids' tokenizer, e.g. a run's tokenizer.model)"
+            )
+        sizes = [float(size) for size in FLAGS.store_gb]
+        rows = bench_store.store_benchmark(
+            FLAGS.config, sizes, FLAGS.workdir, FLAGS.config.tokenizer.path, FLAGS.steps
+        )
+        print(json.dumps(rows) if FLAGS.json else "\n".join(bench_store.format_rows(rows)))
         return
     result = benchmark(FLAGS.config, FLAGS.steps, FLAGS.warmup, FLAGS.peak_tflops)
     if FLAGS.pipeline:
@@ -318,7 +334,16 @@ def define_flags() -> None:
         "pipeline", False, "Also time the input pipeline alone on the config's corpus."
     )
     flags.DEFINE_string(
-        "workdir", "", "--pipeline: where the tokenizer is read or trained (default: a temp dir)."
+        "workdir",
+        "",
+        "--pipeline: where the tokenizer is read or trained (default: a temp dir); "
+        "--store_gb: where the synthetic stores are written and kept.",
+    )
+    flags.DEFINE_list(
+        "store_gb",
+        [],
+        "Instead of the step: the pipeline's start-up, memory and tokens/s on synthetic "
+        "prepared stores of these sizes in GB (xlpretrain/bench_store.py).",
     )
     flags.DEFINE_bool(
         "peer", False, "Also time Hugging Face XLMRobertaForMaskedLM (PyTorch) on the same shapes."

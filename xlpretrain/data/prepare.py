@@ -7,8 +7,10 @@ Each input file is cut into byte ranges of about `--shard_mb` at line starts; on
 task, a pure function of the file's bytes and the tokenizer: it keeps the usable lines (the
 folder sources' rules; the skipped ones are counted by kind), tokenizes them and writes one
 ArrayRecord shard, then a small JSON beside it that marks the shard finished. So the work can
-be split any way — `--workers N` processes here, or `--shard I/N` for job I of an array of N
-(SLURM) — and the store's bytes are the same whichever way it ran. Re-running resumes: finished
+be split any way — `--workers N` processes here, `--shard I/N` for job I of an array of N
+(SLURM), or `--beam` for an Apache Beam pipeline (the DirectRunner here; Flink, Spark or
+Dataflow with the store on a filesystem every worker mounts) — and the store's bytes are the
+same whichever way it ran. Re-running resumes: finished
 shards are kept, anything half-written is redone (shards are written under a temporary name
 and renamed). The manifest is written by the run that finds every shard finished.
 """
@@ -129,6 +131,24 @@ def _encoded(tokenizer: Tokenizer, lines: list[str], parallel: bool):
         yield store_lib.encode_pair(first, second)
 
 
+def run_with_beam(
+    tasks: Sequence[Task], out: str, max_line_bytes: int, options: Sequence[str]
+) -> None:
+    """The shards as an Apache Beam pipeline: one element per task, spread by a reshuffle."""
+    try:
+        import apache_beam as beam
+        from apache_beam.options.pipeline_options import PipelineOptions
+    except ImportError:
+        raise DataError("--beam needs Apache Beam: pip install apache-beam") from None
+    with beam.Pipeline(options=PipelineOptions(list(options))) as pipeline:
+        _ = (
+            pipeline
+            | "shards" >> beam.Create(list(tasks))
+            | "spread" >> beam.Reshuffle()
+            | "tokenize" >> beam.Map(run_task, out, max_line_bytes)
+        )
+
+
 def finished(task: Task, out: str) -> bool:
     path = os.path.join(out, task.name)
     return os.path.isfile(path + ".json") and os.path.isfile(path + ".array_record")
@@ -202,9 +222,11 @@ def prepare(
     max_line_bytes: int = 1_000_000,
     sentences_per_language: int = 10_000,
     seed: int = 0,
+    beam_options: Sequence[str] | None = None,
 ) -> dict | None:
     """Prepares (or finishes) the store `out`; returns its manifest, or None while shards of
-    other jobs (`shard`) are still missing."""
+    other jobs (`shard`) are still missing. `beam_options` (a list, e.g. `["--runner=
+    DirectRunner"]`) runs the shards as an Apache Beam pipeline with those options instead."""
     if not (mono_dir or parallel_dir):
         raise DataError("nothing to prepare: give --mono_dir, --parallel_dir or both")
     if bool(tokenizer) == bool(vocab_size):
@@ -219,7 +241,9 @@ def prepare(
     _store_tokenizer(files, out, tokenizer, vocab_size, shard, sample)
     tasks = plan(files, int(shard_mb * 2**20))
     mine = [t for n, t in enumerate(tasks) if n % shard[1] == shard[0] and not finished(t, out)]
-    if workers > 1 and len(mine) > 1:
+    if beam_options is not None:
+        run_with_beam(mine, out, max_line_bytes, beam_options)
+    elif workers > 1 and len(mine) > 1:
         spawn = multiprocessing.get_context("spawn")  # no JAX here, but stay safe with threads
         with concurrent.futures.ProcessPoolExecutor(workers, mp_context=spawn) as pool:
             for future in [pool.submit(run_task, task, out, max_line_bytes) for task in mine]:
@@ -297,7 +321,15 @@ def main(argv: Sequence[str] | None = None) -> None:
         default=10_000,
         help="tokenizer training sample per language (with --vocab_size)",
     )
-    args = parser.parse_args(argv)
+    parser.add_argument(
+        "--beam",
+        action="store_true",
+        help="run the shards as an Apache Beam pipeline; other flags (--runner=..., "
+        "--direct_num_workers=N, ...) are its pipeline options",
+    )
+    args, rest = parser.parse_known_args(argv)
+    if rest and not args.beam:
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
     try:
         manifest = prepare(
             out=args.out,
@@ -310,6 +342,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             shard_mb=args.shard_mb,
             max_line_bytes=args.max_line_bytes,
             sentences_per_language=args.sentences_per_language,
+            beam_options=rest if args.beam else None,
         )
     except (DataError, ValueError, OSError) as error:
         parser.exit(2, f"{PROGRAM}: error: {error}\n")

@@ -1,0 +1,159 @@
+"""`python -m xlpretrain.bench --store_gb 1,4,16`: does training from a prepared store start
+and run in constant time and memory whatever the corpus size?
+
+For each size it writes (once, into `--workdir`) a synthetic store of that many GB of token
+ids: 100 languages of Zipf-sized shares, documents of 50–400 Zipf-distributed ids over the
+config's vocabulary, 64 MB shards, in the format `xlpretrain.data.prepare` writes (prepare's
+own speed is tokenization's). Then, in a fresh process per size so that nothing is shared, it
+times the config's input pipeline as training runs it (`--config.data.store`): start-up (open
+the store, build the rows' sampler, deliver the first batch), resident memory after start-up
+and after the timed steps, and row tokens per second.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import time
+
+import numpy as np
+
+from xlpretrain.data import store as store_lib
+from xlpretrain.data.streams import MONO
+
+LANGUAGES = 100
+SHARD_BYTES = 64 << 20
+MIN_DOC, MAX_DOC = 50, 400
+
+
+def synthetic_store(path: str, gigabytes: float, tokenizer_path: str, seed: int = 0) -> str:
+    """A store of about `gigabytes` GB of int32 token ids (kept if already complete)."""
+    from array_record.python.array_record_module import ArrayRecordWriter
+
+    from xlpretrain.tokenizer import Tokenizer
+
+    if os.path.isfile(os.path.join(path, store_lib.MANIFEST)):
+        return path
+    os.makedirs(path, exist_ok=True)
+    vocab = Tokenizer.load(tokenizer_path).vocab_size
+    rng = np.random.default_rng(seed)
+    shares = 1.0 / np.arange(1, LANGUAGES + 1) ** 1.1
+    shares /= shares.sum()
+    manifest = {
+        "format": store_lib.FORMAT,
+        "tokenizer": {"sha256": store_lib.fingerprint(tokenizer_path), "vocab_size": vocab},
+        MONO: {},
+    }
+    for lang_index, share in enumerate(shares):
+        lang = f"l{lang_index:03d}"
+        budget, shard, shards = max(int(share * gigabytes * 2**30), 4 * MAX_DOC), 0, []
+        while budget > 0:  # every shard holds at least one document, so this ends
+            name = f"{MONO}/{lang}/{shard:05d}.array_record"
+            os.makedirs(os.path.dirname(os.path.join(path, name)), exist_ok=True)
+            writer = ArrayRecordWriter(os.path.join(path, name), "group_size:1")
+            size = min(SHARD_BYTES, budget) // 4  # ids in this shard, about
+            lengths = rng.integers(MIN_DOC, MAX_DOC, size=size // MIN_DOC + 1)
+            lengths = lengths[: int(np.searchsorted(np.cumsum(lengths), size)) + 1]
+            ids = (5 + rng.zipf(1.2, size=int(lengths.sum())) % (vocab - 5)).astype(np.int32)
+            for document in np.split(ids, np.cumsum(lengths)[:-1]):
+                writer.write(document.tobytes())
+            writer.close()
+            lines, tokens, written = len(lengths), int(lengths.sum()), 4 * int(lengths.sum())
+            shards.append({"path": name, "lines": lines, "tokens": tokens})
+            budget -= written
+            shard += 1
+        manifest[MONO][lang] = {
+            "shards": shards,
+            "lines": sum(s["lines"] for s in shards),
+            "tokens": sum(s["tokens"] for s in shards),
+            "skipped": {},
+        }
+    with open(os.path.join(path, store_lib.TOKENIZER), "wb") as f, open(tokenizer_path, "rb") as t:
+        f.write(t.read())
+    with open(os.path.join(path, store_lib.MANIFEST), "w") as f:
+        json.dump(manifest, f, indent=1, sort_keys=True)
+    return path
+
+
+def resident_mb() -> float:
+    """This process's resident memory now (Linux), in MiB."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def measure(config_json: str, store: str, steps: int) -> dict:
+    """Start-up, memory and row tokens/s of the pipeline on `store` (run in a fresh process)."""
+    import ml_collections
+
+    from xlpretrain import trainer as trainer_lib
+    from xlpretrain.config import validate
+    from xlpretrain.data import corpus as corpus_lib
+    from xlpretrain.data.pipeline import make_dataset
+    from xlpretrain.plan import RunPlan
+    from xlpretrain.tokenizer import Tokenizer
+
+    cfg = ml_collections.ConfigDict(json.loads(config_json))
+    cfg.data.store = store
+    validate(cfg)
+    before = resident_mb()
+    start = time.perf_counter()
+    plan = RunPlan.from_config(cfg)
+    corpus = corpus_lib.load_corpus(cfg, plan.sources())
+    tokenizer = Tokenizer.load(os.path.join(store, store_lib.TOKENIZER))
+    builder = trainer_lib.batch_builder(cfg, plan, corpus, tokenizer)
+    dataset = make_dataset(
+        builder, steps + 1, num_workers=cfg.data.num_workers, prefetch=cfg.data.prefetch
+    )
+    iterator = iter(dataset)
+    next(iterator)
+    startup = time.perf_counter() - start
+    after_startup = resident_mb()
+    slots, begin = 0, time.perf_counter()
+    for _ in range(steps):
+        slots += sum(rows["segment_ids"].size for rows in next(iterator).values())
+    seconds = time.perf_counter() - begin
+    return {
+        "startup_s": startup,
+        "rss_before_mb": before,
+        "rss_startup_mb": after_startup,
+        "rss_end_mb": resident_mb(),
+        "tokens_per_s": slots / seconds,
+        "documents": sum(corpus.mono.num_lines(lang) for lang in corpus.mono.languages),
+    }
+
+
+def store_benchmark(cfg, sizes: list[float], workdir: str, tokenizer_path: str, steps: int):
+    """One row per store size: its bytes on disk and `measure`'s figures."""
+    context = multiprocessing.get_context("spawn")
+    results = []
+    for gigabytes in sizes:
+        path = synthetic_store(
+            os.path.join(workdir, f"store_{gigabytes:g}gb"), gigabytes, tokenizer_path
+        )
+        disk = sum(
+            os.path.getsize(os.path.join(root, name))
+            for root, _, names in os.walk(path)
+            for name in names
+        )
+        with context.Pool(1) as pool:
+            figures = pool.apply(measure, (json.dumps(cfg.to_dict()), path, steps))
+        results.append({"store_gb": gigabytes, "disk_gb": disk / 2**30, **figures})
+    return results
+
+
+def format_rows(results: list[dict]) -> list[str]:
+    lines = [
+        f"{'store':>8} {'on disk':>8} {'documents':>12} {'start-up':>9} "
+        f"{'RSS start':>10} {'RSS end':>9} {'tokens/s':>12}"
+    ]
+    for r in results:
+        lines.append(
+            f"{r['store_gb']:>6g}GB {r['disk_gb']:>6.1f}GB {r['documents']:>12,} "
+            f"{r['startup_s']:>8.2f}s {r['rss_startup_mb']:>8.0f}MB {r['rss_end_mb']:>7.0f}MB "
+            f"{r['tokens_per_s']:>12,.0f}"
+        )
+    return lines
