@@ -19,7 +19,7 @@ from xlpretrain import trainer as trainer_lib
 from xlpretrain.data import prepare as prepare_lib
 from xlpretrain.data import store as store_lib
 from xlpretrain.data.pipeline import Corpus, language_vocabulary
-from xlpretrain.data.sources import MonolingualSource, ParallelSource
+from xlpretrain.data.sources import DataError, MonolingualSource, ParallelSource
 from xlpretrain.data.streams import MONO, PARALLEL, SEGMENT_PAIRS, StreamSpec
 from xlpretrain.metrics import read_metrics
 from xlpretrain.tokenizer import Tokenizer
@@ -147,6 +147,14 @@ def test_a_rerun_keeps_finished_shards_and_redoes_half_written_ones(
     (copy / "mono" / "eng" / "00002.array_record.tmp123").unlink()  # left for a human to see
     assert tree(copy) == tree(store)
     assert kept.stat().st_mtime_ns == before
+    # Other settings make other shards: none is kept.
+    prepare_lib.prepare(
+        out=str(copy), mono_dir=str(folders / "mono"), parallel_dir=str(folders / "parallel"),
+        tokenizer=str(udhr_tokenizer_path), shard_mb=SHARD_MB, max_line_bytes=5000,
+    )  # fmt: skip
+    assert kept.stat().st_mtime_ns != before
+    manifest = json.loads((copy / store_lib.MANIFEST).read_text())
+    assert manifest[MONO]["fra"]["skipped"]["too_long"] == 0
 
 
 def test_a_store_that_cannot_be_used_is_an_error_naming_the_file(store, tmp_path):
@@ -231,3 +239,47 @@ def test_prepare_train_and_resume_on_the_store_equal_training_on_the_folders(
     assert stored.keys() == folders_run.keys()
     np.testing.assert_allclose(list(stored.values()), list(folders_run.values()), rtol=1e-6)
     assert os.path.getsize(out / store_lib.MANIFEST) > 0
+
+
+def test_jsonl_and_parquet_documents_are_stored_like_text_lines(
+    folders, store, udhr_tokenizer_path, tmp_path
+):
+    """The same documents as JSON lines (with records that cannot be used, counted as
+    `bad_fields`) and as Parquet rows (several row groups, so several shards) give the token
+    ids of the text folder's lines, in order."""
+    pyarrow = pytest.importorskip("pyarrow")
+    import pyarrow.parquet as pq
+
+    mono = MonolingualSource.from_dir(folders / "mono", max_line_bytes=1000)
+    inputs = tmp_path / "mono"
+    inputs.mkdir()
+    rus = [mono.line("rus", i) for i in range(mono.num_lines("rus"))]
+    bad = ["{not json", json.dumps({"title": "no text"}), json.dumps({"text": 7}), "[1, 2]"]
+    records = [
+        json.dumps({"text": text, "id": n}, ensure_ascii=False) for n, text in enumerate(rus)
+    ]
+    (inputs / "rus.jsonl").write_text("\n".join(records[:3] + bad + records[3:]) + "\n")
+    eng = [mono.line("eng", i) for i in range(mono.num_lines("eng"))]
+    pq.write_table(pyarrow.table({"body": eng}), inputs / "eng.parquet", row_group_size=8)
+
+    out = tmp_path / "store"
+    with pytest.raises(DataError, match=f"{inputs / 'eng.parquet'}: no column 'text'"):
+        prepare_lib.prepare(
+            out=str(out), mono_dir=str(inputs), tokenizer=str(udhr_tokenizer_path),
+            shard_mb=SHARD_MB / 4, max_line_bytes=1000, text_field="text",
+        )  # fmt: skip
+    (inputs / "rus.jsonl").write_text(
+        "\n".join(r.replace('"text"', '"body"') for r in records[:3] + bad + records[3:]) + "\n"
+    )
+    prepare_lib.prepare(
+        out=str(out), mono_dir=str(inputs), tokenizer=str(udhr_tokenizer_path),
+        shard_mb=SHARD_MB / 4, max_line_bytes=1000, text_field="body",
+    )  # fmt: skip
+    ours, _ = store_lib.open_store(out, (MONO,))
+    theirs, _ = store_lib.open_store(store, (MONO,))
+    assert ours.stats["rus"].bad_fields == 4 and ours.stats["rus"].used == len(rus)
+    assert len(ours._file("eng").paths) > 1
+    for lang, texts in (("rus", rus), ("eng", eng)):
+        assert ours.num_lines(lang) == theirs.num_lines(lang) == len(texts)
+        for i in range(len(texts)):
+            np.testing.assert_array_equal(ours.tokens(lang, i, None), theirs.tokens(lang, i, None))

@@ -89,6 +89,7 @@ def measure(config_json: str, store: str, steps: int) -> dict:
     """Start-up, memory and row tokens/s of the pipeline on `store` (run in a fresh process)."""
     import ml_collections
 
+    from xlpretrain import cli
     from xlpretrain import trainer as trainer_lib
     from xlpretrain.config import validate
     from xlpretrain.data import corpus as corpus_lib
@@ -96,6 +97,7 @@ def measure(config_json: str, store: str, steps: int) -> dict:
     from xlpretrain.plan import RunPlan
     from xlpretrain.tokenizer import Tokenizer
 
+    cli.quiet_libraries()
     cfg = ml_collections.ConfigDict(json.loads(config_json))
     cfg.data.store = store
     validate(cfg)

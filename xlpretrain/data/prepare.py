@@ -3,16 +3,20 @@
 that training reads by random access (`--config.data.store=STORE`; layout in
 `xlpretrain.data.store`).
 
-Each input file is cut into byte ranges of about `--shard_mb` at line starts; one range is one
-task, a pure function of the file's bytes and the tokenizer: it keeps the usable lines (the
-folder sources' rules; the skipped ones are counted by kind), tokenizes them and writes one
-ArrayRecord shard, then a small JSON beside it that marks the shard finished. So the work can
-be split any way — `--workers N` processes here, `--shard I/N` for job I of an array of N
-(SLURM), or `--beam` for an Apache Beam pipeline (the DirectRunner here; Flink, Spark or
-Dataflow with the store on a filesystem every worker mounts) — and the store's bytes are the
-same whichever way it ran. Re-running resumes: finished
-shards are kept, anything half-written is redone (shards are written under a temporary name
-and renamed). The manifest is written by the run that finds every shard finished.
+Monolingual inputs are `<lang>.txt` (a line a document), `<lang>.jsonl` (a JSON object a line,
+the document under `--text_field`) or `<lang>.parquet` (a row a document, column
+`--text_field`); parallel inputs are `<l1>-<l2>.tsv`. Each input file is cut into pieces of
+about `--shard_mb` (byte ranges at line starts; runs of row groups for Parquet); one piece is
+one task, a pure function of its bytes and the tokenizer: it keeps the usable documents (the
+folder sources' rules; a JSON line that does not parse or has no text counts as `bad_fields`),
+counts the skipped ones by kind, tokenizes the rest and writes one ArrayRecord shard, then a
+small JSON beside it that marks the shard finished. So the work can be split any way —
+`--workers N` processes here, `--shard I/N` for job I of an array of N (SLURM), or `--beam`
+for an Apache Beam pipeline (the DirectRunner here; Flink, Spark or Dataflow with the store on
+a filesystem every worker mounts) — and the store's bytes are the same whichever way it ran.
+Re-running resumes: finished shards are kept, anything half-written is redone (shards are
+written under a temporary name and renamed). The manifest is written by the run that finds
+every shard finished.
 """
 
 from __future__ import annotations
@@ -33,13 +37,14 @@ from xlpretrain.data import store as store_lib
 from xlpretrain.data.sources import DataError, pair_fields_ok, parse_pair, usable_lines
 from xlpretrain.tokenizer import Tokenizer, train_tokenizer
 
-SUFFIX = {store_lib.MONO: ".txt", store_lib.PARALLEL: ".tsv"}
+FORMATS = {store_lib.MONO: (".txt", ".jsonl", ".parquet"), store_lib.PARALLEL: (".tsv",)}
 PROGRAM = "python -m xlpretrain.data.prepare"
 
 
 @dataclasses.dataclass(frozen=True)
 class Task:
-    """One shard: a byte range of one input file, and where its records go."""
+    """One shard: a piece of one input file (a byte range; for Parquet a range of row groups),
+    and where its records go."""
 
     kind: str  # store.MONO or store.PARALLEL
     key: str  # the language, or the pair as 'l1-l2'
@@ -54,18 +59,22 @@ class Task:
 
 
 def input_files(folder: str, kind: str) -> dict[str, str]:
-    """key → file of a text folder (`<lang>.txt` or `<l1>-<l2>.tsv`), in key order."""
+    """key → input file of a folder (one per language, or per pair), in key order."""
     if not os.path.isdir(folder):
         raise DataError(f"data folder {folder} does not exist or is not a directory")
-    suffix, files = SUFFIX[kind], {}
+    files: dict[str, str] = {}
     for name in sorted(os.listdir(folder)):
         path = os.path.join(folder, name)
-        if name.endswith(suffix) and not name.startswith(".") and os.path.isfile(path):
-            stem = name[: -len(suffix)]
-            key = "-".join(parse_pair(stem, path)) if kind == store_lib.PARALLEL else stem
-            files[key] = path
+        suffix = next((x for x in FORMATS[kind] if name.endswith(x)), None)
+        if suffix is None or name.startswith(".") or not os.path.isfile(path):
+            continue
+        stem = name[: -len(suffix)]
+        key = "-".join(parse_pair(stem, path)) if kind == store_lib.PARALLEL else stem
+        if key in files:
+            raise DataError(f"{key}: two input files, {files[key]} and {path}; keep one")
+        files[key] = path
     if not files:
-        raise DataError(f"no *{suffix} file in data folder {folder}")
+        raise DataError(f"no {' or '.join('*' + x for x in FORMATS[kind])} file in {folder}")
     return files
 
 
@@ -74,6 +83,9 @@ def plan(files: dict[str, dict[str, str]], shard_bytes: int) -> list[Task]:
     tasks = []
     for kind in sorted(files):
         for key, path in files[kind].items():
+            if path.endswith(".parquet"):
+                tasks += _row_group_tasks(kind, key, path, shard_bytes)
+                continue
             size = os.path.getsize(path)
             starts = [0]
             with open(path, "rb") as f:
@@ -90,12 +102,25 @@ def plan(files: dict[str, dict[str, str]], shard_bytes: int) -> list[Task]:
     return tasks
 
 
-def run_task(task: Task, out: str, max_line_bytes: int) -> None:
-    """Tokenizes one shard into `out` (a pure function of its bytes and the store's tokenizer);
-    nothing is left under the final names unless it finished."""
-    from array_record.python.array_record_module import ArrayRecordWriter
+def _row_group_tasks(kind: str, key: str, path: str, shard_bytes: int) -> list[Task]:
+    """Runs of a Parquet file's row groups of about `shard_bytes` (uncompressed) each."""
+    import pyarrow.parquet as pq
 
-    tokenizer = Tokenizer.load(os.path.join(out, store_lib.TOKENIZER))
+    metadata = pq.ParquetFile(path).metadata
+    tasks, start, size = [], 0, 0
+    for group in range(metadata.num_row_groups):
+        size += metadata.row_group(group).total_byte_size
+        if size >= shard_bytes or group == metadata.num_row_groups - 1:
+            tasks.append(Task(kind, key, path, len(tasks), start, group + 1))
+            start, size = group + 1, 0
+    return tasks
+
+
+def documents(task: Task, max_line_bytes: int, text_field: str) -> tuple[list[str], dict]:
+    """The usable documents of a task's piece (a pair's as 'first<TAB>second'), and the
+    counts of the skipped ones by kind."""
+    if task.source.endswith(".parquet"):
+        return _parquet_documents(task, max_line_bytes, text_field)
     with open(task.source, "rb") as f:
         f.seek(task.start)
         raw = f.read(task.end - task.start)
@@ -103,6 +128,52 @@ def run_task(task: Task, out: str, max_line_bytes: int) -> None:
     lines, skipped = usable_lines(
         raw, max_line_bytes=max_line_bytes, fields_ok=pair_fields_ok if parallel else None
     )
+    if not task.source.endswith(".jsonl"):
+        return lines, skipped
+    texts = []
+    for line in lines:
+        try:
+            text = json.loads(line).get(text_field)
+        except (ValueError, AttributeError):  # not JSON, or not an object
+            text = None
+        if isinstance(text, str) and text.strip():
+            texts.append(text)
+        else:
+            skipped["bad_fields"] += 1
+    return texts, skipped
+
+
+def _parquet_documents(task: Task, max_line_bytes: int, text_field: str):
+    import pyarrow.parquet as pq
+
+    source = pq.ParquetFile(task.source)
+    if text_field not in source.schema_arrow.names:
+        raise DataError(
+            f"{task.source}: no column {text_field!r} (it has {source.schema_arrow.names}); "
+            "name the documents' column with --text_field"
+        )
+    table = source.read_row_groups(range(task.start, task.end), columns=[text_field])
+    texts, skipped = [], dict.fromkeys(("too_long", "invalid_utf8", "empty", "bad_fields"), 0)
+    for text in table.column(text_field).to_pylist():
+        if not isinstance(text, str):
+            skipped["bad_fields"] += 1
+        elif not text.strip():
+            skipped["empty"] += 1
+        elif len(text.encode("utf-8")) > max_line_bytes:
+            skipped["too_long"] += 1
+        else:
+            texts.append(text)
+    return texts, skipped
+
+
+def run_task(task: Task, out: str, max_line_bytes: int, text_field: str = "text") -> None:
+    """Tokenizes one shard into `out` (a pure function of its bytes and the store's tokenizer);
+    nothing is left under the final names unless it finished."""
+    from array_record.python.array_record_module import ArrayRecordWriter
+
+    tokenizer = Tokenizer.load(os.path.join(out, store_lib.TOKENIZER))
+    parallel = task.kind == store_lib.PARALLEL
+    lines, skipped = documents(task, max_line_bytes, text_field)
     path = os.path.join(out, task.name)
     os.makedirs(os.path.dirname(path), exist_ok=True)
     temporary = f"{path}.array_record.tmp{os.getpid()}"
@@ -113,7 +184,12 @@ def run_task(task: Task, out: str, max_line_bytes: int) -> None:
         tokens += (len(ids) // 4) - parallel  # int32 ids, less the length of a pair's first side
     writer.close()
     os.replace(temporary, path + ".array_record")
-    done = {"lines": len(lines), "tokens": tokens, "skipped": skipped}
+    done = {
+        "lines": len(lines),
+        "tokens": tokens,
+        "skipped": skipped,
+        "made_from": made_from(task, max_line_bytes, text_field),
+    }
     with open(f"{path}.json.tmp{os.getpid()}", "w") as f:
         json.dump(done, f, sort_keys=True)
     os.replace(f"{path}.json.tmp{os.getpid()}", path + ".json")
@@ -132,7 +208,7 @@ def _encoded(tokenizer: Tokenizer, lines: list[str], parallel: bool):
 
 
 def run_with_beam(
-    tasks: Sequence[Task], out: str, max_line_bytes: int, options: Sequence[str]
+    tasks: Sequence[Task], out: str, max_line_bytes: int, text_field: str, options: Sequence[str]
 ) -> None:
     """The shards as an Apache Beam pipeline: one element per task, spread by a reshuffle."""
     try:
@@ -145,13 +221,33 @@ def run_with_beam(
             pipeline
             | "shards" >> beam.Create(list(tasks))
             | "spread" >> beam.Reshuffle()
-            | "tokenize" >> beam.Map(run_task, out, max_line_bytes)
+            | "tokenize" >> beam.Map(run_task, out, max_line_bytes, text_field)
         )
 
 
-def finished(task: Task, out: str) -> bool:
+def made_from(task: Task, max_line_bytes: int, text_field: str) -> dict:
+    """What a shard was made from, kept in its JSON: a re-run with other inputs or settings
+    redoes the shard instead of keeping it."""
+    return {
+        "input": os.path.basename(task.source),
+        "input_bytes": os.path.getsize(task.source),
+        "piece": [task.start, task.end],
+        "max_line_bytes": max_line_bytes,
+        "text_field": text_field,
+    }
+
+
+def finished(task: Task, out: str, max_line_bytes: int, text_field: str) -> bool:
+    """Whether the shard was written, from these inputs and settings."""
     path = os.path.join(out, task.name)
-    return os.path.isfile(path + ".json") and os.path.isfile(path + ".array_record")
+    if not (os.path.isfile(path + ".json") and os.path.isfile(path + ".array_record")):
+        return False
+    with open(path + ".json") as f:
+        try:
+            done = json.load(f)
+        except ValueError:
+            return False
+    return done.get("made_from") == made_from(task, max_line_bytes, text_field)
 
 
 def write_manifest(tasks: Sequence[Task], out: str) -> dict:
@@ -185,27 +281,23 @@ def write_manifest(tasks: Sequence[Task], out: str) -> dict:
 
 
 def tokenizer_sample(
-    files: dict[str, dict[str, str]], per_language: int, max_line_bytes: int
+    files: dict[str, dict[str, str]], per_language: int, max_line_bytes: int, text_field: str
 ) -> dict[str, list]:
-    """The first `per_language` usable lines of each language (both sides of pair files),
-    read from the start of each file: a balanced sample for training the tokenizer."""
+    """The first `per_language` usable documents of each language (both sides of pair files),
+    from each input's first shard: a balanced sample for training the tokenizer."""
     texts: dict[str, list[str]] = {}
-    for kind, by_key in files.items():
-        for key, path in by_key.items():
-            with open(path, "rb") as f:
-                raw = f.read(per_language * 2000)  # ample for `per_language` lines
-            raw = raw[: raw.rfind(b"\n") + 1] or raw
-            parallel = kind == store_lib.PARALLEL
-            lines, _ = usable_lines(
-                raw, max_line_bytes=max_line_bytes, fields_ok=pair_fields_ok if parallel else None
-            )
-            lines = lines[:per_language]
-            if parallel:
-                sides = [line.split("\t") for line in lines]
-                for column, lang in enumerate(key.split("-")):
-                    texts.setdefault(lang, []).extend(side[column] for side in sides)
-            else:
-                texts.setdefault(key, []).extend(lines)
+    first_shards = {
+        (task.kind, task.key): task
+        for task in reversed(plan(files, per_language * 2000))  # ample for `per_language`
+    }
+    for (kind, key), task in sorted(first_shards.items()):
+        lines = documents(task, max_line_bytes, text_field)[0][:per_language]
+        if kind == store_lib.PARALLEL:
+            sides = [line.split("\t") for line in lines]
+            for column, lang in enumerate(key.split("-")):
+                texts.setdefault(lang, []).extend(side[column] for side in sides)
+        else:
+            texts.setdefault(key, []).extend(lines)
     return texts
 
 
@@ -222,6 +314,7 @@ def prepare(
     max_line_bytes: int = 1_000_000,
     sentences_per_language: int = 10_000,
     seed: int = 0,
+    text_field: str = "text",
     beam_options: Sequence[str] | None = None,
 ) -> dict | None:
     """Prepares (or finishes) the store `out`; returns its manifest, or None while shards of
@@ -237,21 +330,27 @@ def prepare(
     if parallel_dir:
         files[store_lib.PARALLEL] = input_files(parallel_dir, store_lib.PARALLEL)
     os.makedirs(out, exist_ok=True)
-    sample = (sentences_per_language, max_line_bytes, seed)
+    sample = (sentences_per_language, max_line_bytes, seed, text_field)
     _store_tokenizer(files, out, tokenizer, vocab_size, shard, sample)
     tasks = plan(files, int(shard_mb * 2**20))
-    mine = [t for n, t in enumerate(tasks) if n % shard[1] == shard[0] and not finished(t, out)]
+    settings = (max_line_bytes, text_field)
+    mine = [
+        t
+        for n, t in enumerate(tasks)
+        if n % shard[1] == shard[0] and not finished(t, out, *settings)
+    ]
     if beam_options is not None:
-        run_with_beam(mine, out, max_line_bytes, beam_options)
+        run_with_beam(mine, out, max_line_bytes, text_field, beam_options)
     elif workers > 1 and len(mine) > 1:
         spawn = multiprocessing.get_context("spawn")  # no JAX here, but stay safe with threads
         with concurrent.futures.ProcessPoolExecutor(workers, mp_context=spawn) as pool:
-            for future in [pool.submit(run_task, task, out, max_line_bytes) for task in mine]:
-                future.result()
+            jobs = [pool.submit(run_task, task, out, max_line_bytes, text_field) for task in mine]
+            for job in jobs:
+                job.result()
     else:
         for task in mine:
-            run_task(task, out, max_line_bytes)
-    if not all(finished(task, out) for task in tasks):
+            run_task(task, out, max_line_bytes, text_field)
+    if not all(finished(task, out, *settings) for task in tasks):
         return None
     return write_manifest(tasks, out)
 
@@ -278,8 +377,8 @@ def _store_tokenizer(files, out, tokenizer, vocab_size, shard, sample) -> None:
                 "--shard needs the tokenizer in the store first: run once without --shard to "
                 "train it, or give --tokenizer"
             )
-        per_language, max_line_bytes, seed = sample
-        texts = tokenizer_sample(files, per_language, max_line_bytes)
+        per_language, max_line_bytes, seed, text_field = sample
+        texts = tokenizer_sample(files, per_language, max_line_bytes, text_field)
         train_tokenizer(texts, path + ".tmp", vocab_size, seed=seed)
         os.replace(path + ".tmp", path)
     elif Tokenizer.load(path).vocab_size != vocab_size:
@@ -304,7 +403,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         description="Tokenize text folders once into a store that training reads by random "
         "access (--config.data.store=STORE).",
     )
-    parser.add_argument("--mono_dir", default="", help="folder of <lang>.txt, a line a document")
+    parser.add_argument(
+        "--mono_dir", default="", help="folder of <lang>.txt, <lang>.jsonl or <lang>.parquet"
+    )
     parser.add_argument("--parallel_dir", default="", help="folder of <l1>-<l2>.tsv pairs")
     parser.add_argument("--tokenizer", default="", help="a SentencePiece model (Tokenizer ids)")
     parser.add_argument("--vocab_size", type=int, default=0, help="train a tokenizer of N ids")
@@ -320,6 +421,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         type=int,
         default=10_000,
         help="tokenizer training sample per language (with --vocab_size)",
+    )
+    parser.add_argument(
+        "--text_field", default="text", help="the document of a .jsonl or .parquet record"
     )
     parser.add_argument(
         "--beam",
@@ -342,6 +446,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             shard_mb=args.shard_mb,
             max_line_bytes=args.max_line_bytes,
             sentences_per_language=args.sentences_per_language,
+            text_field=args.text_field,
             beam_options=rest if args.beam else None,
         )
     except (DataError, ValueError, OSError) as error:
