@@ -28,6 +28,10 @@ def test_points_are_joined_linearly_and_held_outside():
     assert anneal.maximum("mono_mask_rate") == 0.3 and "parallel_alpha" not in anneal
     assert anneal.at(25) == pytest.approx({"data/mono_alpha": 0.6, "data/mono_mask_rate": 0.225})
     assert anneal.settled().at(0) == pytest.approx(anneal.at(100))
+    joins = Anneal.from_config(
+        ({"step": 10, "mono_languages": 60}, {"step": 20, "mono_languages": 110}), 100
+    )
+    assert [joins.value("mono_languages", s) for s in (0, 10, 19, 20, 99)] == [60, 60, 60, 110, 110]
 
 
 @pytest.mark.parametrize(
@@ -39,6 +43,7 @@ def test_points_are_joined_linearly_and_held_outside():
         (({"mono_alpha": 0.5},), "point 0 has no 'step'"),
         (({"step": 0},), "gives no setting"),
         (({"step": -3, "mono_alpha": 0.5},), "must be a step >= 0 or a fraction"),
+        (({"step": 0, "mono_languages": 2.5},), "mono_languages=2.5 must be an int >= 1"),
     ],
 )
 def test_a_bad_schedule_is_a_config_error_naming_the_point(udhr_run_config, points, message):

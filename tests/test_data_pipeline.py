@@ -354,3 +354,39 @@ def test_alpha_and_mask_rates_anneal_with_the_step(skewed_corpus, udhr_tokenizer
     np.testing.assert_array_equal(
         again.map(55)["mmlm"]["input_ids"], builder.map(55)["mmlm"]["input_ids"]
     )
+
+
+def test_languages_join_at_their_step(skewed_corpus, udhr_tokenizer_path):
+    """`mono_languages` / `parallel_pairs` in `data.anneal`: rows come from the largest N only,
+    N changing at its points' steps (a step function); the rest keep their α shares."""
+    cfg = run_config(
+        skewed_corpus,
+        udhr_tokenizer_path,
+        objectives={"mmlm": 1.0, "tlm": 1.0},
+        train__steps=200,
+        data__anneal=(
+            {"step": 0, "mono_languages": 1, "parallel_pairs": 2},
+            {"step": 30, "mono_languages": 3},
+        ),
+    )
+    plan = RunPlan.from_config(cfg)
+    corpus = corpus_lib.load_corpus(cfg, plan.sources())
+    builder = trainer_lib.batch_builder(cfg, plan, corpus, Tokenizer.load(cfg.tokenizer.path))
+    by_size = sorted(SKEWED, key=lambda lang: -SKEWED[lang])
+
+    def drawn(steps):
+        langs = {"mmlm": [], "tlm": []}
+        for step in steps:
+            for name, batch in builder.map(step).items():
+                for ids, segments in zip(batch["lang_ids"], batch["segment_ids"], strict=True):
+                    langs[name].append(
+                        ({corpus.languages[i] for i in ids[segments > 0]} - {"eng"}).pop()
+                    )
+        return {name: np.array(values) for name, values in langs.items()}
+
+    early, late = drawn(range(0, 29)), drawn(range(29, 109))  # logged steps 1-29, 30-109
+    assert set(early["mmlm"]) == {by_size[0]}
+    assert set(early["tlm"]) == set(late["tlm"]) == set(by_size[:2])
+    share = np.array([np.mean(late["mmlm"] == lang) for lang in SKEWED])
+    p = skewed_shares(cfg.data.mono_alpha)
+    np.testing.assert_array_less(np.abs(share - p), 5 * np.sqrt(p * (1 - p) / len(late["mmlm"])))

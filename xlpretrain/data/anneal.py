@@ -6,6 +6,11 @@ in three separate runs. Here one run does it: `data.anneal` is a sequence of poi
 float in (0, 1): that fraction of `train.steps`); between two points a value moves linearly,
 before the first and after the last it stays. A value no point gives is the config's constant.
 
+Languages can join as training goes (mmBERT: 60 → 110 → 1833 languages): `mono_languages`
+(`parallel_pairs`) N draws monolingual rows (pairs) from the N languages (pairs) with the most
+lines only, from that point's step until the next point that gives it; before its first point,
+that point's N.
+
 A row's settings depend only on its step, as the row itself does, so a run resumed in the
 middle of a schedule builds exactly the rows an uninterrupted one would.
 """
@@ -21,6 +26,8 @@ import numpy as np
 # The annealable settings: α of the language sampling per corpus kind, and the mask rate of the
 # rows drawn from each kind of corpus (replacing the objectives' own rates for those rows).
 KEYS = ("mono_alpha", "parallel_alpha", "mono_mask_rate", "parallel_mask_rate")
+# How many of the largest languages (pairs) rows are drawn from: a step function, not linear.
+COUNTS = ("mono_languages", "parallel_pairs")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,18 +45,22 @@ class Anneal:
             point = dict(point)
             if "step" not in point:
                 raise ValueError(f"point {n} has no 'step'")
-            unknown = sorted(set(point) - {"step", *KEYS})
+            unknown = sorted(set(point) - {"step", *KEYS, *COUNTS})
             if unknown:
-                raise ValueError(f"point {n}: unknown keys {unknown}; annealable: {list(KEYS)}")
+                known = [*KEYS, *COUNTS]
+                raise ValueError(f"point {n}: unknown keys {unknown}; annealable: {known}")
             step = _step(point.pop("step"), total_steps, n)
             if last is not None and step <= last:
                 raise ValueError(f"point {n}: step {step} is not after the previous point's")
             last = step
             if not point:
-                raise ValueError(f"point {n} gives no setting (one of {list(KEYS)})")
+                raise ValueError(f"point {n} gives no setting (one of {[*KEYS, *COUNTS]})")
             for key, value in point.items():
                 high = 1.0 if key.endswith("mask_rate") else float("inf")
-                if not isinstance(value, int | float) or not 0 < value <= high:
+                if key in COUNTS:
+                    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                        raise ValueError(f"point {n}: {key}={value!r} must be an int >= 1")
+                elif not isinstance(value, int | float) or not 0 < value <= high:
                     raise ValueError(f"point {n}: {key}={value!r} must be in (0, {high:g}]")
                 steps, values = by_key.setdefault(key, ([], []))
                 steps.append(step)
@@ -60,8 +71,11 @@ class Anneal:
         return key in self.points
 
     def value(self, key: str, step: int) -> float:
-        """`key` at logged step `step` (linear between points, constant outside them)."""
+        """`key` at logged step `step` (linear between points, constant outside them; a count
+        holds from its point to the next)."""
         steps, values = self.points[key]
+        if key in COUNTS:
+            return values[max(int(np.searchsorted(steps, step, side="right")) - 1, 0)]
         return float(np.interp(step, steps, values))
 
     def maximum(self, key: str) -> float:

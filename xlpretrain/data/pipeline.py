@@ -90,7 +90,8 @@ class StepBatchBuilder(grain.transforms.Map):
         self.corpus = corpus
         self.tokenizer = tokenizer
         self.streams = dict(streams)
-        self.anneal = anneal  # α and mask rates by step, where given
+        self.anneal = anneal  # α, mask rates and languages by step, where given
+        self._alpha = {MONO: mono_alpha, PARALLEL: parallel_alpha}
         self.seed = seed
         self.pack = pack
         self.reset_positions = reset_positions
@@ -160,11 +161,18 @@ class StepBatchBuilder(grain.transforms.Map):
     def _probabilities(self, kind: str, step: int) -> np.ndarray:
         """The languages' (pairs') sampling probabilities at logged step `step`: α's constant
         ones, or those of α annealed to that step."""
-        key = f"{kind}_alpha"
-        if self.anneal is None or key not in self.anneal:
+        alpha_key = f"{kind}_alpha"
+        count_key = "mono_languages" if kind == MONO else "parallel_pairs"
+        if self.anneal is None or not {alpha_key, count_key} & set(self.anneal.points):
             return self._mono_p if kind == MONO else self._pair_p
         counts = self._mono_counts if kind == MONO else self._pair_counts
-        return _probabilities_at(tuple(counts.values()), self.anneal.value(key, step))
+        alpha = self._alpha[kind]
+        if alpha_key in self.anneal:
+            alpha = self.anneal.value(alpha_key, step)
+        top = len(counts)
+        if count_key in self.anneal:
+            top = int(self.anneal.value(count_key, step))
+        return _probabilities_at(tuple(counts.values()), alpha, top)
 
     def _rate(self, kind: str, rate: float, step: int) -> float:
         """The mask rate of a row from `kind` of corpus at `step`: annealed, or `rate`."""
@@ -252,8 +260,13 @@ class StepBatchBuilder(grain.transforms.Map):
 
 
 @functools.lru_cache(maxsize=64)
-def _probabilities_at(counts: tuple[int, ...], alpha: float) -> np.ndarray:
-    return np.array(list(language_probabilities(dict(enumerate(counts)), alpha).values()))
+def _probabilities_at(counts: tuple[int, ...], alpha: float, top: int) -> np.ndarray:
+    """α-sampling probabilities over the `top` largest counts (ties: the earlier), 0 for the
+    rest."""
+    chosen = sorted(np.argsort(-np.array(counts), kind="stable")[:top].tolist())
+    p = np.zeros(len(counts))
+    p[chosen] = list(language_probabilities({i: counts[i] for i in chosen}, alpha).values())
+    return p
 
 
 def placeholder_fields(unmasked: Batch, slots: int) -> Batch:
