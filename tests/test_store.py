@@ -283,3 +283,28 @@ def test_jsonl_and_parquet_documents_are_stored_like_text_lines(
         assert ours.num_lines(lang) == theirs.num_lines(lang) == len(texts)
         for i in range(len(texts)):
             np.testing.assert_array_equal(ours.tokens(lang, i, None), theirs.tokens(lang, i, None))
+
+
+def test_lines_in_blocks_of_a_record_come_back_in_order(folders, udhr_tokenizer_path, tmp_path):
+    """Whole files in one shard each (so several blocks of `BLOCK` lines per shard): every
+    line of every key, read in an order that jumps between blocks, is its text's encoding."""
+    prepare_lib.prepare(
+        out=str(tmp_path / "store"), mono_dir=str(folders / "mono"),
+        parallel_dir=str(folders / "parallel"), tokenizer=str(udhr_tokenizer_path),
+        shard_mb=1, max_line_bytes=1000,
+    )  # fmt: skip
+    tokenizer = Tokenizer.load(udhr_tokenizer_path)
+    mono = MonolingualSource.from_dir(folders / "mono", max_line_bytes=1000)
+    parallel = ParallelSource.from_dir(folders / "parallel", max_line_bytes=1000)
+    stored_mono, stored_parallel = store_lib.open_store(tmp_path / "store", (MONO, PARALLEL))
+    assert mono.num_lines("eng") > store_lib.BLOCK and len(stored_mono._file("eng").paths) == 1
+    for lang in mono.languages:
+        order = np.random.default_rng(0).permutation(mono.num_lines(lang))
+        for i in order.tolist():
+            expected = tokenizer.encode(mono.line(lang, i))
+            np.testing.assert_array_equal(stored_mono.tokens(lang, i, None), expected)
+    for pair in parallel.pairs:
+        for i in reversed(range(parallel.num_lines(pair))):
+            got = stored_parallel.token_pair(pair, i, None)
+            for side, text in zip(got, parallel.line(pair, i), strict=True):
+                np.testing.assert_array_equal(side, tokenizer.encode(text))

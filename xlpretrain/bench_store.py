@@ -56,8 +56,9 @@ def synthetic_store(path: str, gigabytes: float, tokenizer_path: str, seed: int 
             lengths = rng.integers(MIN_DOC, MAX_DOC, size=size // MIN_DOC + 1)
             lengths = lengths[: int(np.searchsorted(np.cumsum(lengths), size)) + 1]
             ids = (5 + rng.zipf(1.2, size=int(lengths.sum())) % (vocab - 5)).astype(np.int32)
-            for document in np.split(ids, np.cumsum(lengths)[:-1]):
-                writer.write(document.tobytes())
+            documents = [(d,) for d in np.split(ids, np.cumsum(lengths)[:-1])]
+            for start in range(0, len(documents), store_lib.BLOCK):
+                writer.write(store_lib.encode_block(documents[start : start + store_lib.BLOCK]))
             writer.close()
             lines, tokens, written = len(lengths), int(lengths.sum()), 4 * int(lengths.sum())
             shards.append({"path": name, "lines": lines, "tokens": tokens})

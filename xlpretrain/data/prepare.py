@@ -31,8 +31,6 @@ import shutil
 import sys
 from collections.abc import Sequence
 
-import numpy as np
-
 from xlpretrain.data import store as store_lib
 from xlpretrain.data.sources import DataError, pair_fields_ok, parse_pair, usable_lines
 from xlpretrain.tokenizer import Tokenizer, train_tokenizer
@@ -178,10 +176,10 @@ def run_task(task: Task, out: str, max_line_bytes: int, text_field: str = "text"
     os.makedirs(os.path.dirname(path), exist_ok=True)
     temporary = f"{path}.array_record.tmp{os.getpid()}"
     writer = ArrayRecordWriter(temporary, "group_size:1")
-    tokens = 0
-    for ids in _encoded(tokenizer, lines, parallel):
-        writer.write(ids)
-        tokens += (len(ids) // 4) - parallel  # int32 ids, less the length of a pair's first side
+    encoded = _encoded(tokenizer, lines, parallel)
+    for start in range(0, len(encoded), store_lib.BLOCK):
+        writer.write(store_lib.encode_block(encoded[start : start + store_lib.BLOCK]))
+    tokens = sum(len(side) for line in encoded for side in line)
     writer.close()
     os.replace(temporary, path + ".array_record")
     done = {
@@ -195,16 +193,14 @@ def run_task(task: Task, out: str, max_line_bytes: int, text_field: str = "text"
     os.replace(f"{path}.json.tmp{os.getpid()}", path + ".json")
 
 
-def _encoded(tokenizer: Tokenizer, lines: list[str], parallel: bool):
+def _encoded(tokenizer: Tokenizer, lines: list[str], parallel: bool) -> list[tuple]:
+    """Each line's token ids: `(ids,)`, or a pair's `(first, second)`."""
     if not parallel:
-        for ids in tokenizer.encode_batch(lines, num_threads=1):
-            yield ids.astype(np.int32).tobytes()
-        return
+        return [(ids,) for ids in tokenizer.encode_batch(lines, num_threads=1)]
     sides = [line.split("\t") for line in lines]
     firsts = tokenizer.encode_batch([s[0] for s in sides], num_threads=1)
     seconds = tokenizer.encode_batch([s[1] for s in sides], num_threads=1)
-    for first, second in zip(firsts, seconds, strict=True):
-        yield store_lib.encode_pair(first, second)
+    return list(zip(firsts, seconds, strict=True))
 
 
 def run_with_beam(

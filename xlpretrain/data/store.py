@@ -5,16 +5,21 @@ Layout of a store folder::
 
     manifest.json                 format, tokenizer fingerprint, per key its shards and counts
     tokenizer.model               the SentencePiece model the ids come from
-    mono/<lang>/<i>.array_record  one record per usable line: its token ids, int32
+    mono/<lang>/<i>.array_record  usable lines as token ids, int32, BLOCK lines to a record
     parallel/<l1>-<l2>/<i>.array_record
-                                  per pair: len(first) as int32, then both sides' ids
+                                  the same for pairs, both sides of each
 
-Shard `i` of a key holds the usable lines of byte range `i` of its input file, in order, so the
+A record holds a block of BLOCK consecutive lines (the last of a shard fewer): their count,
+their lengths (a pair's two), then their ids. ArrayRecord keeps an index entry per record in
+memory for every shard it reads, so blocks keep that index at a fraction of a byte per line;
+and rows are packed from consecutive lines, so one block read serves a whole row (the last
+block read is kept per key).
+
+Shard `i` of a key holds the usable lines of piece `i` of its input file, in order, so the
 store's line `n` of a key is the folder source's line `n`: rows built from either are the same.
-Start-up reads the manifest only; a shard's ArrayRecord index is read when it is first used,
-and memory does not grow with the number of lines. Token ids are the run's own (`Tokenizer`
-ids), so the step loop never runs SentencePiece; `line` decodes them for the tools that need
-text (retrieval).
+Start-up reads the manifest only; a shard's ArrayRecord index is read when it is first used.
+Token ids are the run's own (`Tokenizer` ids), so the step loop never runs SentencePiece;
+`line` decodes them for the tools that need text (retrieval).
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ from xlpretrain.data.streams import MONO, PARALLEL
 from xlpretrain.tokenizer import Tokenizer
 
 FORMAT = "xlpretrain-store/1"
+BLOCK = 32  # lines per record
 MANIFEST = "manifest.json"
 TOKENIZER = "tokenizer.model"
 
@@ -53,15 +59,21 @@ def fingerprint(tokenizer_path: str | os.PathLike[str]) -> str:
         return hashlib.sha256(f.read()).hexdigest()
 
 
-def encode_pair(first: np.ndarray, second: np.ndarray) -> bytes:
-    """A parallel record: len(first), first, second, as int32."""
-    return np.concatenate([[len(first)], first, second]).astype(np.int32).tobytes()
+def encode_block(lines: Sequence[Sequence[np.ndarray]]) -> bytes:
+    """One record: `len(lines)`, each line's side lengths, then all ids (a line is a tuple
+    of one array, or of a pair's two)."""
+    sides = [np.asarray(side, np.int32) for line in lines for side in line]
+    header = [len(lines), *(len(side) for side in sides)]
+    return np.concatenate([np.asarray(header, np.int32), *sides]).astype(np.int32).tobytes()
 
 
-def decode_pair(record: bytes) -> tuple[np.ndarray, np.ndarray]:
+def decode_block(record: bytes, sides: int) -> list[tuple[np.ndarray, ...]]:
+    """The lines of a record written by `encode_block` with `sides` arrays per line."""
     ids = np.frombuffer(record, dtype=np.int32)
-    split = 1 + int(ids[0])
-    return ids[1:split], ids[split:]
+    count = int(ids[0])
+    lengths = ids[1 : 1 + count * sides]
+    arrays = np.split(ids[1 + count * sides :], np.cumsum(lengths)[:-1])
+    return [tuple(arrays[i * sides : (i + 1) * sides]) for i in range(count)]
 
 
 def read_manifest(store: str | os.PathLike[str]) -> dict[str, Any]:
@@ -90,32 +102,41 @@ def read_manifest(store: str | os.PathLike[str]) -> dict[str, Any]:
 
 
 class _Shards:
-    """One key's records over its shard files, by global index; readers open on first use
-    (so that the object travels to worker processes as paths and counts)."""
+    """One key's lines over its shard files, by global index; readers open on first use (so
+    that the object travels to worker processes as paths and counts), and the last block read
+    is kept."""
 
-    def __init__(self, paths: Sequence[str], counts: Sequence[int]):
+    def __init__(self, paths: Sequence[str], counts: Sequence[int], sides: int):
         self.paths = list(paths)
-        self.counts = list(counts)
+        self.counts = list(counts)  # lines per shard
         self.ends = np.cumsum(counts, dtype=np.int64)
+        self.sides = sides
         self._readers: dict[int, Any] = {}
+        self._block: tuple[tuple[int, int], list] | None = None
 
     def __len__(self) -> int:
         return int(self.ends[-1]) if len(self.ends) else 0
 
     def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_readers": {}}
+        return {**self.__dict__, "_readers": {}, "_block": None}
 
-    def read(self, index: int) -> bytes:
+    def read(self, index: int) -> tuple[np.ndarray, ...]:
         if not 0 <= index < len(self):
-            raise IndexError(f"record {index} out of range ({len(self)} records)")
+            raise IndexError(f"line {index} out of range ({len(self)} lines)")
         shard = int(np.searchsorted(self.ends, index, side="right"))
         offset = index - (int(self.ends[shard - 1]) if shard else 0)
+        where = (shard, offset // BLOCK)
+        if self._block is None or self._block[0] != where:
+            self._block = (where, self._read_block(*where))
+        return self._block[1][offset % BLOCK]
+
+    def _read_block(self, shard: int, block: int) -> list:
         path = self.paths[shard]
         try:
             reader = self._readers.get(shard)
             if reader is None:
-                reader = self._readers[shard] = _open(path, self.counts[shard])
-            return reader.read([offset])[0]
+                reader = self._readers[shard] = _open(path, -(-self.counts[shard] // BLOCK))
+            return decode_block(reader.read([block])[0], self.sides)
         except RuntimeError as error:  # what array_record raises for a damaged file
             raise StoreError(f"{path} cannot be read as ArrayRecord: {error}") from None
 
@@ -128,13 +149,14 @@ def _open(path: str, count: int):
     reader = ArrayRecordReader(path, "readahead_buffer_size:0")
     if reader.num_records() != count:
         raise StoreError(
-            f"{path} holds {reader.num_records()} records, but the manifest says {count}: "
+            f"{path} holds {reader.num_records()} records, but the manifest's lines make {count}: "
             "the file was changed after the store was prepared; prepare it again"
         )
     return reader
 
 
 def _load(store: str, kind: str, manifest: dict, keys: Iterable[str]):
+    sides = 2 if kind == PARALLEL else 1
     shards, stats = {}, {}
     for key in keys:
         entry = manifest[kind][key]
@@ -151,7 +173,7 @@ def _load(store: str, kind: str, manifest: dict, keys: Iterable[str]):
             **skipped,
         )
         if sum(counts):
-            shards[key] = _Shards(paths, counts)
+            shards[key] = _Shards(paths, counts, sides)
     if not shards:
         raise StoreError(f"{os.path.join(store, MANIFEST)}: no {kind} data with a usable line")
     return shards, stats
@@ -175,7 +197,7 @@ class StoreMonolingual(_StoreSource, MonolingualBase):
     _UNITS = ("languages", "documents")
 
     def tokens(self, lang: str, index: int, tokenizer: Tokenizer) -> np.ndarray:
-        return np.frombuffer(self._file(lang).read(index), dtype=np.int32)
+        return self._file(lang).read(index)[0]
 
     def line(self, lang: str, index: int) -> str:
         return self._tokenizer().decode(self.tokens(lang, index, self._tokenizer()))
@@ -189,7 +211,8 @@ class StoreParallel(_StoreSource, ParallelBase):
     def token_pair(
         self, pair: Pair, index: int, tokenizer: Tokenizer
     ) -> tuple[np.ndarray, np.ndarray]:
-        return decode_pair(self._file(pair).read(index))
+        first, second = self._file(pair).read(index)
+        return first, second
 
     def line(self, pair: Pair, index: int) -> tuple[str, str]:
         first, second = self.token_pair(pair, index, self._tokenizer())
