@@ -78,20 +78,30 @@ def skewed_shares(alpha: float) -> np.ndarray:
     return sizes**alpha / (sizes**alpha).sum()
 
 
-def drawn_languages(cfg, steps: int) -> dict[str, np.ndarray]:
-    """The language of every row the run's pipeline builds in `steps` steps, per objective:
-    the one language of an MMLM row, the non-English side of a TLM row."""
+def run_builder(cfg):
+    """The run's plan, corpus and batch builder, as training builds them."""
     plan = RunPlan.from_config(cfg)
     corpus = corpus_lib.load_corpus(cfg, plan.sources())
     builder = trainer_lib.batch_builder(cfg, plan, corpus, Tokenizer.load(cfg.tokenizer.path))
+    return plan, corpus, builder
+
+
+def row_languages(builder, corpus, steps) -> dict[str, np.ndarray]:
+    """The language of every row `builder` builds at dataset indices `steps`, per objective:
+    the one language of an MMLM row, the non-English side of a TLM row."""
     drawn = {"mmlm": [], "tlm": []}
-    for step in range(steps):
+    for step in steps:
         for name, batch in builder.map(step).items():
             for ids, segments in zip(batch["lang_ids"], batch["segment_ids"], strict=True):
                 langs = {corpus.languages[i] for i in ids[segments > 0]} - {"eng"}
                 assert len(langs) == 1, langs
                 drawn[name].append(langs.pop())
     return {name: np.array(langs) for name, langs in drawn.items()}
+
+
+def drawn_languages(cfg, steps: int) -> dict[str, np.ndarray]:
+    _, corpus, builder = run_builder(cfg)
+    return row_languages(builder, corpus, range(steps))
 
 
 @pytest.mark.parametrize("mono_alpha, parallel_alpha", [(0.3, 1.0), (1.0, 0.3)])
@@ -308,49 +318,44 @@ def test_phases_choose_each_steps_streams_and_rows(corpus, tokenizer):
         _builder(corpus, tokenizer, phases=[Phase(0, {"camlm": 2})])
 
 
+def annealed(corpus, tokenizer, *points):
+    """MMLM + TLM on `corpus` for 200 steps with `data.anneal` = `points`."""
+    return run_config(
+        corpus, tokenizer, objectives={"mmlm": 1.0, "tlm": 1.0}, train__steps=200,
+        data__anneal=points,
+    )  # fmt: skip
+
+
 def test_alpha_and_mask_rates_anneal_with_the_step(skewed_corpus, udhr_tokenizer_path):
     """`data.anneal`: rows of steps 1-50 are drawn at α = 1 and masked at 30%, rows of steps
     61-110 at α = 0.3 and 5% (language shares within 5 standard errors of p_l; masked shares
     near the rate), and every step's batch has the slots of the highest rate."""
-    cfg = run_config(
+    cfg = annealed(
         skewed_corpus,
         udhr_tokenizer_path,
-        objectives={"mmlm": 1.0, "tlm": 1.0},
-        train__steps=200,
-        data__anneal=(
-            {"step": 0, "mono_alpha": 1.0, "parallel_alpha": 1.0, "mono_mask_rate": 0.3},
-            {"step": 50, "mono_alpha": 1.0, "parallel_alpha": 1.0, "mono_mask_rate": 0.3},
-            {"step": 60, "mono_alpha": 0.3, "parallel_alpha": 0.3, "mono_mask_rate": 0.05},
-        ),
+        {"step": 0, "mono_alpha": 1.0, "parallel_alpha": 1.0, "mono_mask_rate": 0.3},
+        {"step": 50, "mono_alpha": 1.0, "parallel_alpha": 1.0, "mono_mask_rate": 0.3},
+        {"step": 60, "mono_alpha": 0.3, "parallel_alpha": 0.3, "mono_mask_rate": 0.05},
     )
-    plan = RunPlan.from_config(cfg)
+    plan, corpus, builder = run_builder(cfg)
     assert plan.streams["mmlm"].mask_rate == 0.3 and plan.streams["tlm"].mask_rate == 0.15
-    corpus = corpus_lib.load_corpus(cfg, plan.sources())
-    builder = trainer_lib.batch_builder(cfg, plan, corpus, Tokenizer.load(cfg.tokenizer.path))
     specials = Tokenizer.load(cfg.tokenizer.path).special_ids()
     for steps, alpha, rate in ((range(0, 50), 1.0, 0.3), (range(60, 110), 0.3, 0.05)):
-        drawn, masked, real = {"mmlm": [], "tlm": []}, 0, 0
-        for step in steps:  # dataset index: logged step + 1 is what the schedule reads
-            batches = builder.map(step)
-            assert (
-                batches["mmlm"]["pred_positions"].shape[1] == plan.streams["mmlm"].prediction_slots
-            )
-            for name, batch in batches.items():
-                for ids, segments in zip(batch["lang_ids"], batch["segment_ids"], strict=True):
-                    drawn[name].append(
-                        ({corpus.languages[i] for i in ids[segments > 0]} - {"eng"}).pop()
-                    )
-            mmlm = batches["mmlm"]
+        drawn = row_languages(builder, corpus, steps)  # the schedule reads logged step + 1
+        masked = real = 0
+        for step in steps:
+            mmlm = builder.map(step)["mmlm"]
+            assert mmlm["pred_positions"].shape[1] == plan.streams["mmlm"].prediction_slots
             original = np.where(mmlm["is_masked"] > 0, mmlm["labels"], mmlm["input_ids"])
             masked += int(mmlm["is_masked"].sum())
             real += int(((mmlm["segment_ids"] > 0) & ~np.isin(original, specials)).sum())
         for name in drawn:
-            share = np.array([np.mean(np.array(drawn[name]) == lang) for lang in SKEWED])
+            share = np.array([np.mean(drawn[name] == lang) for lang in SKEWED])
             p = skewed_shares(alpha)
             tolerance = 5 * np.sqrt(p * (1 - p) / len(drawn[name]))
             np.testing.assert_array_less(np.abs(share - p), tolerance, err_msg=f"{name} α={alpha}")
         assert abs(masked / real - rate) < 0.02, (masked / real, rate)
-    again = trainer_lib.batch_builder(cfg, plan, corpus, Tokenizer.load(cfg.tokenizer.path))
+    _, _, again = run_builder(cfg)
     np.testing.assert_array_equal(
         again.map(55)["mmlm"]["input_ids"], builder.map(55)["mmlm"]["input_ids"]
     )
@@ -359,32 +364,16 @@ def test_alpha_and_mask_rates_anneal_with_the_step(skewed_corpus, udhr_tokenizer
 def test_languages_join_at_their_step(skewed_corpus, udhr_tokenizer_path):
     """`mono_languages` / `parallel_pairs` in `data.anneal`: rows come from the largest N only,
     N changing at its points' steps (a step function); the rest keep their α shares."""
-    cfg = run_config(
+    cfg = annealed(
         skewed_corpus,
         udhr_tokenizer_path,
-        objectives={"mmlm": 1.0, "tlm": 1.0},
-        train__steps=200,
-        data__anneal=(
-            {"step": 0, "mono_languages": 1, "parallel_pairs": 2},
-            {"step": 30, "mono_languages": 3},
-        ),
+        {"step": 0, "mono_languages": 1, "parallel_pairs": 2},
+        {"step": 30, "mono_languages": 3},
     )
-    plan = RunPlan.from_config(cfg)
-    corpus = corpus_lib.load_corpus(cfg, plan.sources())
-    builder = trainer_lib.batch_builder(cfg, plan, corpus, Tokenizer.load(cfg.tokenizer.path))
+    _, corpus, builder = run_builder(cfg)
     by_size = sorted(SKEWED, key=lambda lang: -SKEWED[lang])
-
-    def drawn(steps):
-        langs = {"mmlm": [], "tlm": []}
-        for step in steps:
-            for name, batch in builder.map(step).items():
-                for ids, segments in zip(batch["lang_ids"], batch["segment_ids"], strict=True):
-                    langs[name].append(
-                        ({corpus.languages[i] for i in ids[segments > 0]} - {"eng"}).pop()
-                    )
-        return {name: np.array(values) for name, values in langs.items()}
-
-    early, late = drawn(range(0, 29)), drawn(range(29, 109))  # logged steps 1-29, 30-109
+    early = row_languages(builder, corpus, range(0, 29))  # logged steps 1-29
+    late = row_languages(builder, corpus, range(29, 109))  # logged steps 30-109
     assert set(early["mmlm"]) == {by_size[0]}
     assert set(early["tlm"]) == set(late["tlm"]) == set(by_size[:2])
     share = np.array([np.mean(late["mmlm"] == lang) for lang in SKEWED])
