@@ -129,6 +129,17 @@ def measure(config_json: str, store: str, steps: int) -> dict:
     }
 
 
+def _measure_into(queue, config_json: str, store: str, steps: int) -> None:
+    from absl import flags
+
+    if not flags.FLAGS.is_parsed():  # grain reads its flags in every process
+        flags.FLAGS(["bench_store"])
+    try:
+        queue.put(measure(config_json, store, steps))
+    except Exception as error:  # reported by the parent, which owns the output
+        queue.put(f"{type(error).__name__}: {error}")
+
+
 def store_benchmark(cfg, sizes: list[float], workdir: str, tokenizer_path: str, steps: int):
     """One row per store size: its bytes on disk and `measure`'s figures."""
     context = multiprocessing.get_context("spawn")
@@ -142,8 +153,16 @@ def store_benchmark(cfg, sizes: list[float], workdir: str, tokenizer_path: str, 
             for root, _, names in os.walk(path)
             for name in names
         )
-        with context.Pool(1) as pool:
-            figures = pool.apply(measure, (json.dumps(cfg.to_dict()), path, steps))
+        # A process of its own, not a (daemonic) pool worker: grain's workers are its children.
+        results_queue = context.Queue()
+        process = context.Process(
+            target=_measure_into, args=(results_queue, json.dumps(cfg.to_dict()), path, steps)
+        )
+        process.start()
+        figures = results_queue.get()
+        process.join()
+        if isinstance(figures, str):
+            raise RuntimeError(f"measuring {path} failed: {figures}")
         results.append({"store_gb": gigabytes, "disk_gb": disk / 2**30, **figures})
     return results
 
