@@ -76,6 +76,13 @@ class _Lines:
     def line(self, key, index: int):
         return self.lines[index]
 
+    def tokens(self, key, index: int, tokenizer) -> np.ndarray:
+        return tokenizer.encode(self.lines[index])
+
+    def token_pair(self, key, index: int, tokenizer) -> tuple[np.ndarray, np.ndarray]:
+        first, second = self.lines[index]
+        return tokenizer.encode(first), tokenizer.encode(second)
+
 
 def _text(rng: np.random.Generator) -> str:
     ids = rng.integers(Tokenizer.UNK_ID + 1, MASK_ID, size=rng.integers(4, 9))
