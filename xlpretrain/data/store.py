@@ -126,9 +126,10 @@ class _Shards:
         shard = int(np.searchsorted(self.ends, index, side="right"))
         offset = index - (int(self.ends[shard - 1]) if shard else 0)
         where = (shard, offset // BLOCK)
-        if self._block is None or self._block[0] != where:
-            self._block = (where, self._read_block(*where))
-        return self._block[1][offset % BLOCK]
+        cached = self._block  # one read: grain's threads may replace it meanwhile
+        if cached is None or cached[0] != where:
+            cached = self._block = (where, self._read_block(*where))
+        return cached[1][offset % BLOCK]
 
     def _read_block(self, shard: int, block: int) -> list:
         path = self.paths[shard]
