@@ -95,8 +95,7 @@ def load_corpus(cfg: ml_collections.ConfigDict, readers: Mapping[str, Sequence[s
                 f"config key 'data.mono_dir': {', '.join(readers[MONO])} read monolingual data: "
                 "set it to a folder of <lang>.txt files (or data.mono_tfds.name)"
             )
-        for line in format_stats(mono.stats):
-            _log_data_line("mono", line)
+        _log_stats(MONO, mono)
     if PARALLEL in readers:
         if parallel_tfds.name:
             from xlpretrain.data.tfds_source import TfdsParallelSource  # optional extra
@@ -118,28 +117,32 @@ def load_corpus(cfg: ml_collections.ConfigDict, readers: Mapping[str, Sequence[s
                 f"config key 'data.parallel_dir': {', '.join(readers[PARALLEL])} read parallel "
                 "data: set it to a folder of <l1>-<l2>.tsv files (or data.parallel_tfds.name)"
             )
-        for line in format_stats(parallel.stats):
-            _log_data_line("parallel", line)
+        _log_stats(PARALLEL, parallel)
     return Corpus(mono, parallel, language_vocabulary(mono, parallel))
 
 
-def _log_data_line(kind: str, line: str) -> None:
-    """A file left out of the corpus is a warning; the rest of the data report is info."""
-    (log.warning if ": no usable lines" in line else log.info)("%s data: %s", kind, line)
+def _log_stats(kind: str, source) -> None:
+    """The data report of a source: a file left out of the corpus is a warning, the rest info."""
+    for line in format_stats(source.stats):
+        (log.warning if ": no usable lines" in line else log.info)("%s data: %s", kind, line)
 
 
 def _load_store(cfg: ml_collections.ConfigDict, readers: Mapping[str, Sequence[str]]) -> Corpus:
     """The kinds of data the objectives read, from the prepared store `data.store`."""
     data = cfg.data
-    for key in ("mono_dir", "parallel_dir", "mono_tfds.name", "parallel_tfds.name"):
-        section, _, name = key.rpartition(".")
-        if data[section][name] if section else data[key]:
+    others = {
+        "mono_dir": data.mono_dir,
+        "parallel_dir": data.parallel_dir,
+        "mono_tfds.name": data.mono_tfds.name,
+        "parallel_tfds.name": data.parallel_tfds.name,
+    }
+    for key, value in others.items():
+        if value:
             raise ConfigError(f"config key 'data.{key}': set it or data.store, not both")
     mono, parallel = store_lib.open_store(data.store, readers)
     for kind, source in ((MONO, mono), (PARALLEL, parallel)):
         if source is not None:
-            for line in format_stats(source.stats):
-                _log_data_line(kind, line)
+            _log_stats(kind, source)
     log.info("data: the prepared store %s", os.path.abspath(data.store))
     return Corpus(mono, parallel, language_vocabulary(mono, parallel))
 
