@@ -32,7 +32,13 @@ import sys
 from collections.abc import Sequence
 
 from xlpretrain.data import store as store_lib
-from xlpretrain.data.sources import DataError, pair_fields_ok, parse_pair, usable_lines
+from xlpretrain.data.sources import (
+    DataError,
+    pair_fields_ok,
+    parse_pair,
+    skip_counts,
+    usable_lines,
+)
 from xlpretrain.tokenizer import Tokenizer, train_tokenizer
 
 FORMATS = {store_lib.MONO: (".txt", ".jsonl", ".parquet"), store_lib.PARALLEL: (".tsv",)}
@@ -151,7 +157,7 @@ def _parquet_documents(task: Task, max_line_bytes: int, text_field: str):
             "name the documents' column with --text_field"
         )
     table = source.read_row_groups(range(task.start, task.end), columns=[text_field])
-    texts, skipped = [], dict.fromkeys(("too_long", "invalid_utf8", "empty", "bad_fields"), 0)
+    texts, skipped = [], skip_counts()
     for text in table.column(text_field).to_pylist():
         if not isinstance(text, str):
             skipped["bad_fields"] += 1

@@ -322,13 +322,18 @@ def _line_codes(
     return codes
 
 
+def skip_counts() -> dict[str, int]:
+    """Zero skipped lines of every problem kind, in the sources' order of precedence."""
+    return dict.fromkeys(_KINDS, 0)
+
+
 def usable_lines(
     raw: bytes, *, max_line_bytes: int, fields_ok: Callable[[_Chunk], np.ndarray] | None = None
 ) -> tuple[list[str], dict[str, int]]:
     """The usable lines of `raw` (whole lines of a file) as text, and how many lines of each
     problem kind were skipped: the folder sources' rules, for tools that stream a file's bytes
     (`xlpretrain.data.prepare`) instead of indexing it."""
-    lines, counts = [], dict.fromkeys(_KINDS, 0)
+    lines, counts = [], skip_counts()
     for start, end, is_one_long_line in _chunks(raw, max(_CHUNK_BYTES, max_line_bytes + 2)):
         if is_one_long_line:
             counts["too_long"] += 1
