@@ -180,7 +180,11 @@ def test_a_store_that_cannot_be_used_is_an_error_naming_the_file(store, tmp_path
     shard.unlink()
     with pytest.raises(store_lib.StoreError, match=f"{shard} is missing from the store"):
         store_lib.open_store(copy, (MONO,))
-    shard.write_bytes(b"\0" * len(data))  # found at its first read
+    shard.write_bytes(data[:-100])  # a torn copy: found at start-up
+    with pytest.raises(store_lib.StoreError, match=f"{shard} has {len(data) - 100} bytes, but"):
+        store_lib.open_store(copy, (MONO,))
+    # Damage that keeps the size: found by --verify before a run, or at the shard's first read.
+    shard.write_bytes(b"\0" * len(data))
     mono, _ = store_lib.open_store(copy, (MONO,))
     with pytest.raises(store_lib.StoreError, match=f"{shard} holds 0 records, but the manifest"):
         mono.tokens("rus", 0, None)
@@ -190,6 +194,14 @@ def test_a_store_that_cannot_be_used_is_an_error_naming_the_file(store, tmp_path
     mono, _ = store_lib.open_store(copy, (MONO,))
     with pytest.raises(store_lib.StoreError, match=f"{shard} cannot be read as ArrayRecord"):
         mono.tokens("rus", 0, None)
+    verify = [sys.executable, "-m", "xlpretrain.data.prepare", "--verify", f"--out={copy}"]
+    result = subprocess.run(verify, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 1, result.stderr
+    assert f"{shard} has the manifest's size but not its SHA-256" in result.stderr
+    assert "1 of " in result.stderr and "shards differ from the manifest" in result.stderr
+    shard.write_bytes(data)
+    result = subprocess.run(verify, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0 and "shards match the manifest" in result.stdout, result.stderr
 
     mono_only = dict(manifest)
     del mono_only[PARALLEL]
@@ -287,6 +299,51 @@ def test_jsonl_and_parquet_documents_are_stored_like_text_lines(
         assert ours.num_lines(lang) == theirs.num_lines(lang) == len(texts)
         for i in range(len(texts)):
             np.testing.assert_array_equal(ours.tokens(lang, i, None), theirs.tokens(lang, i, None))
+
+
+def test_pairs_as_json_lines_and_parquet_rows_are_stored_like_tsv_lines(
+    folders, store, udhr_tokenizer_path, tmp_path
+):
+    """A pair a JSON object or a Parquet row, its texts under the pair's codes (or the fields
+    given): the token ids of the .tsv lines, and records without two texts counted."""
+    pyarrow = pytest.importorskip("pyarrow")
+    import pyarrow.parquet as pq
+
+    parallel = ParallelSource.from_dir(folders / "parallel", max_line_bytes=1000)
+    pairs = {p: [parallel.line(p, i) for i in range(parallel.num_lines(p))] for p in
+             [("eng", "rus"), ("eng", "cmn_hans")]}  # fmt: skip
+    inputs = tmp_path / "parallel"
+    inputs.mkdir()
+    bad = ['{"eng": "one side"}', '{"eng": " ", "rus": ""}', '{"eng": "x", "rus": " "}', "[1]"]
+    records = [json.dumps({"eng": a, "rus": b}, ensure_ascii=False) for a, b in pairs["eng", "rus"]]
+    (inputs / "eng-rus.jsonl").write_text("\n".join(records[:2] + bad + records[2:]) + "\n")
+    first, second = zip(*pairs["eng", "cmn_hans"], strict=True)
+    pq.write_table(
+        pyarrow.table({"eng": first, "cmn_hans": second}),
+        inputs / "eng-cmn_hans.parquet",
+        row_group_size=8,
+    )
+    out = tmp_path / "store"
+    prepare_lib.prepare(
+        out=str(out), parallel_dir=str(inputs), tokenizer=str(udhr_tokenizer_path),
+        shard_mb=SHARD_MB / 4, max_line_bytes=1000,
+    )  # fmt: skip
+    _, ours = store_lib.open_store(out, (PARALLEL,))
+    _, theirs = store_lib.open_store(store, (PARALLEL,))
+    stats = ours.stats[("eng", "rus")]
+    assert (stats.bad_fields, stats.empty, stats.used) == (3, 1, len(pairs["eng", "rus"]))
+    assert len(ours._file(("eng", "cmn_hans")).paths) > 1
+    for pair, texts in pairs.items():
+        assert ours.num_lines(pair) == theirs.num_lines(pair) == len(texts)
+        for i in range(len(texts)):
+            for got, expected in zip(ours.token_pair(pair, i, None),
+                                     theirs.token_pair(pair, i, None), strict=True):  # fmt: skip
+                np.testing.assert_array_equal(got, expected)
+    with pytest.raises(DataError, match="no column 'src', 'tgt'.*--pair_text_fields"):
+        prepare_lib.prepare(
+            out=str(tmp_path / "other"), parallel_dir=str(inputs),
+            tokenizer=str(udhr_tokenizer_path), pair_text_fields=("src", "tgt"),
+        )  # fmt: skip
 
 
 def test_lines_in_blocks_of_a_record_come_back_in_order(folders, udhr_tokenizer_path, tmp_path):

@@ -279,3 +279,124 @@ def test_run_config_selects_tfds_sources(data_dir):
     cfg.data.mono_dir = "/some/folder"
     with pytest.raises(ConfigError, match="data.mono_tfds.name"):
         corpus_lib.load_corpus(cfg, {MONO: ["mmlm"]})
+
+
+def test_prepare_stores_tfds_records_as_the_sources_read_them(mono, parallel, data_dir, tmp_path):
+    """TFDS datasets as `prepare` inputs: records naming their own language (or pair) go to
+    that key's shards, a fixed pair's dataset to its pair; one record a piece, so keys span
+    pieces. Every line is the TFDS source's line encoded (a pair's texts may hold tabs), the
+    skipped records are counted as the sources count them, and the command line with worker
+    processes writes the same bytes."""
+    from xlpretrain.data import prepare as prepare_lib
+    from xlpretrain.data import store as store_lib
+
+    texts = {lang: [mono.line(lang, i) for i in range(2)] for lang in mono.languages}
+    for pair in parallel.pairs:
+        for i in range(parallel.num_lines(pair)):
+            for lang, text in zip(pair, parallel.line(pair, i), strict=True):
+                texts[lang].append(text)
+    tokenizer_path = tmp_path / "tok.model"
+    tokenizer = train_tokenizer(texts, tokenizer_path, 60, character_coverage=1.0)
+    options = dict(data_dir=str(data_dir))
+    inputs = dict(
+        mono_tfds=[
+            prepare_lib.tfds_input(
+                MONO, "xlpretrain_test_docs", text_fields=("text",),
+                language_fields=("language",), **options,
+            )
+        ],
+        parallel_tfds=[
+            prepare_lib.tfds_input(
+                PARALLEL, "xlpretrain_test_pairs",
+                language_fields=("source_language", "target_language"), **options,
+            ),
+            prepare_lib.tfds_input(PARALLEL, "xlpretrain_test_translation@train=de-en", **options),
+        ],
+    )  # fmt: skip
+    out = tmp_path / "store"
+    prepare_lib.prepare(
+        out=str(out), tokenizer=str(tokenizer_path), shard_mb=1e-9, max_line_bytes=MAX_BYTES,
+        **inputs,
+    )  # fmt: skip
+    stored_mono, stored_parallel = store_lib.open_store(out, (MONO, PARALLEL))
+    assert stored_mono.languages == mono.languages == ["de", "en", "fr"]
+    assert len(stored_mono._file("en").paths) == 4  # records 0, 2, 5, 7: one piece each
+    for lang in mono.languages:
+        got, expected = stored_mono.stats[lang], mono.stats[lang]
+        assert (got.total, got.used, got.empty, got.invalid_utf8, got.too_long) == (
+            expected.total, expected.used, expected.empty, expected.invalid_utf8,
+            expected.too_long,
+        ), lang  # fmt: skip
+        for i in range(mono.num_lines(lang)):
+            np.testing.assert_array_equal(
+                stored_mono.tokens(lang, i, None), tokenizer.encode(mono.line(lang, i))
+            )
+    translation = TfdsParallelSource.from_tfds(
+        "xlpretrain_test_translation", data_dir=data_dir, pair="de-en"
+    )
+    assert stored_parallel.pairs == [("de", "en"), ("en", "de"), ("en", "fr")]
+    assert stored_parallel.stats[("en", "de")].bad_fields == 1
+    assert stored_parallel.stats[("en", "de")].empty == 1
+    for source in (parallel, translation):
+        for pair in source.pairs:
+            for i in range(source.num_lines(pair)):
+                got = stored_parallel.token_pair(pair, i, None)
+                for side, text in zip(got, source.line(pair, i), strict=True):
+                    np.testing.assert_array_equal(side, tokenizer.encode(text))
+    assert "\t" in parallel.line(("en", "fr"), 1)[0]  # stored as two texts, not a TSV line
+
+    command = [
+        sys.executable, "-m", "xlpretrain.data.prepare", f"--out={tmp_path / 'cli'}",
+        f"--tokenizer={tokenizer_path}", "--shard_mb=1e-9", f"--max_line_bytes={MAX_BYTES}",
+        f"--tfds_data_dir={data_dir}", "--workers=2", "--mono_tfds=xlpretrain_test_docs",
+        "--parallel_tfds=xlpretrain_test_pairs",
+        "--pair_language_fields=source_language,target_language",
+        "--parallel_tfds=xlpretrain_test_translation=de-en",
+    ]  # fmt: skip
+    result = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "parallel en-fr: 2 lines" in result.stdout
+
+    def tree(root):
+        return {str(p.relative_to(root)): p.read_bytes() for p in root.rglob("*") if p.is_file()}
+
+    assert tree(tmp_path / "cli") == tree(out)
+
+
+DOC_FIELDS = {"text_fields": ("text",), "language_fields": ("language",)}
+
+
+@pytest.mark.parametrize(
+    "kind, spec, fields, message",
+    [
+        (PARALLEL, "xlpretrain_test_pairs", {}, "give its pair .*--pair_language_fields"),
+        (MONO, "xlpretrain_test_docs", {**DOC_FIELDS, "text_fields": ("body",)}, "feature 'body'"),
+        (MONO, "xlpretrain_test_docs@validation", DOC_FIELDS, "split 'validation'"),
+        (PARALLEL, "xlpretrain_test_translation=de_en", {}, "cannot parse a language pair"),
+        (MONO, "xlpretrain_test_docs", {**DOC_FIELDS, "language_fields": ("n",)}, "'n' is not a"),
+    ],
+)  # fmt: skip
+def test_prepare_names_what_is_wrong_with_a_tfds_input(
+    data_dir, tmp_path, kind, spec, fields, message
+):
+    from xlpretrain.data import prepare as prepare_lib
+
+    tokenizer = tmp_path / "tok.model"
+    train_tokenizer({"en": [text for _, text in DOCS[:2]]}, tokenizer, 30, character_coverage=1.0)
+    with pytest.raises(DataError, match=message):
+        given = prepare_lib.tfds_input(kind, spec, data_dir=str(data_dir), **fields)
+        prepare_lib.prepare(
+            out=str(tmp_path / "store"), tokenizer=str(tokenizer), **{f"{kind}_tfds": [given]}
+        )
+
+
+@pytest.mark.parametrize(
+    "kind, label",
+    [(MONO, "../etc"), (MONO, "en/us"), (MONO, "zh Hans"), (PARALLEL, ("en", "zh-Hant"))],
+)
+def test_a_record_language_that_cannot_name_a_store_folder_is_refused(kind, label):
+    from xlpretrain.data.prepare import _record_key
+
+    with pytest.raises(DataError, match="tfds:x/train record 3: language .* cannot name a store"):
+        _record_key(kind, label, "tfds:x/train", 3)
+    assert _record_key(PARALLEL, ("en", "zh_Hant"), "tfds:x/train", 3) == "en-zh_Hant"

@@ -29,8 +29,6 @@ MIN_DOC, MAX_DOC = 50, 400
 
 def synthetic_store(path: str, gigabytes: float, tokenizer_path: str, seed: int = 0) -> str:
     """A store of about `gigabytes` GB of int32 token ids (kept if already complete)."""
-    from array_record.python.array_record_module import ArrayRecordWriter
-
     from xlpretrain.tokenizer import Tokenizer
 
     if os.path.isfile(os.path.join(path, store_lib.MANIFEST)):
@@ -51,18 +49,15 @@ def synthetic_store(path: str, gigabytes: float, tokenizer_path: str, seed: int 
         while budget > 0:  # every shard holds at least one document, so this ends
             name = f"{MONO}/{lang}/{shard:05d}.array_record"
             os.makedirs(os.path.dirname(os.path.join(path, name)), exist_ok=True)
-            writer = ArrayRecordWriter(os.path.join(path, name), "group_size:1")
             size = min(SHARD_BYTES, budget) // 4  # ids in this shard, about
             lengths = rng.integers(MIN_DOC, MAX_DOC, size=size // MIN_DOC + 1)
             lengths = lengths[: int(np.searchsorted(np.cumsum(lengths), size)) + 1]
             ids = (5 + rng.zipf(1.2, size=int(lengths.sum())) % (vocab - 5)).astype(np.int32)
             documents = [(d,) for d in np.split(ids, np.cumsum(lengths)[:-1])]
-            for start in range(0, len(documents), store_lib.BLOCK):
-                writer.write(store_lib.encode_block(documents[start : start + store_lib.BLOCK]))
-            writer.close()
-            lines, tokens, written = len(lengths), int(lengths.sum()), 4 * int(lengths.sum())
-            shards.append({"path": name, "lines": lines, "tokens": tokens})
-            budget -= written
+            written = store_lib.write_shard(os.path.join(path, name), documents)
+            lines, tokens = len(lengths), int(lengths.sum())
+            shards.append({"path": name, "lines": lines, "tokens": tokens, **written})
+            budget -= 4 * tokens
             shard += 1
         manifest[MONO][lang] = {
             "shards": shards,
@@ -72,8 +67,7 @@ def synthetic_store(path: str, gigabytes: float, tokenizer_path: str, seed: int 
         }
     with open(os.path.join(path, store_lib.TOKENIZER), "wb") as f, open(tokenizer_path, "rb") as t:
         f.write(t.read())
-    with open(os.path.join(path, store_lib.MANIFEST), "w") as f:
-        json.dump(manifest, f, indent=1, sort_keys=True)
+    store_lib.write_manifest(path, manifest)
     return path
 
 

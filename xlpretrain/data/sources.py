@@ -327,6 +327,20 @@ def skip_counts() -> dict[str, int]:
     return dict.fromkeys(_KINDS, 0)
 
 
+def classify(texts: Sequence[bytes], max_line_bytes: int) -> str | None:
+    """The problem kind of a record's texts (a document's one, a pair's two; None when usable),
+    with the line rules' precedence: for records that are not lines (TFDS, JSON, Parquet)."""
+    if sum(map(len, texts)) > max_line_bytes:
+        return "too_long"
+    try:
+        blank = [not text.decode("utf-8").strip() for text in texts]
+    except UnicodeDecodeError:
+        return "invalid_utf8"
+    if all(blank):
+        return "empty"
+    return "bad_fields" if any(blank) else None
+
+
 def usable_lines(
     raw: bytes, *, max_line_bytes: int, fields_ok: Callable[[_Chunk], np.ndarray] | None = None
 ) -> tuple[list[str], dict[str, int]]:

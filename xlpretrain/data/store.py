@@ -3,11 +3,14 @@ random access.
 
 Layout of a store folder::
 
-    manifest.json                 format, tokenizer fingerprint, per key its shards and counts
+    manifest.json                 format, tokenizer fingerprint, per key its shards (path,
+                                  lines, tokens, bytes, SHA-256) and skipped lines by kind
     tokenizer.model               the SentencePiece model the ids come from
     mono/<lang>/<i>.array_record  usable lines as token ids, int32, BLOCK lines to a record
     parallel/<l1>-<l2>/<i>.array_record
                                   the same for pairs, both sides of each
+    <kind>/<key>/<dataset>.<i>.array_record
+                                  the same from piece i of a TFDS dataset (see `prepare`)
 
 A record holds a block of BLOCK consecutive lines (the last of a shard fewer): their count,
 their lengths (a pair's two), then their ids. ArrayRecord keeps an index entry per record in
@@ -17,9 +20,10 @@ block read is kept per key).
 
 Shard `i` of a key holds the usable lines of piece `i` of its input file, in order, so the
 store's line `n` of a key is the folder source's line `n`: rows built from either are the same.
-Start-up reads the manifest only; a shard's ArrayRecord index is read when it is first used.
-Token ids are the run's own (`Tokenizer` ids), so the step loop never runs SentencePiece;
-`line` decodes them for the tools that need text (retrieval).
+Start-up reads the manifest and checks each shard's size (one `stat` a shard); a shard's
+ArrayRecord index is read when it is first used, and `verify_store` reads every byte. Token
+ids are the run's own (`Tokenizer` ids), so the step loop never runs SentencePiece; `line`
+decodes them for the tools that need text (retrieval).
 """
 
 from __future__ import annotations
@@ -43,7 +47,7 @@ from xlpretrain.data.sources import (
 from xlpretrain.data.streams import MONO, PARALLEL
 from xlpretrain.tokenizer import Tokenizer
 
-FORMAT = "xlpretrain-store/1"
+FORMAT = "xlpretrain-store/2"  # /2: shards carry their size and SHA-256
 BLOCK = 32  # lines per record
 MANIFEST = "manifest.json"
 TOKENIZER = "tokenizer.model"
@@ -74,6 +78,71 @@ def decode_block(record: bytes, sides: int) -> list[tuple[np.ndarray, ...]]:
     lengths = ids[1 : 1 + count * sides]
     arrays = np.split(ids[1 + count * sides :], np.cumsum(lengths)[:-1])
     return [tuple(arrays[i * sides : (i + 1) * sides]) for i in range(count)]
+
+
+def write_shard(path: str, lines: Sequence[Sequence[np.ndarray]]) -> dict[str, Any]:
+    """Writes lines (each a tuple of id arrays) as the shard `path`, in blocks of BLOCK, under a
+    temporary name renamed at the end; returns its size and SHA-256 for the manifest."""
+    from array_record.python.array_record_module import ArrayRecordWriter
+
+    temporary = f"{path}.tmp{os.getpid()}"
+    writer = ArrayRecordWriter(temporary, "group_size:1")
+    for start in range(0, len(lines), BLOCK):
+        writer.write(encode_block(lines[start : start + BLOCK]))
+    writer.close()
+    written = {"bytes": os.path.getsize(temporary), "sha256": file_digest(temporary)}
+    os.replace(temporary, path)
+    return written
+
+
+def file_digest(path: str) -> str:
+    """The SHA-256 of a file, read in 16 MB pieces (hashlib releases the GIL, so threads can
+    check shards side by side)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while piece := f.read(16 << 20):
+            digest.update(piece)
+    return digest.hexdigest()
+
+
+def verify_store(store: str | os.PathLike[str], workers: int = 8) -> tuple[int, list[str]]:
+    """Reads every shard the manifest names and compares its size and SHA-256 with the
+    manifest's: (shards checked, one line per shard that is missing or differs). Start-up
+    checks sizes only; this finds damage that keeps the size, before a run reads it."""
+    import concurrent.futures
+
+    store = os.path.abspath(store)
+    manifest = read_manifest(store)
+    shards = [
+        shard
+        for kind in (MONO, PARALLEL)
+        for entry in manifest.get(kind, {}).values()
+        for shard in entry["shards"]
+    ]
+
+    def problem(shard: dict) -> str | None:
+        path = os.path.join(store, shard["path"])
+        if not os.path.isfile(path):
+            return f"{path} is missing"
+        size = os.path.getsize(path)
+        if size != shard["bytes"]:
+            return f"{path} has {size} bytes, the manifest {shard['bytes']}"
+        if file_digest(path) != shard["sha256"]:
+            return f"{path} has the manifest's size but not its SHA-256: its bytes changed"
+        return None
+
+    with concurrent.futures.ThreadPoolExecutor(max(1, workers)) as pool:
+        problems = [p for p in pool.map(problem, shards) if p]
+    return len(shards), problems
+
+
+def write_manifest(store: str, manifest: dict[str, Any]) -> None:
+    """Writes the manifest last and atomically: a store with one is complete."""
+    temporary = os.path.join(store, MANIFEST + ".tmp")
+    with open(temporary, "w") as f:
+        json.dump(manifest, f, indent=1, sort_keys=True)
+        f.write("\n")
+    os.replace(temporary, os.path.join(store, MANIFEST))
 
 
 def read_manifest(store: str | os.PathLike[str]) -> dict[str, Any]:
@@ -142,6 +211,20 @@ class _Shards:
             raise StoreError(f"{path} cannot be read as ArrayRecord: {error}") from None
 
 
+def _check_size(path: str, size: int) -> None:
+    """A shard that is missing, or whose size is not the manifest's (a torn copy, a file
+    rewritten), stops the run at start-up: one `stat` a shard."""
+    try:
+        found = os.path.getsize(path)
+    except FileNotFoundError:
+        raise StoreError(f"{path} is missing from the store: prepare it again") from None
+    if found != size:
+        raise StoreError(
+            f"{path} has {found} bytes, but the manifest says {size}: the file was changed or "
+            "cut short after the store was prepared; prepare it again"
+        )
+
+
 def _open(path: str, count: int):
     from array_record.python.array_record_module import ArrayRecordReader
 
@@ -162,9 +245,8 @@ def _load(store: str, kind: str, manifest: dict, keys: Iterable[str]):
     for key in keys:
         entry = manifest[kind][key]
         paths = [os.path.join(store, shard["path"]) for shard in entry["shards"]]
-        for path in paths:
-            if not os.path.isfile(path):
-                raise StoreError(f"{path} is missing from the store: prepare it again")
+        for path, shard in zip(paths, entry["shards"], strict=True):
+            _check_size(path, shard["bytes"])
         counts = [shard["lines"] for shard in entry["shards"]]
         skipped = entry["skipped"]
         stats[key] = FileStats(
@@ -225,7 +307,8 @@ def open_store(
     store: str | os.PathLike[str], kinds: Iterable[str]
 ) -> tuple[StoreMonolingual | None, StoreParallel | None]:
     """The store's sources of the kinds asked for (`mono`, `parallel`): the manifest is read
-    and every shard it names checked to exist; nothing else is read."""
+    and every shard it names checked to exist with the manifest's size; nothing else is read
+    (`verify_store` reads every byte)."""
     store = os.path.abspath(store)
     manifest = read_manifest(store)
     if not os.path.isfile(os.path.join(store, TOKENIZER)):

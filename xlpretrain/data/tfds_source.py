@@ -14,7 +14,8 @@ access. Costs, measured on 2 CPU cores: the load-time pass reads and decodes eve
 about 16k short records a second (a minute per million; TFDS's record decoding dominates); the
 index takes 8 bytes per record; one `line()` takes about 0.75 ms (ArrayRecord's single-record
 read), where a text file's mmap takes microseconds. Right for small and medium datasets; for a
-huge one index a slice (`split="train[:10%]"`) or convert it to text files.
+huge one prepare a store from it (`python -m xlpretrain.data.prepare --mono_tfds NAME`), which
+reads it once, or index a slice (`split="train[:10%]"`).
 Pickling a source copies only the dataset name, split, data folder and the index arrays;
 every process re-opens the dataset itself.
 
@@ -33,7 +34,7 @@ Language labels are metadata, not text: a missing, blank or non-string one is a 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
 import numpy as np
@@ -46,6 +47,7 @@ from xlpretrain.data.sources import (
     ParallelBase,
     _as_pair,
     _no_string,
+    classify,
 )
 
 try:
@@ -55,12 +57,18 @@ except ImportError as error:  # pragma: no cover - depends on the installation
         "TFDS sources need tensorflow-datasets and array-record: pip install 'xlpretrain[tfds]'"
     ) from error
 
-__all__ = ["TfdsMonolingualSource", "TfdsParallelSource"]
+__all__ = [
+    "TfdsMonolingualSource",
+    "TfdsParallelSource",
+    "TfdsSplit",
+    "mono_fields",
+    "parallel_fields",
+]
 
 K = TypeVar("K")
 Record = Mapping[str, Any]
 
-# Records are read this many at a time at load (`__getitems__` reads each file's share at once).
+# Records are read this many at a time.
 _READ_BATCH = 4096
 _MAX_EXAMPLES = 5
 _DESCRIPTIONS = {
@@ -93,7 +101,7 @@ def _open(name: str, split: str, data_dir: str | None) -> Sequence[Record]:
         raise DataError(f"{where}, split {split!r}: {error}") from error
 
 
-class _TfdsSplit:
+class TfdsSplit:
     """One split of a TFDS dataset, re-opened lazily in each process that reads it."""
 
     def __init__(self, name: str, split: str, data_dir: str | None):
@@ -120,6 +128,13 @@ class _TfdsSplit:
             self._records = records
         return self._records
 
+    def read(self, start: int, end: int) -> Iterator[tuple[int, Record]]:
+        """Records `start` to `end` with their indices, read `_READ_BATCH` at a time
+        (`__getitems__` reads each file's share at once)."""
+        for begin in range(start, end, _READ_BATCH):
+            batch = self.records.__getitems__(range(begin, min(begin + _READ_BATCH, end)))
+            yield from enumerate(batch, begin)
+
     def check_keys(self, keys: Sequence[str]) -> None:
         """Fails early, naming the keys, when the dataset's features lack one."""
         features = list(self.records.dataset_info.features.keys())
@@ -144,7 +159,7 @@ class _TfdsSplit:
 class _TfdsRecords:
     """The usable records of one language (or pair): their ids, and the text keys to read."""
 
-    def __init__(self, split: _TfdsSplit, path: str, ids: np.ndarray, text_keys: tuple[str, ...]):
+    def __init__(self, split: TfdsSplit, path: str, ids: np.ndarray, text_keys: tuple[str, ...]):
         self.split = split  # shared by all keys of a source: pickled and re-opened once
         self.path = path
         self.ids = ids
@@ -160,21 +175,8 @@ class _TfdsRecords:
         return tuple(record[key].decode("utf-8") for key in self.text_keys)
 
 
-def _classify(texts: Sequence[bytes], max_line_bytes: int) -> str | None:
-    """The problem kind of a record's texts (None when usable), in the file sources' order."""
-    if sum(map(len, texts)) > max_line_bytes:
-        return "too_long"
-    try:
-        blank = [not text.decode("utf-8").strip() for text in texts]
-    except UnicodeDecodeError:
-        return "invalid_utf8"
-    if all(blank):
-        return "empty"
-    return "bad_fields" if any(blank) else None
-
-
 def _index(
-    split: _TfdsSplit,
+    split: TfdsSplit,
     *,
     text_keys: tuple[str, ...],
     key_of: Callable[[Record, int], K],
@@ -197,31 +199,29 @@ def _index(
     seen: set[K] = set()  # all keys, selected or not, to name them when one is missing
     ids: dict[K, list[int]] = {}
     stats: dict[K, FileStats] = {}
-    for start in range(0, split.size, _READ_BATCH):
-        batch = split.records.__getitems__(range(start, min(start + _READ_BATCH, split.size)))
-        for index, record in enumerate(batch, start):
-            key = key_of(record, index)
-            seen.add(key)
-            if selected is not None and key not in selected:
-                continue
-            texts = [split.string(record, text_key, index) for text_key in text_keys]
-            kind = _classify(texts, max_line_bytes)
-            if strict and kind:
-                description = _DESCRIPTIONS[kind].format(max_line_bytes=max_line_bytes)
-                raise DataError(f"{split.where} record {index}: {description} (strict mode)")
-            stat = stats.get(key)
-            if stat is None:
-                stat = stats[key] = FileStats(f"{split.where} ({label(key)})", 0, 0)
-                ids[key] = []
-            stat.total += 1
-            if kind:
-                setattr(stat, kind, getattr(stat, kind) + 1)
-                examples = stat.examples.setdefault(kind, [])
-                if len(examples) < _MAX_EXAMPLES:
-                    examples.append(index)
-            else:
-                stat.used += 1
-                ids[key].append(index)
+    for index, record in split.read(0, split.size):
+        key = key_of(record, index)
+        seen.add(key)
+        if selected is not None and key not in selected:
+            continue
+        texts = [split.string(record, text_key, index) for text_key in text_keys]
+        kind = classify(texts, max_line_bytes)
+        if strict and kind:
+            description = _DESCRIPTIONS[kind].format(max_line_bytes=max_line_bytes)
+            raise DataError(f"{split.where} record {index}: {description} (strict mode)")
+        stat = stats.get(key)
+        if stat is None:
+            stat = stats[key] = FileStats(f"{split.where} ({label(key)})", 0, 0)
+            ids[key] = []
+        stat.total += 1
+        if kind:
+            setattr(stat, kind, getattr(stat, kind) + 1)
+            examples = stat.examples.setdefault(kind, [])
+            if len(examples) < _MAX_EXAMPLES:
+                examples.append(index)
+        else:
+            stat.used += 1
+            ids[key].append(index)
     missing = [label(key) for key in wanted or () if key not in seen]
     if missing:
         found = ", ".join(map(label, sorted(seen)))
@@ -236,7 +236,7 @@ def _index(
     return records, {key: stats[key] for key in sorted(stats)}
 
 
-def _language_reader(split: _TfdsSplit, key: str) -> Callable[[Record, int], str]:
+def _language_reader(split: TfdsSplit, key: str) -> Callable[[Record, int], str]:
     """Reads a record's language label from a string feature (a clear error if it is bad)."""
 
     def language(record: Record, index: int) -> str:
@@ -249,6 +249,50 @@ def _language_reader(split: _TfdsSplit, key: str) -> Callable[[Record, int], str
         return label
 
     return language
+
+
+def mono_fields(
+    split: TfdsSplit, text_key: str, language_key: str | None, language: str | None
+) -> tuple[tuple[str], Callable[[Record, int], str]]:
+    """The text feature of a document split, and how a record's language is found: the
+    `language_key` feature, or `language` for every record."""
+    if language is None:
+        split.check_keys([text_key, language_key])
+        return (text_key,), _language_reader(split, language_key)
+    split.check_keys([text_key])
+
+    def key_of(record: Record, index: int) -> str:
+        return language
+
+    return (text_key,), key_of
+
+
+def parallel_fields(
+    split: TfdsSplit,
+    pair: Pair | str | None,
+    language_keys: tuple[str, str] | None,
+    source_key: str | None,
+    target_key: str | None,
+) -> tuple[tuple[str, str], Callable[[Record, int], Pair]]:
+    """The two text features of a pair split, and how a record's pair is found: `pair` for
+    every record, or the two `language_keys` features (text keys default as `TfdsParallelSource`
+    says)."""
+    fixed = None if pair is None else _as_pair(pair)
+    default_keys = fixed or ("source", "target")
+    text_keys = (source_key or default_keys[0], target_key or default_keys[1])
+    if fixed is None:
+        split.check_keys([*text_keys, *language_keys])
+        first, second = (_language_reader(split, key) for key in language_keys)
+
+        def key_of(record: Record, index: int) -> Pair:
+            return first(record, index), second(record, index)
+    else:
+        split.check_keys(text_keys)
+
+        def key_of(record: Record, index: int) -> Pair:
+            return fixed
+
+    return text_keys, key_of
 
 
 def _data_dir(data_dir: str | os.PathLike[str] | None) -> str | None:
@@ -283,19 +327,11 @@ class TfdsMonolingualSource(MonolingualBase):
         _no_string(languages, "languages")
         if language is None and language_key is None:
             raise ValueError("give language_key (a string feature) or language (for all records)")
-        tfds_split = _TfdsSplit(name, split, _data_dir(data_dir))
-        if language is None:
-            tfds_split.check_keys([text_key, language_key])
-            key_of = _language_reader(tfds_split, language_key)
-        else:
-            tfds_split.check_keys([text_key])
-
-            def key_of(record: Record, index: int) -> str:
-                return language
-
+        tfds_split = TfdsSplit(name, split, _data_dir(data_dir))
+        text_keys, key_of = mono_fields(tfds_split, text_key, language_key, language)
         files, stats = _index(
             tfds_split,
-            text_keys=(text_key,),
+            text_keys=text_keys,
             key_of=key_of,
             label=str,
             wanted=None if languages is None else sorted(set(languages)),
@@ -343,22 +379,8 @@ class TfdsParallelSource(ParallelBase):
         _no_string(pairs, "pairs")
         if (pair is None) == (language_keys is None):
             raise ValueError("give exactly one of pair and language_keys")
-        fixed = None if pair is None else _as_pair(pair)
-        default_keys = fixed or ("source", "target")
-        text_keys = (source_key or default_keys[0], target_key or default_keys[1])
-        tfds_split = _TfdsSplit(name, split, _data_dir(data_dir))
-        if fixed is None:
-            tfds_split.check_keys([*text_keys, *language_keys])
-            first, second = (_language_reader(tfds_split, key) for key in language_keys)
-
-            def key_of(record: Record, index: int) -> Pair:
-                return first(record, index), second(record, index)
-        else:
-            tfds_split.check_keys(text_keys)
-
-            def key_of(record: Record, index: int) -> Pair:
-                return fixed
-
+        tfds_split = TfdsSplit(name, split, _data_dir(data_dir))
+        text_keys, key_of = parallel_fields(tfds_split, pair, language_keys, source_key, target_key)
         files, stats = _index(
             tfds_split,
             text_keys=text_keys,
