@@ -129,6 +129,9 @@ def test_the_unigram_baseline_is_the_training_texts_distribution_on_held_out_lab
 
     counts = training_unigram(TrainingRows(), steps=2, vocab_size=10)
     np.testing.assert_array_equal(counts, [0, 0, 0, 0, 0, 12, 8, 0, 0, 0])
+    # Batches stop once a budget of tokens is counted: a large run's first batch is enough.
+    first = training_unigram(TrainingRows(), steps=2, vocab_size=10, tokens=10)
+    np.testing.assert_array_equal(first, [0, 0, 0, 0, 0, 6, 4, 0, 0, 0])
     held_out = [{"pred_labels": np.array([[5, 6, 9, 0]]), "pred_weights": np.array([[1, 1, 1, 0]])}]
     figures = unigram_baseline(held_out, counts)
     p = np.array([13, 9, 1]) / 30  # add-one: (count + 1) / (20 + 10)

@@ -42,7 +42,9 @@ from xlpretrain.tokenizer import Tokenizer
 
 log = logging.getLogger("xlpretrain")
 EVAL_SEED_OFFSET = 7919  # held-out rows never repeat the training stream's draws
-UNIGRAM_STEPS = 16  # training batches whose text the unigram baseline counts
+# The unigram baseline counts the text of the first training batches: up to this many, until
+# this many tokens (a large run's first batch is enough, and start-up stays short).
+UNIGRAM_STEPS, UNIGRAM_TOKENS = 16, 1 << 20
 
 
 def without_dropout(model):
@@ -78,11 +80,16 @@ def held_out_corpus(folders: tuple[str, str], data_cfg, kinds, languages) -> Cor
     return corpus
 
 
-def training_unigram(builder: StepBatchBuilder, steps: int, vocab_size: int) -> np.ndarray:
-    """Token counts of the text in the first `steps` training batches, every objective's rows
-    (a masked token counted as its label, special tokens not at all), over every process."""
+def training_unigram(
+    builder: StepBatchBuilder, steps: int, vocab_size: int, tokens: int = UNIGRAM_TOKENS
+) -> np.ndarray:
+    """Token counts of the text in the first training batches, every objective's rows (a
+    masked token counted as its label, special tokens not at all), over every process: `steps`
+    batches, or fewer once a process has counted `tokens`."""
     counts = np.zeros(vocab_size)
     for step in range(steps):
+        if counts.sum() >= tokens:
+            break
         for batch in builder.map(step).values():
             text = np.where(batch["is_masked"] > 0, batch["labels"], batch["input_ids"])
             counts += np.bincount(text[batch["segment_ids"] > 0], minlength=vocab_size)
