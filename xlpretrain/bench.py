@@ -48,7 +48,7 @@ from xlpretrain.data.batch import (
     TOKEN_FIELDS,
     Batch,
 )
-from xlpretrain.data.pipeline import make_dataset
+from xlpretrain.data.pipeline import iterators, make_dataset
 from xlpretrain.data.streams import SEGMENT_PAIRS, StreamSpec, max_predictions
 from xlpretrain.objectives.flops import FLOP_FORMULA, StepShape
 from xlpretrain.plan import RunPlan
@@ -148,15 +148,16 @@ def pipeline_benchmark(cfg, steps: int, workdir: str) -> dict:
         num_workers=cfg.data.num_workers,
         prefetch=cfg.data.prefetch,
     )
-    iterator = iter(dataset)
-    next(iterator)  # start-up: workers, file opening, first packing
-    slots = real = 0
-    start = time.perf_counter()
-    for _ in range(steps):
-        for rows in next(iterator).values():
-            slots += rows["segment_ids"].size
-            real += int(np.count_nonzero(rows["segment_ids"]))
-    seconds = time.perf_counter() - start
+    with iterators(dataset) as new_iterator:
+        iterator = new_iterator()
+        next(iterator)  # start-up: workers, file opening, first packing
+        slots = real = 0
+        start = time.perf_counter()
+        for _ in range(steps):
+            for rows in next(iterator).values():
+                slots += rows["segment_ids"].size
+                real += int(np.count_nonzero(rows["segment_ids"]))
+        seconds = time.perf_counter() - start
     return {
         "pipeline_tokens_per_s": slots * jax.process_count() / seconds,
         "pipeline_fill": real / max(slots, 1),

@@ -88,7 +88,7 @@ def measure(config_json: str, store: str, steps: int) -> dict:
     from xlpretrain import trainer as trainer_lib
     from xlpretrain.config import validate
     from xlpretrain.data import corpus as corpus_lib
-    from xlpretrain.data.pipeline import make_dataset
+    from xlpretrain.data.pipeline import iterators, make_dataset
     from xlpretrain.plan import RunPlan
     from xlpretrain.tokenizer import Tokenizer
 
@@ -105,14 +105,15 @@ def measure(config_json: str, store: str, steps: int) -> dict:
     dataset = make_dataset(
         builder, steps + 1, num_workers=cfg.data.num_workers, prefetch=cfg.data.prefetch
     )
-    iterator = iter(dataset)
-    next(iterator)
-    startup = time.perf_counter() - start
-    after_startup = resident_mb()
-    slots, begin = 0, time.perf_counter()
-    for _ in range(steps):
-        slots += sum(rows["segment_ids"].size for rows in next(iterator).values())
-    seconds = time.perf_counter() - begin
+    with iterators(dataset) as new_iterator:
+        iterator = new_iterator()
+        next(iterator)
+        startup = time.perf_counter() - start
+        after_startup = resident_mb()
+        slots, begin = 0, time.perf_counter()
+        for _ in range(steps):
+            slots += sum(rows["segment_ids"].size for rows in next(iterator).values())
+        seconds = time.perf_counter() - begin
     return {
         "startup_s": startup,
         "rss_before_mb": before,

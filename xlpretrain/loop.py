@@ -23,6 +23,7 @@ import ml_collections
 import numpy as np
 
 from xlpretrain.checkpoint import Checkpointer, abstract_with_shardings
+from xlpretrain.data.pipeline import iterators
 from xlpretrain.divergence import BadStepGuard, DivergenceError
 from xlpretrain.metrics import (
     MetricsWriter,
@@ -97,9 +98,15 @@ def settings(train: ml_collections.ConfigDict) -> dict[str, Any]:
 def run(loop: Loop) -> TrainState:
     """Trains from the newest readable checkpoint (or step 0) to `loop.end_step`; stops early,
     with a checkpoint, on a preemption notice (SIGTERM) or Ctrl-C (then raises `Interrupted`),
-    and ends with a summary of the run."""
+    and ends with a summary of the run. However it ends, the data iterator is closed on the way
+    out: grain's worker processes and threads stopped, their batches' shared memory freed."""
+    with iterators(loop.dataset) as new_iterator:
+        return _run(loop, new_iterator)
+
+
+def _run(loop: Loop, new_iterator: Callable[[], grain.DatasetIterator]) -> TrainState:
     training, checkpointer, end_step = loop.training, loop.checkpointer, loop.end_step
-    iterator = iter(loop.dataset)
+    iterator = new_iterator()
     state, start_step = training.state, 0
     if checkpointer.latest_step() is not None:
         abstract = abstract_with_shardings(state, training.state_shardings)
@@ -107,7 +114,7 @@ def run(loop: Loop) -> TrainState:
             abstract, iterator, allow_fresh_start=loop.allow_fresh_start
         )
         if restored is None:  # every checkpoint failed; the iterator may be half-restored
-            iterator = iter(loop.dataset)
+            iterator = new_iterator()  # (and is closed)
         else:
             state, start_step = restored
             log.info("resumed from %s/%d", checkpointer.directory, start_step)
@@ -142,6 +149,7 @@ def run(loop: Loop) -> TrainState:
                 step_fn = training.step_fns[stage]
                 state, metrics = step_fn(state, global_batch(local, training.batch_sharding))
                 progress.step_done(step, jax.process_count() * real_tokens(local), metrics)
+                del local  # its shared memory goes now, not with a traceback that holds this frame
                 guard.observe(step, metrics)
                 if profile and step == profile[1] - 1:
                     jax.block_until_ready(state)

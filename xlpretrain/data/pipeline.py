@@ -10,12 +10,16 @@ the stream an uninterrupted run would.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
+import gc
+import signal
 import zlib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 
 import grain
+import grain.python
 import numpy as np
 
 from xlpretrain.data.anneal import Anneal
@@ -314,6 +318,56 @@ def make_dataset(
     )
     if num_workers:
         iterable = iterable.mp_prefetch(
-            grain.MultiprocessingOptions(num_workers=num_workers, per_worker_buffer_size=prefetch)
+            grain.MultiprocessingOptions(num_workers=num_workers, per_worker_buffer_size=prefetch),
+            worker_init_fn=_ignore_ctrl_c,
         )
     return iterable
+
+
+def _ignore_ctrl_c(worker_index: int, worker_count: int) -> None:
+    """A worker process ignores Ctrl-C, which a terminal sends to every process of the job: the
+    main process decides what it means (`xlpretrain.preemption`) and stops the workers with
+    `close_iterator`, which frees the batches in flight; a worker killed by it mid-batch would
+    leave that batch's shared memory behind."""
+    del worker_index, worker_count
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def close_iterator(iterator: grain.DatasetIterator) -> None:
+    """Stops `iterator`'s grain worker processes and prefetch threads and frees the batches they
+    hold in shared memory, now rather than at interpreter exit, where each batch still alive is
+    a "leaked shared_memory objects" warning of the resource tracker.
+
+    `close()` alone is not enough with worker processes: when a worker's share of the steps
+    runs out, grain (0.2.18) keeps the StopIteration, and with its traceback the frame of the
+    prefetch thread that holds that worker's last batch, in a reference cycle that only the
+    cycle collector frees (one way into google/grain#1031). Collecting here, while the
+    interpreter is whole, lets each batch unlink its shared memory.
+
+    Those unlinks run on a one-thread pool of grain's (`SharedMemoryArray.enable_async_del(1)`),
+    which multiprocessing terminates at exit with whatever is still queued, so this waits for
+    them: a task given to that first-in, first-out thread now runs after them all."""
+    iterator.close()
+    gc.collect()
+    unlinks = getattr(grain.python.SharedMemoryArray, "_del_thread_pool", None)  # not public
+    if unlinks is not None:
+        unlinks.apply(int)
+
+
+@contextlib.contextmanager
+def iterators(dataset: grain.IterDataset) -> Iterator[Callable[[], grain.DatasetIterator]]:
+    """Yields `new()`, a fresh iterator over `dataset` that replaces (and closes) the one it
+    gave before; the last one is closed when the block ends, however it ends."""
+    current: list[grain.DatasetIterator] = []
+
+    def new() -> grain.DatasetIterator:
+        while current:
+            close_iterator(current.pop())
+        current.append(iter(dataset))
+        return current[-1]
+
+    try:
+        yield new
+    finally:
+        while current:
+            close_iterator(current.pop())
