@@ -42,7 +42,7 @@ setup(
             "wandb>=0.17",  # train.wandb_project, tested offline
             # Not apache-beam (the `beam` extra): it pins protobuf < 7, under which
             # transformers cannot convert our SentencePiece model (tests/test_convert.py);
-            # tests/test_store.py runs prepare --beam where it is installed.
+            # .ci/run gives tests/test_store.py an environment with Beam (XLPRETRAIN_BEAM_PYTHON).
         ],
         "docs": ["mkdocs-material>=9.5"],
         "wandb": ["wandb>=0.17"],  # train.wandb_project

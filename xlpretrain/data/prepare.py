@@ -210,9 +210,7 @@ def plan(
 
 def _row_group_tasks(kind: str, key: str, path: str, shard_bytes: int) -> list[Task]:
     """Runs of a Parquet file's row groups of about `shard_bytes` (uncompressed) each."""
-    import pyarrow.parquet as pq
-
-    metadata = pq.ParquetFile(path).metadata
+    metadata = _parquet().ParquetFile(path).metadata
     tasks, start, size = [], 0, 0
     for group in range(metadata.num_row_groups):
         size += metadata.row_group(group).total_byte_size
@@ -220,6 +218,14 @@ def _row_group_tasks(kind: str, key: str, path: str, shard_bytes: int) -> list[T
             tasks.append(Task(kind, key, path, len(tasks), start, group + 1))
             start, size = group + 1, 0
     return tasks
+
+
+def _parquet():
+    try:
+        import pyarrow.parquet
+    except ImportError:
+        raise DataError("Parquet inputs need pyarrow: pip install pyarrow") from None
+    return pyarrow.parquet
 
 
 def _record_tasks(spec: TfdsInput, shard_bytes: int) -> list[Task]:
@@ -286,9 +292,7 @@ def documents(task: Task, reading: Reading) -> Documents:
 
 
 def _parquet_documents(task: Task, reading: Reading):
-    import pyarrow.parquet as pq
-
-    source = pq.ParquetFile(task.source)
+    source = _parquet().ParquetFile(task.source)
     fields = reading.fields(task)
     missing = [field for field in fields if field not in source.schema_arrow.names]
     if missing:

@@ -75,8 +75,11 @@ def decode_block(record: bytes, sides: int) -> list[tuple[np.ndarray, ...]]:
     """The lines of a record written by `encode_block` with `sides` arrays per line."""
     ids = np.frombuffer(record, dtype=np.int32)
     count = int(ids[0])
-    lengths = ids[1 : 1 + count * sides]
-    arrays = np.split(ids[1 + count * sides :], np.cumsum(lengths)[:-1])
+    first = 1 + count * sides
+    ends = (first + np.cumsum(ids[1:first])).tolist()
+    starts = [first, *ends][: len(ends)]
+    # Plain slices: half the time of np.split, which a block read pays per line.
+    arrays = [ids[start:end] for start, end in zip(starts, ends, strict=True)]
     return [tuple(arrays[i * sides : (i + 1) * sides]) for i in range(count)]
 
 
