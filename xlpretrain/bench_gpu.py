@@ -3,7 +3,7 @@
 Until a GPU runs it, the fused kernel is checked only in interpret mode and compiled for sm_90a
 (docs/performance.md), its tiles are the smallest that never spill rather than the fastest, and
 the "Measured → H100" table is empty. A session lent a GPU has minutes, so one command does all
-of it, each step in a child process under its own time budget (together under 8 minutes on
+of it, each step in a child process under its own time budget (together under 9 minutes on
 one H100): a hung compile or an out-of-memory is that step's recorded result and the next step
 still runs, and each step's peak memory is its own.
 
@@ -15,6 +15,8 @@ still runs, and each step's peak memory is its own.
 3. ``step_*``, ``peer_*``: `configs/xlmr.py:base` (batch 32 × 512, bf16) with
    ``attention=pallas`` (the winning tiles), ``cudnn`` and ``xla``; Hugging Face's step per mode.
 4. ``attention_*``: the attention micro-benchmark at L = 512 and 2048.
+5. ``pipeline_workers``: the input pipeline on the host's CPUs, from a synthetic prepared
+   store, with 0, 4 and 8 grain workers: whether one host feeds 8 GPUs (5.6 M tokens/s).
 
 DIR gets ``suite.json`` (everything), ``performance.md`` (rows for docs/performance.md) and
 ``suite.log`` (the steps' output). ``python -m xlpretrain.bench_gpu UNIT PARAMS RESULTS`` runs
@@ -50,8 +52,8 @@ from xlpretrain.model.kernels.block_mask import pad_meta
 from xlpretrain.model.kernels.gpu_compile import FlashCase
 from xlpretrain.model.relative_position import RelativeBias
 
-# Seconds per step, the child's start-up included; 455 in all leaves the parent's own start-up
-# and reports inside 8 minutes on one H100.
+# Seconds per step, the child's start-up included; 515 in all leaves the parent's own start-up
+# and reports inside 9 minutes on one H100 (a device call may run 10).
 BUDGETS = {
     "kernel_check": 70,
     "tile_sweep": 85,
@@ -62,7 +64,13 @@ BUDGETS = {
     "peer_compile": 55,
     "attention_512": 25,
     "attention_2048": 30,
+    "pipeline_workers": 60,
 }
+# The input pipeline on this host's CPUs: a synthetic store of PIPELINE_GB GB, MMLM rows of
+# 512 tokens, 32 a step, PIPELINE_STEPS steps per `data.num_workers` in PIPELINE_WORKERS. The
+# goal is 8 GPUs fed at 700 k tokens/s each: 5.6 M row tokens/s per host.
+PIPELINE_GB, PIPELINE_STEPS, PIPELINE_WORKERS = 0.1, 200, (0, 4, 8)
+PIPELINE_GOAL = 5.6e6
 ATTENTION_IMPLS = ("pallas", "cudnn", "xla")
 ATTENTION_LENGTHS = (512, 2048)
 ATTENTION_MASKS = ("unmasked", "mmlm", "tlm", "camlm")
@@ -415,12 +423,45 @@ def attention_timings(length: int) -> Iterator[dict]:
     )
 
 
+def pipeline_config(tokenizer: str) -> ml_collections.ConfigDict:
+    """`configs/demo.py` at the shape of docs/performance.md's store benchmark: MMLM only,
+    32 rows of 512 tokens, no evaluation."""
+    spec = importlib.util.spec_from_file_location("demo", CONFIG_FILE.with_name("demo.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    cfg = module.get_config()
+    cfg.tokenizer.path = tokenizer
+    cfg.data.batch_size, cfg.data.max_length = 32, 512
+    cfg.objectives.tlm, cfg.eval.every_steps = 0.0, 0
+    return cfg
+
+
+def pipeline_workers(gigabytes: float, workers: Sequence[int], steps: int) -> Iterator[dict]:
+    """Row tokens/s of the input pipeline on a synthetic prepared store, per number of grain
+    worker processes: whether this host's CPUs feed its GPUs (a 2-core CI machine cannot say)."""
+    from absl import flags
+
+    from xlpretrain import bench_store
+
+    if not flags.FLAGS.is_parsed():  # grain's worker options are absl flags
+        flags.FLAGS.mark_as_parsed()
+    with tempfile.TemporaryDirectory() as scratch:
+        tokenizer = bench_store.synthetic_tokenizer(os.path.join(scratch, "tokenizer.model"))
+        store = bench_store.synthetic_store(os.path.join(scratch, "store"), gigabytes, tokenizer)
+        cfg = pipeline_config(tokenizer)
+        for count in workers:
+            cfg.data.num_workers = count
+            figures = bench_store.measure(json.dumps(cfg.to_dict()), store, steps)
+            yield {"num_workers": count, "cpus": os.cpu_count(), "store_gb": gigabytes, **figures}
+
+
 UNITS: dict[str, Callable[..., Iterator[dict]]] = {
     "kernel_check": kernel_check,
     "tile_sweep": tile_sweep,
     "step": step_throughput,
     "peer": peer,
     "attention": attention_timings,
+    "pipeline_workers": pipeline_workers,
 }
 
 
@@ -565,6 +606,13 @@ def run_suite(
         run(f"peer_{mode}", "peer", mode=mode, steps=steps, warmup=warmup)
     for length in ATTENTION_LENGTHS:
         run(f"attention_{length}", "attention", length=length)
+    run(
+        "pipeline_workers",
+        "pipeline_workers",
+        gigabytes=PIPELINE_GB,
+        workers=list(PIPELINE_WORKERS),
+        steps=PIPELINE_STEPS,
+    )
     suite["peer_ratio"] = peer_ratios(results)
     (out_dir / "suite.json").write_text(json.dumps(suite, indent=1))
     (out_dir / "performance.md").write_text(performance_markdown(suite))
@@ -777,9 +825,34 @@ def performance_markdown(suite: Mapping) -> str:
         "## Attention: forward + backward, batch 8, 12 heads × 64, bf16",
         "",
         *_attention_lines(suite),
+        "",
+        "## Input pipeline on this host's CPUs",
+        "",
+        *_pipeline_lines(suite),
         *(["", "## Steps that did not finish", "", *failed] if failed else []),
     ]
     return "\n".join(lines) + "\n"
+
+
+def _pipeline_lines(suite: Mapping) -> list[str]:
+    step = suite["steps"].get("pipeline_workers")
+    records = step["records"] if step else []
+    if not records:
+        return [_failed(step) if step else "not run"]
+    lines = [
+        f"`pipeline_workers`: a {records[0]['store_gb']:g} GB synthetic prepared store, MMLM "
+        f"rows of 512 tokens, 32 a step, {PIPELINE_STEPS} steps, on {records[0]['cpus']} CPUs; "
+        f"the goal is {PIPELINE_GOAL / 1e6:.1f} M row tokens/s a host (8 GPUs at 700 k each).",
+        "",
+        "| `data.num_workers` | start-up | row tokens/s | goal |",
+        "| --- | --- | --- | --- |",
+    ]
+    for r in records:
+        goal = "met" if r["tokens_per_s"] >= PIPELINE_GOAL else "not met"
+        lines.append(
+            f"| {r['num_workers']} | {r['startup_s']:.2f} s | {r['tokens_per_s']:,.0f} | {goal} |"
+        )
+    return lines
 
 
 def summary(suite: Mapping, out_dir: pathlib.Path) -> str:
@@ -805,6 +878,10 @@ def summary(suite: Mapping, out_dir: pathlib.Path) -> str:
             continue
         ratios = _ratios(suite, mode)
         lines.append(f"peer ({mode}): {run['tokens_per_s']:,.0f} tokens/s, ours / peer: {ratios}")
+    pipeline = steps.get("pipeline_workers", {}).get("records", [])
+    if pipeline:
+        rates = ", ".join(f"{r['num_workers']}: {r['tokens_per_s'] / 1e6:.2f} M" for r in pipeline)
+        lines.append(f"input pipeline, row tokens/s by data.num_workers: {rates} (goal 5.6 M)")
     unfinished = [f"{name} ({s['status']})" for name, s in steps.items() if s["status"] != "ok"]
     if unfinished:
         lines.append(f"did not finish: {', '.join(unfinished)} (performance.md says why)")

@@ -71,6 +71,19 @@ def synthetic_store(path: str, gigabytes: float, tokenizer_path: str, seed: int 
     return path
 
 
+def synthetic_tokenizer(path: str, vocab_size: int = 2002, seed: int = 0) -> str:
+    """A SentencePiece model of `vocab_size` ids, trained on random syllables: a synthetic
+    store's ids need only a tokenizer of the right size (its fingerprint, its special ids)."""
+    from xlpretrain.tokenizer import train_tokenizer
+
+    rng = np.random.default_rng(seed)
+    syllables = [c + v for c in "bcdfghjklmnprstvwz" for v in "aeiou"]
+    words = ["".join(rng.choice(syllables, rng.integers(1, 4))) for _ in range(5_000)]
+    lines = [" ".join(rng.choice(words, 12)) for _ in range(3_000)]
+    train_tokenizer({"xx": lines}, path, vocab_size, seed=seed)
+    return path
+
+
 def resident_mb() -> float:
     """This process's resident memory now (Linux), in MiB."""
     with open("/proc/self/status") as f:
