@@ -149,6 +149,8 @@ def test_a_rerun_keeps_finished_shards_and_redoes_half_written_ones(
     (copy / "mono" / "eng" / "00001.json").unlink()
     (copy / "mono" / "eng" / "00001.array_record").write_bytes(b"half")
     (copy / "mono" / "eng" / "00002.array_record.tmp123").write_bytes(b"torn")
+    torn = copy / "mono" / "deu_1996" / "00000.array_record"  # its JSON kept: redone by size
+    torn.write_bytes(torn.read_bytes()[:-10])
     kept = copy / "mono" / "rus" / "00000.array_record"
     before = kept.stat().st_mtime_ns
     prepare(folders, copy, udhr_tokenizer_path)

@@ -303,7 +303,12 @@ def test_prepare_stores_tfds_records_as_the_sources_read_them(mono, parallel, da
             prepare_lib.tfds_input(
                 MONO, "xlpretrain_test_docs", text_fields=("text",),
                 language_fields=("language",), **options,
-            )
+            ),
+            # A slice, all of whose records are one language (its own language feature unread).
+            prepare_lib.tfds_input(
+                MONO, "xlpretrain_test_docs@train[:4]=xx", text_fields=("text",),
+                language_fields=("language",), **options,
+            ),
         ],
         parallel_tfds=[
             prepare_lib.tfds_input(
@@ -319,7 +324,13 @@ def test_prepare_stores_tfds_records_as_the_sources_read_them(mono, parallel, da
         **inputs,
     )  # fmt: skip
     stored_mono, stored_parallel = store_lib.open_store(out, (MONO, PARALLEL))
-    assert stored_mono.languages == mono.languages == ["de", "en", "fr"]
+    assert stored_mono.languages == [*mono.languages, "xx"] == ["de", "en", "fr", "xx"]
+    stats = stored_mono.stats["xx"]  # records 0-3: two usable, one empty, one too long
+    assert (stats.used, stats.empty, stats.too_long) == (2, 1, 1)
+    for i in range(2):
+        np.testing.assert_array_equal(
+            stored_mono.tokens("xx", i, None), tokenizer.encode(DOCS[i][1])
+        )
     assert len(stored_mono._file("en").paths) == 4  # records 0, 2, 5, 7: one piece each
     for lang in mono.languages:
         got, expected = stored_mono.stats[lang], mono.stats[lang]
@@ -349,6 +360,7 @@ def test_prepare_stores_tfds_records_as_the_sources_read_them(mono, parallel, da
         sys.executable, "-m", "xlpretrain.data.prepare", f"--out={tmp_path / 'cli'}",
         f"--tokenizer={tokenizer_path}", "--shard_mb=1e-9", f"--max_line_bytes={MAX_BYTES}",
         f"--tfds_data_dir={data_dir}", "--workers=2", "--mono_tfds=xlpretrain_test_docs",
+        "--mono_tfds=xlpretrain_test_docs@train[:4]=xx",
         "--parallel_tfds=xlpretrain_test_pairs",
         "--pair_language_fields=source_language,target_language",
         "--parallel_tfds=xlpretrain_test_translation=de-en",

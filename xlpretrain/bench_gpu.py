@@ -881,7 +881,8 @@ def summary(suite: Mapping, out_dir: pathlib.Path) -> str:
     pipeline = steps.get("pipeline_workers", {}).get("records", [])
     if pipeline:
         rates = ", ".join(f"{r['num_workers']}: {r['tokens_per_s'] / 1e6:.2f} M" for r in pipeline)
-        lines.append(f"input pipeline, row tokens/s by data.num_workers: {rates} (goal 5.6 M)")
+        goal = f"goal {PIPELINE_GOAL / 1e6:.1f} M"
+        lines.append(f"input pipeline, row tokens/s by data.num_workers: {rates} ({goal})")
     unfinished = [f"{name} ({s['status']})" for name, s in steps.items() if s["status"] != "ok"]
     if unfinished:
         lines.append(f"did not finish: {', '.join(unfinished)} (performance.md says why)")

@@ -13,8 +13,8 @@ one: `=LANG`).
 Each input is cut into pieces of about `--shard_mb` (byte ranges at line starts; runs of row
 groups for Parquet; ranges of records for TFDS). One piece is one task, a pure function of its
 bytes and the tokenizer: it keeps the usable documents (the folder sources' rules for lines,
-`sources.classify` for records; a JSON line that does not parse, or a record without its text
-fields as strings, counts as `bad_fields`),
+`sources.classify` for records; a JSON line that does not parse, or a JSON or Parquet record
+without its text fields as strings, counts as `bad_fields`),
 counts the skipped ones by kind, tokenizes the rest and writes one ArrayRecord shard per key
 (language, or pair) it holds, then a small JSON that marks the piece finished. So the work can
 be split any way — `--workers N` processes here, `--shard I/N` for job I of an array of N
@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import concurrent.futures
 import dataclasses
+import functools
 import json
 import multiprocessing
 import os
@@ -49,6 +50,8 @@ from xlpretrain.data.sources import (
 )
 from xlpretrain.tokenizer import Tokenizer, train_tokenizer
 
+SAMPLE_PIECES = 32  # pieces of a self-labelled TFDS split read for the tokenizer's sample
+RECORD_FILES = (".jsonl", ".parquet")  # inputs whose documents are read from named fields
 SHARD_FIELDS = ("lines", "tokens", "bytes", "sha256")  # what the manifest keeps of a shard
 FORMATS = {
     store_lib.MONO: (".txt", ".jsonl", ".parquet"),
@@ -90,33 +93,52 @@ class TfdsInput:
         return re.sub(r"[^\w.-]+", "_", self.name) + "." + re.sub(r"[^\w.-]+", "_", self.split)
 
     def open(self):
-        """The split, its text fields and how a record's key (language, pair) is read."""
-        try:
-            from xlpretrain.data import tfds_source
-        except ImportError as error:
-            raise DataError(f"{self.where}: {error}") from None
-        split = tfds_source.TfdsSplit(self.name, self.split, self.data_dir or None)
-        if self.kind == store_lib.MONO:
+        """The split, its text fields and how a record's key (language, pair) is read (opened
+        once per process: every piece of a dataset uses the same)."""
+        return _open_tfds(self)
+
+
+@functools.lru_cache(maxsize=16)
+def _open_tfds(spec: TfdsInput):
+    try:
+        from xlpretrain.data import tfds_source
+    except ImportError as error:
+        raise DataError(f"{spec.where}: {error}") from None
+    split = tfds_source.TfdsSplit(spec.name, spec.split, spec.data_dir or None)
+    if spec.kind == store_lib.PARALLEL and not (spec.language or spec.language_fields):
+        raise DataError(
+            f"{spec.where}: give its pair (--parallel_tfds {spec.name}=L1-L2) or the features "
+            "that name each record's pair (--pair_language_fields A,B)"
+        )
+    hint = ""
+    if not spec.language:
+        flag = (
+            "--mono_tfds NAME=LANG" if spec.kind == store_lib.MONO else "--parallel_tfds NAME=L1-L2"
+        )
+        hint = f" (a dataset of one language, or pair, says which: {flag})"
+    try:
+        if spec.kind == store_lib.MONO:
             text_keys, key_of = tfds_source.mono_fields(
-                split, self.text_fields[0], self.language_fields[0], self.language or None
+                split,
+                (spec.text_fields or ("text",))[0],
+                (spec.language_fields or ("language",))[0],
+                spec.language or None,
             )
         else:
-            if not (self.language or self.language_fields):
-                raise DataError(
-                    f"{self.where}: give its pair (--parallel_tfds {self.name}=L1-L2) or the "
-                    "features that name each record's pair (--pair_language_fields A,B)"
-                )
             text_keys, key_of = tfds_source.parallel_fields(
                 split,
-                self.language or None,
-                None if self.language else self.language_fields,
-                *(self.text_fields or (None, None)),
+                spec.language or None,
+                None if spec.language else spec.language_fields,
+                *(spec.text_fields or (None, None)),
             )
-        return split, text_keys, key_of
+    except DataError as error:
+        raise DataError(f"{error}{hint}") from None
+    return split, text_keys, key_of
 
 
 def tfds_input(kind: str, spec: str, **fields) -> TfdsInput:
-    """`NAME[@SPLIT][=LANGUAGE]` (`@` and `=` occur in no TFDS name or split) as a `TfdsInput`."""
+    """`NAME[@SPLIT][=LANGUAGE]` as a `TfdsInput` (`@` and `=` occur in no TFDS name or split;
+    TFDS's `name/kwarg=value` form is not taken here)."""
     rest, _, language = spec.partition("=")
     name, _, split = rest.partition("@")
     if not name:
@@ -180,6 +202,7 @@ def plan(
 ) -> list[Task]:
     """Every piece of every input: ranges of about `shard_bytes`, cut after a newline in text
     files, between row groups in Parquet files, between records in TFDS splits."""
+    shard_bytes = max(shard_bytes, 1)
     tasks = []
     for kind in sorted(files):
         for key, path in files[kind].items():
@@ -202,7 +225,10 @@ def plan(
     slugs: dict[str, TfdsInput] = {}
     for spec in tfds_inputs:
         if spec.slug in slugs:
-            raise DataError(f"{spec.where} and {slugs[spec.slug].where} are both given; keep one")
+            raise DataError(
+                f"{spec.where} and {slugs[spec.slug].where} would write shards of the same name "
+                f"({spec.slug}.*): give each dataset once"
+            )
         slugs[spec.slug] = spec
         tasks += _record_tasks(spec, shard_bytes)
     return tasks
@@ -367,6 +393,9 @@ def run_task(task: Task, out: str, reading: Reading) -> None:
     """Tokenizes one piece into its shards in `out` (a pure function of its bytes and the
     store's tokenizer), then writes its JSON: nothing is left under a final name unless it
     finished."""
+    done_path = os.path.join(out, task.name + ".json")
+    if os.path.exists(done_path):  # from other settings: it must not vouch for the new shards
+        os.remove(done_path)
     tokenizer = Tokenizer.load(os.path.join(out, store_lib.TOKENIZER))
     shards = {}
     for key, (texts, skipped) in sorted(documents(task, reading).items()):
@@ -382,11 +411,10 @@ def run_task(task: Task, out: str, reading: Reading) -> None:
             **store_lib.write_shard(path, encoded),
         }
     done = {"made_from": made_from(task, reading), "shards": shards}
-    path = os.path.join(out, task.name + ".json")
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(f"{path}.tmp{os.getpid()}", "w") as f:
+    os.makedirs(os.path.dirname(done_path), exist_ok=True)
+    with open(f"{done_path}.tmp{os.getpid()}", "w") as f:
         json.dump(done, f, sort_keys=True)
-    os.replace(f"{path}.tmp{os.getpid()}", path)
+    os.replace(f"{done_path}.tmp{os.getpid()}", done_path)
 
 
 def run_with_beam(
@@ -425,7 +453,7 @@ def made_from(task: Task, reading: Reading) -> dict:
     return {
         "input": os.path.basename(task.source),
         "input_bytes": os.path.getsize(task.source),
-        "fields": list(reading.fields(task)),
+        "fields": list(reading.fields(task)) if task.source.endswith(RECORD_FILES) else [],
         **settings,
     }
 
@@ -477,18 +505,28 @@ def tokenizer_sample(
     per_language: int,
     reading: Reading,
 ) -> dict[str, list]:
-    """The first `per_language` usable documents of each language (both sides of pairs), from
-    each input's first piece: a balanced sample for training the tokenizer."""
+    """Up to `per_language` usable documents of each language (both sides of pairs): the first
+    ones of each input's first piece, or, for TFDS records that name their own language (a
+    split may be grouped by language), of up to SAMPLE_PIECES pieces spread over the split. A
+    balanced sample for training the tokenizer."""
     texts: dict[str, list[str]] = {}
-    first_pieces = {
-        task.source: task
-        for task in reversed(plan(files, tfds_inputs, per_language * 2000))  # ample
-    }
-    for task in sorted(first_pieces.values(), key=lambda task: task.name):
+    pieces: dict[str, list[Task]] = {}
+    for task in plan(files, tfds_inputs, per_language * 2000):  # ample for `per_language`
+        pieces.setdefault(task.source, []).append(task)
+    sampled = []
+    for found in pieces.values():
+        spread = found[0].tfds is not None and not found[0].key
+        step = -(-len(found) // SAMPLE_PIECES) if spread else len(found)
+        sampled += found[::step]
+    taken: dict[tuple[str, str], int] = {}  # (input, language) → documents sampled
+    for task in sorted(sampled, key=lambda task: task.name):
         for key, (found, _) in sorted(documents(task, reading).items()):
             langs = key.split("-") if task.kind == store_lib.PARALLEL else [key]
             for column, lang in enumerate(langs):
-                texts.setdefault(lang, []).extend(doc[column] for doc in found[:per_language])
+                room = per_language - taken.get((task.source, lang), 0)
+                chosen = [doc[column] for doc in found[: max(room, 0)]]
+                taken[task.source, lang] = taken.get((task.source, lang), 0) + len(chosen)
+                texts.setdefault(lang, []).extend(chosen)
     return texts
 
 
@@ -608,7 +646,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument(
         "--mono_dir", default="", help="folder of <lang>.txt, <lang>.jsonl or <lang>.parquet"
     )
-    parser.add_argument("--parallel_dir", default="", help="folder of <l1>-<l2>.tsv pairs")
+    parser.add_argument(
+        "--parallel_dir", default="", help="folder of <l1>-<l2>.tsv, .jsonl or .parquet pairs"
+    )
     parser.add_argument(
         "--mono_tfds",
         action="append",
@@ -648,7 +688,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--out", required=True, help="the store folder (created or resumed)")
     parser.add_argument("--workers", type=int, default=1, help="processes tokenizing pieces")
     parser.add_argument("--shard", type=_shard_argument, default=(0, 1), help="job I of N")
-    parser.add_argument("--shard_mb", type=float, default=64.0, help="input MB per shard")
+    parser.add_argument("--shard_mb", type=float, default=64.0, help="input MB per piece")
     parser.add_argument(
         "--max_line_bytes", type=int, default=1_000_000, help="longer lines are skipped"
     )
@@ -680,7 +720,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
     try:
         if args.verify:
-            return _verify(args.out, max(args.workers, 8))
+            return _verify(args.out, args.workers if args.workers > 1 else 8)
         tfds_options = dict(data_dir=args.tfds_data_dir)
         manifest = prepare(
             out=args.out,

@@ -18,8 +18,11 @@ memory for every shard it reads, so blocks keep that index at a fraction of a by
 and rows are packed from consecutive lines, so one block read serves a whole row (the last
 block read is kept per key).
 
-Shard `i` of a key holds the usable lines of piece `i` of its input file, in order, so the
-store's line `n` of a key is the folder source's line `n`: rows built from either are the same.
+A key's shards are its pieces' in input order, each the usable lines of its piece in order;
+with one input file per key (a folder), the store's line `n` of a key is the folder source's
+line `n`, and rows built from either are the same. Beside the shards, a small JSON per piece
+(`<kind>/<key>/<i>.json`, or `tfds/<dataset>/<i>.json` for a TFDS piece, which may write
+several keys) records what it was made from; `prepare` resumes from them.
 Start-up reads the manifest and checks each shard's size (one `stat` a shard); a shard's
 ArrayRecord index is read when it is first used, and `verify_store` reads every byte. Token
 ids are the run's own (`Tokenizer` ids), so the step loop never runs SentencePiece; `line`
