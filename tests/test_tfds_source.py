@@ -92,11 +92,25 @@ class XlpretrainTestTranslation(_Builder):
         return [{"de": de, "en": en} for de, en in TRANSLATIONS]
 
 
+class XlpretrainTestGrouped(_Builder):
+    """Three languages, 400 documents each, stored one language after another."""
+
+    FEATURES = {"text": tfds.features.Text(), "language": tfds.features.Text()}
+
+    def rows(self):
+        return [
+            {"text": f"{lang} document number {i} of the grouped split.", "language": lang}
+            for lang in ("aa", "bb", "cc")
+            for i in range(400)
+        ]
+
+
 @pytest.fixture(scope="module")
 def data_dir(tmp_path_factory):
     path = tmp_path_factory.mktemp("tfds")
     tfds.display_progress_bar(False)
-    for builder in (XlpretrainTestDocs, XlpretrainTestPairs, XlpretrainTestTranslation):
+    builders = (XlpretrainTestDocs, XlpretrainTestPairs, XlpretrainTestTranslation)
+    for builder in (*builders, XlpretrainTestGrouped):
         builder(data_dir=path).download_and_prepare(file_format="array_record")
     return path
 
@@ -412,3 +426,17 @@ def test_a_record_language_that_cannot_name_a_store_folder_is_refused(kind, labe
     with pytest.raises(DataError, match="tfds:x/train record 3: language .* cannot name a store"):
         _record_key(kind, label, "tfds:x/train", 3)
     assert _record_key(PARALLEL, ("en", "zh_Hant"), "tfds:x/train", 3) == "en-zh_Hant"
+
+
+def test_the_tokenizer_sample_of_a_split_grouped_by_language_has_every_language(data_dir):
+    """Records naming their own language may come grouped: the sample reads pieces spread over
+    the split (the first piece alone would be all 'aa')."""
+    from xlpretrain.data import prepare as prepare_lib
+
+    spec = prepare_lib.tfds_input(
+        MONO, "xlpretrain_test_grouped", text_fields=("text",), language_fields=("language",),
+        data_dir=str(data_dir),
+    )  # fmt: skip
+    assert len(prepare_lib.plan({}, [spec], 2000)) > prepare_lib.SAMPLE_PIECES
+    sample = prepare_lib.tokenizer_sample({}, [spec], 1, prepare_lib.Reading())
+    assert sorted(sample) == ["aa", "bb", "cc"] and all(len(v) == 1 for v in sample.values())
