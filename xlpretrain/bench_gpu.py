@@ -439,19 +439,15 @@ def pipeline_config(tokenizer: str) -> ml_collections.ConfigDict:
 def pipeline_workers(gigabytes: float, workers: Sequence[int], steps: int) -> Iterator[dict]:
     """Row tokens/s of the input pipeline on a synthetic prepared store, per number of grain
     worker processes: whether this host's CPUs feed its GPUs (a 2-core CI machine cannot say)."""
-    from absl import flags
-
     from xlpretrain import bench_store
 
-    if not flags.FLAGS.is_parsed():  # grain's worker options are absl flags
-        flags.FLAGS.mark_as_parsed()
     with tempfile.TemporaryDirectory() as scratch:
         tokenizer = bench_store.synthetic_tokenizer(os.path.join(scratch, "tokenizer.model"))
         store = bench_store.synthetic_store(os.path.join(scratch, "store"), gigabytes, tokenizer)
         cfg = pipeline_config(tokenizer)
         for count in workers:
             cfg.data.num_workers = count
-            figures = bench_store.measure(json.dumps(cfg.to_dict()), store, steps)
+            figures = bench_store.measure_in_new_process(json.dumps(cfg.to_dict()), store, steps)
             yield {"num_workers": count, "cpus": os.cpu_count(), "store_gb": gigabytes, **figures}
 
 

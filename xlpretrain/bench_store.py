@@ -150,7 +150,6 @@ def _measure_into(queue, config_json: str, store: str, steps: int) -> None:
 
 def store_benchmark(cfg, sizes: list[float], workdir: str, tokenizer_path: str, steps: int):
     """One row per store size: its bytes on disk and `measure`'s figures."""
-    context = multiprocessing.get_context("spawn")
     results = []
     for gigabytes in sizes:
         path = synthetic_store(
@@ -161,18 +160,23 @@ def store_benchmark(cfg, sizes: list[float], workdir: str, tokenizer_path: str, 
             for root, _, names in os.walk(path)
             for name in names
         )
-        # A process of its own, not a (daemonic) pool worker: grain's workers are its children.
-        results_queue = context.Queue()
-        process = context.Process(
-            target=_measure_into, args=(results_queue, json.dumps(cfg.to_dict()), path, steps)
-        )
-        process.start()
-        figures = results_queue.get()
-        process.join()
-        if isinstance(figures, str):
-            raise RuntimeError(f"measuring {path} failed: {figures}")
+        figures = measure_in_new_process(json.dumps(cfg.to_dict()), path, steps)
         results.append({"store_gb": gigabytes, "disk_gb": disk / 2**30, **figures})
     return results
+
+
+def measure_in_new_process(config_json: str, store: str, steps: int) -> dict:
+    """`measure` in a process of its own (so start-up and memory are its own), not a daemonic
+    pool worker: grain's workers are its children."""
+    context = multiprocessing.get_context("spawn")
+    results_queue = context.Queue()
+    process = context.Process(target=_measure_into, args=(results_queue, config_json, store, steps))
+    process.start()
+    figures = results_queue.get()
+    process.join()
+    if isinstance(figures, str):
+        raise RuntimeError(f"measuring {store} failed: {figures}")
+    return figures
 
 
 def format_rows(results: list[dict]) -> list[str]:
