@@ -62,8 +62,7 @@ class StoreError(DataError):
 
 def fingerprint(tokenizer_path: str | os.PathLike[str]) -> str:
     """The SHA-256 of a SentencePiece model file: what a store's ids were made with."""
-    with open(tokenizer_path, "rb") as f:
-        return hashlib.sha256(f.read()).hexdigest()
+    return file_digest(tokenizer_path)
 
 
 def encode_block(lines: Sequence[Sequence[np.ndarray]]) -> bytes:
@@ -101,7 +100,7 @@ def write_shard(path: str, lines: Sequence[Sequence[np.ndarray]]) -> dict[str, A
     return written
 
 
-def file_digest(path: str) -> str:
+def file_digest(path: str | os.PathLike[str]) -> str:
     """The SHA-256 of a file, read in 16 MB pieces (hashlib releases the GIL, so threads can
     check shards side by side)."""
     digest = hashlib.sha256()
@@ -128,11 +127,10 @@ def verify_store(store: str | os.PathLike[str], workers: int = 8) -> tuple[int, 
 
     def problem(shard: dict) -> str | None:
         path = os.path.join(store, shard["path"])
-        if not os.path.isfile(path):
-            return f"{path} is missing"
-        size = os.path.getsize(path)
-        if size != shard["bytes"]:
-            return f"{path} has {size} bytes, the manifest {shard['bytes']}"
+        try:
+            _check_size(path, shard["bytes"])
+        except StoreError as error:
+            return str(error)
         if file_digest(path) != shard["sha256"]:
             return f"{path} has the manifest's size but not its SHA-256: its bytes changed"
         return None
