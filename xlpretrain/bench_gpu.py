@@ -28,7 +28,6 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import importlib.metadata
-import importlib.util
 import json
 import logging
 import os
@@ -45,7 +44,7 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from xlpretrain import bench, bench_attention, bench_peer, gpu_targets, masks
+from xlpretrain import bench, bench_attention, bench_peer, cli, gpu_targets, masks
 from xlpretrain.model import kernels, relative_position
 from xlpretrain.model.kernels import flash, gpu_compile
 from xlpretrain.model.kernels.block_mask import pad_meta
@@ -382,10 +381,7 @@ def tile_sweep(gpu: str, repeats: int = 20) -> Iterator[dict]:
 def xlmr_base(attention: str, flash_tiles: str = "") -> ml_collections.ConfigDict:
     """``configs/xlmr.py:base`` at the measured shape (32 × 512, bf16) with ``attention``
     (cuDNN's has no dropout, so its run has no attention dropout)."""
-    spec = importlib.util.spec_from_file_location("xlmr", CONFIG_FILE)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    cfg = module.get_config("base")
+    cfg = cli.load_config(f"{CONFIG_FILE}:base")
     cfg.model.dtype = "bfloat16"
     cfg.data.batch_size, cfg.data.max_length = 32, 512
     cfg.model.attention, cfg.model.flash_tiles = attention, flash_tiles
@@ -426,10 +422,7 @@ def attention_timings(length: int) -> Iterator[dict]:
 def pipeline_config(tokenizer: str) -> ml_collections.ConfigDict:
     """`configs/demo.py` at the shape of docs/performance.md's store benchmark: MMLM only,
     32 rows of 512 tokens, no evaluation."""
-    spec = importlib.util.spec_from_file_location("demo", CONFIG_FILE.with_name("demo.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    cfg = module.get_config()
+    cfg = cli.load_config(str(CONFIG_FILE.with_name("demo.py")))
     cfg.tokenizer.path = tokenizer
     cfg.data.batch_size, cfg.data.max_length = 32, 512
     cfg.objectives.tlm, cfg.eval.every_steps = 0.0, 0
