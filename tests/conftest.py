@@ -16,13 +16,20 @@ os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 UDHR = REPO.parent / "shared" / "data" / "udhr"
+# Set by .ci/run: CI has ../shared, so its absence there is a failure, never ~20 silent skips.
+REQUIRE_SHARED = "XLPRETRAIN_REQUIRE_SHARED"
 
 
 @pytest.fixture(scope="session")
 def udhr() -> pathlib.Path:
-    """The UDHR corpus (528 languages) that CI places beside the clone as ../shared."""
-    if not (UDHR / "mono").is_dir():
-        pytest.skip(f"UDHR corpus not found at {UDHR}")
+    """The UDHR corpus (528 languages) that CI places beside the clone as ../shared: a user's
+    clone without it skips the tests that read it, CI (`XLPRETRAIN_REQUIRE_SHARED=1`) fails."""
+    missing = [p for p in (UDHR / "mono", UDHR / "parallel") if not p.is_dir()]
+    if missing:
+        message = f"UDHR corpus not found: no folder {missing[0]}"
+        if os.environ.get(REQUIRE_SHARED) == "1":
+            pytest.fail(f"{message} ({REQUIRE_SHARED}=1: CI must have ../shared)")
+        pytest.skip(message)
     return UDHR
 
 

@@ -21,13 +21,6 @@ from xlpretrain.data.sources import (
     format_stats,
 )
 
-# In CI the repository is cloned with `shared/` beside it.
-UDHR = Path(__file__).absolute().parents[2] / "shared" / "data" / "udhr"
-needs_udhr = pytest.mark.skipif(
-    not (UDHR / "mono").is_dir() or not (UDHR / "parallel").is_dir(),
-    reason=f"UDHR data not found at {UDHR}",
-)
-
 # A monolingual file with every kind of problem, scanned with max_line_bytes=32.
 MESSY_TXT = b"".join(
     [
@@ -96,14 +89,13 @@ def fields(stats: FileStats) -> dict:
 # ---------------------------------------------------------------- real data (UDHR)
 
 
-@needs_udhr
-def test_udhr_monolingual_loads_every_language():
-    source = MonolingualSource.from_dir(UDHR / "mono")
-    assert source.languages == sorted(p.stem for p in (UDHR / "mono").glob("*.txt"))
+def test_udhr_monolingual_loads_every_language(udhr):
+    source = MonolingualSource.from_dir(udhr / "mono")
+    assert source.languages == sorted(p.stem for p in (udhr / "mono").glob("*.txt"))
     assert len(source.languages) == 528
     assert source.num_lines("eng") == 50
     for lang in ("eng", "007", "cmn_hans"):
-        raw = (UDHR / "mono" / f"{lang}.txt").read_bytes()
+        raw = (udhr / "mono" / f"{lang}.txt").read_bytes()
         assert source.num_lines(lang) == raw.count(b"\n")  # what `wc -l` says
         lines = raw.decode().split("\n")
         assert source.line(lang, 0) == lines[0]
@@ -112,14 +104,13 @@ def test_udhr_monolingual_loads_every_language():
     assert source.summary() == [f"528 files: {total} of {total} lines used; skipped nothing"]
 
 
-@needs_udhr
-def test_udhr_parallel_loads_every_pair():
-    source = ParallelSource.from_dir(UDHR / "parallel")
+def test_udhr_parallel_loads_every_pair(udhr):
+    source = ParallelSource.from_dir(udhr / "parallel")
     assert len(source.pairs) == 527
     assert all(l1 == "eng" for l1, _ in source.pairs)
-    assert source.pairs == sorted(tuple(p.stem.split("-")) for p in (UDHR / "parallel").glob("*"))
+    assert source.pairs == sorted(tuple(p.stem.split("-")) for p in (udhr / "parallel").glob("*"))
     assert len(source.languages) == 528 and "eng" in source.languages
-    raw = (UDHR / "parallel" / "eng-007.tsv").read_bytes()
+    raw = (udhr / "parallel" / "eng-007.tsv").read_bytes()
     assert source.num_lines(("eng", "007")) == raw.count(b"\n") == 40
     first = raw.decode().split("\n")[0]
     assert source.line(("eng", "007"), 0) == tuple(first.split("\t"))
@@ -127,19 +118,17 @@ def test_udhr_parallel_loads_every_pair():
     assert all(s.used == s.total for s in source.stats.values())
 
 
-@needs_udhr
-def test_udhr_subsets():
-    mono = MonolingualSource.from_dir(UDHR / "mono", languages=["eng", "deu_1996", "eng"])
+def test_udhr_subsets(udhr):
+    mono = MonolingualSource.from_dir(udhr / "mono", languages=["eng", "deu_1996", "eng"])
     assert mono.languages == ["deu_1996", "eng"]
-    par = ParallelSource.from_dir(UDHR / "parallel", pairs=["eng-008", ("eng", "007")])
+    par = ParallelSource.from_dir(udhr / "parallel", pairs=["eng-008", ("eng", "007")])
     assert par.pairs == [("eng", "007"), ("eng", "008")]
     assert par.languages == ["007", "008", "eng"]
 
 
-@needs_udhr
-def test_udhr_pickle_is_small():
-    source = MonolingualSource.from_dir(UDHR / "mono")
-    content = sum(p.stat().st_size for p in (UDHR / "mono").glob("*.txt"))
+def test_udhr_pickle_is_small(udhr):
+    source = MonolingualSource.from_dir(udhr / "mono")
+    content = sum(p.stat().st_size for p in (udhr / "mono").glob("*.txt"))
     assert len(pickle.dumps(source)) < content / 4
 
 
