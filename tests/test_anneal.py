@@ -1,6 +1,7 @@
 """`data.anneal`: data settings as piecewise-linear functions of the step, checked at
-validation, logged with each step, and resumed exactly in the middle of a schedule (the rows
-themselves: tests/test_data_pipeline.py::test_alpha_and_mask_rates_anneal_with_the_step)."""
+validation, logged with each step, in force in the rows of exactly their step, and resumed
+exactly in the middle of a schedule (the language shares and masked shares of many rows:
+tests/test_data_pipeline.py::test_alpha_and_mask_rates_anneal_with_the_step)."""
 
 import jax
 import numpy as np
@@ -8,8 +9,11 @@ import pytest
 
 from xlpretrain import trainer as trainer_lib
 from xlpretrain.config import ConfigError, validate
+from xlpretrain.data import corpus as corpus_lib
 from xlpretrain.data.anneal import Anneal
 from xlpretrain.metrics import read_metrics
+from xlpretrain.plan import RunPlan
+from xlpretrain.tokenizer import Tokenizer
 
 MMBERT = (  # mmBERT's recipe in one run: mask 30% → 15% → 5%, α 0.7 → 0.5 → 0.3
     {"step": 0, "mono_alpha": 0.7, "mono_mask_rate": 0.3},
@@ -49,6 +53,44 @@ def test_points_are_joined_linearly_and_held_outside():
 def test_a_bad_schedule_is_a_config_error_naming_the_point(udhr_run_config, points, message):
     with pytest.raises(ConfigError, match=f"config key 'data.anneal': .*{message}"):
         validate(udhr_run_config(data__anneal=points))
+
+
+# Every setting jumps between logged steps 4 and 5: a schedule read a step early or late
+# builds the rows of one of those steps with the other's settings.
+JUMP = (
+    {"step": 4, "mono_mask_rate": 0.05, "parallel_mask_rate": 0.6, "mono_languages": 1},
+    {"step": 5, "mono_mask_rate": 0.6, "parallel_mask_rate": 0.05, "mono_languages": 528},
+)
+
+
+def test_the_rows_of_a_step_have_that_steps_settings(udhr_run_config):
+    """Each row of logged step k (dataset index k - 1) predicts exactly
+    max(1, round(rate · n)) of its n maskable tokens at the schedule's rate for step k, and
+    draws its language from the largest one alone up to step 4, from all 528 from step 5."""
+    cfg = udhr_run_config(data__anneal=JUMP)
+    plan = RunPlan.from_config(cfg)
+    corpus = corpus_lib.load_corpus(cfg, plan.sources())
+    tokenizer = Tokenizer.load(cfg.tokenizer.path)
+    builder = trainer_lib.batch_builder(cfg, plan, corpus, tokenizer)
+    specials = tokenizer.special_ids()
+    largest = max(corpus.mono.languages, key=corpus.mono.num_lines)
+    for step in (3, 4, 5, 6):
+        late = step >= 5
+        batches = builder.map(step - 1)
+        for name, rate in (("mmlm", 0.6 if late else 0.05), ("tlm", 0.05 if late else 0.6)):
+            batch = batches[name]
+            original = np.where(batch["is_masked"] > 0, batch["labels"], batch["input_ids"])
+            maskable = (batch["segment_ids"] > 0) & ~np.isin(original, specials)
+            expected = [max(1, round(rate * n)) for n in maskable.sum(1)]
+            predicted = batch["pred_weights"].sum(1).astype(int).tolist()
+            assert predicted == expected, f"{name} rows of step {step}: rate {rate}"
+        languages = {
+            corpus.languages[ids[segments > 0][0]]
+            for ids, segments in zip(
+                batches["mmlm"]["lang_ids"], batches["mmlm"]["segment_ids"], strict=True
+            )
+        }
+        assert (languages == {largest}) != late, f"step {step}: {sorted(languages)}"
 
 
 def test_settings_in_force_are_logged_and_a_resume_mid_schedule_is_exact(udhr_run_config, tmp_path):
