@@ -12,7 +12,6 @@ from tests.tiny import STEPS
 from xlpretrain import objectives
 from xlpretrain import trainer as trainer_lib
 from xlpretrain.api import Model
-from xlpretrain.config import ConfigError, validate
 from xlpretrain.convert.folder import Pretrained
 from xlpretrain.data.sources import ParallelSource
 from xlpretrain.eval.alignment import retrieval_accuracy
@@ -101,11 +100,6 @@ def test_retrieval_is_scored_with_the_current_parameters(evaluated_run, held_out
     np.testing.assert_allclose(records[-1]["eval/retrieval"], result["average"]["mean"])
 
 
-def test_evaluation_needs_held_out_data_for_what_it_evaluates(udhr_run_config):
-    with pytest.raises(ConfigError, match="eval.mono_dir.*evaluates mmlm, which reads mono data"):
-        validate(udhr_run_config(eval__every_steps=10))
-
-
 def test_the_unigram_baseline_is_the_training_texts_distribution_on_held_out_labels():
     """Counts: every real text token of the training rows, a masked one as its label, special
     tokens and padding never; scored add-one smoothed on the held-out prediction slots, and the
@@ -141,12 +135,14 @@ def test_the_unigram_baseline_is_the_training_texts_distribution_on_held_out_lab
 
 def test_the_demo_corpus_is_evaluated_on_its_held_out_part():
     """With no corpus named (the demo corpus), empty eval folders mean the demo's held-out
-    part; with a corpus of one's own they must be named (the test above)."""
+    part, and nothing is held out of training; with a corpus of one's own, a share of its
+    lines (tests/test_held_out.py)."""
     from tests.tiny import run_config
     from xlpretrain.data import corpus
 
     demo = run_config(eval__every_steps=10)
     mono, parallel = corpus.held_out_folders(demo)
     assert mono.endswith("held_out/mono") and parallel.endswith("held_out/parallel")
+    assert corpus.held_out_splits(demo) == {}
     demo.eval.mono_dir = "/elsewhere/mono"
     assert corpus.held_out_folders(demo)[0] == "/elsewhere/mono"

@@ -2,7 +2,8 @@
 cross-lingual retrieval accuracy@1, every `eval.every_steps` steps.
 
 The held-out batches are built once, by the run's own pipeline (same streams, row shapes and
-masking) over `eval.mono_dir` / `eval.parallel_dir` with a seed of their own, so every
+masking) over `eval.mono_dir` / `eval.parallel_dir`, or where one is not named over the lines
+held out of the training corpus (`eval.held_out_fraction`), with a seed of their own, so every
 evaluation scores the same rows and the numbers are comparable across steps. They are scored
 by each stage's objectives with dropout off, sharded like the training step and reduced over
 all their predictions, as the training loss is. Retrieval embeds the first
@@ -34,6 +35,7 @@ from xlpretrain.data.pipeline import Corpus, StepBatchBuilder
 from xlpretrain.data.protocols import ParallelCorpus
 from xlpretrain.data.sources import MonolingualSource, ParallelSource
 from xlpretrain.data.streams import MONO, PARALLEL, Phase
+from xlpretrain.errors import ConfigError
 from xlpretrain.model.config import ModelConfig, ModelFamily
 from xlpretrain.plan import RunPlan
 from xlpretrain.sharding import global_batch, under_mesh
@@ -57,20 +59,32 @@ def without_dropout(model):
     return model.clone(**quiet)
 
 
-def held_out_corpus(folders: tuple[str, str], data_cfg, kinds, languages) -> Corpus:
-    """The held-out folders (mono, parallel) the run's streams read, with the training run's
-    language ids."""
-    options = dict(strict=data_cfg.strict, max_line_bytes=data_cfg.max_line_bytes)
-    sources = {}
-    for kind, folder, load in (
-        (MONO, folders[0], MonolingualSource.from_dir),
-        (PARALLEL, folders[1], ParallelSource.from_dir),
+def held_out_corpus(cfg: ml_collections.ConfigDict, kinds, parts: Corpus) -> Corpus:
+    """The held-out data of each corpus kind in `kinds`, with the training run's language ids:
+    its held-out folder (`held_out_folders`), or else the lines held out of the training corpus
+    (`parts`, from `data.corpus.split_off_held_out`)."""
+    options = dict(strict=cfg.data.strict, max_line_bytes=cfg.data.max_line_bytes)
+    sources, (mono_folder, parallel_folder) = {}, held_out_folders(cfg)
+    for kind, folder, load, part in (
+        (MONO, mono_folder, MonolingualSource.from_dir, parts.mono),
+        (PARALLEL, parallel_folder, ParallelSource.from_dir, parts.parallel),
     ):
-        if kind in kinds:
+        if kind not in kinds:
+            continue
+        if folder:
             sources[kind] = load(folder, **options)
-    corpus = Corpus(sources.get(MONO), sources.get(PARALLEL), list(languages))
+            continue
+        keys = part.languages if kind == MONO else part.pairs
+        if not keys:
+            raise ConfigError(
+                f"config key 'eval.held_out_fraction': {cfg.eval.held_out_fraction} of the "
+                f"{kind} training data holds out no line (every language has too few lines): "
+                f"raise it, or name a held-out folder in eval.{kind}_dir"
+            )
+        sources[kind] = part
+    corpus = Corpus(sources.get(MONO), sources.get(PARALLEL), list(parts.languages))
     unknown = sorted(
-        {lang for source in sources.values() for lang in source.languages} - set(languages)
+        {lang for source in sources.values() for lang in source.languages} - set(parts.languages)
     )
     if unknown:
         raise ValueError(
@@ -180,16 +194,18 @@ def build_evaluator(
     plan: RunPlan,
     model,
     training: Training,
-    corpus: Corpus,
+    held_out_parts: Corpus,
     tokenizer: Tokenizer,
     training_rows: StepBatchBuilder,
 ) -> Evaluator | None:
-    """The run's evaluator, or None when `eval.every_steps` is 0. `training_rows` (the run's
-    batch builder) gives the unigram counts of the baselines."""
+    """The run's evaluator, or None when `eval.every_steps` is 0. `held_out_parts` are the lines
+    held out of the training corpus (`data.corpus.split_off_held_out`), evaluated where no
+    held-out folder is named; `training_rows` (the run's batch builder) gives the unigram counts
+    of the baselines."""
     if cfg.eval.every_steps <= 0:
         return None
-    folders = held_out_folders(cfg)
-    held_out = held_out_corpus(folders, cfg.data, plan.sources(), corpus.languages)
+    held_out = held_out_corpus(cfg, plan.sources(), held_out_parts)
+    parallel_folder = held_out_folders(cfg)[1]
     rules = [tuple(rule) for rule in cfg.mesh.rules]
     quiet = without_dropout(model)
     batches, steps, baselines = [], [], {}
@@ -225,9 +241,9 @@ def build_evaluator(
             )
         )
     retrieval = None
-    if folders[1] and cfg.eval.retrieval_lines > 0:
+    if cfg.eval.retrieval_lines > 0 and (held_out.parallel or parallel_folder):
         retrieval = held_out.parallel or ParallelSource.from_dir(
-            folders[1], strict=cfg.data.strict, max_line_bytes=cfg.data.max_line_bytes
+            parallel_folder, strict=cfg.data.strict, max_line_bytes=cfg.data.max_line_bytes
         )
         lines = [min(retrieval.num_lines(p), cfg.eval.retrieval_lines) for p in retrieval.pairs]
         baselines["eval/retrieval"] = {"chance": float(np.mean([1 / n for n in lines if n]))}
@@ -240,7 +256,7 @@ def build_evaluator(
         cfg.eval.retrieval_lines,
         model.config,
         tokenizer,
-        tuple(corpus.languages),
+        tuple(held_out_parts.languages),
         family,
         baselines,
     )

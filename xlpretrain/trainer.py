@@ -21,7 +21,13 @@ from xlpretrain import objectives as objectives_lib
 from xlpretrain.checkpoint import Checkpointer
 from xlpretrain.config import RESUME_NEUTRAL, check_batch_divides, validate
 from xlpretrain.convert import folder as convert_folder
-from xlpretrain.data.corpus import load_corpus, load_tokenizer
+from xlpretrain.data.corpus import (
+    held_out_shares,
+    held_out_splits,
+    load_corpus,
+    load_tokenizer,
+    split_off_held_out,
+)
 from xlpretrain.data.pipeline import Corpus, StepBatchBuilder, make_dataset
 from xlpretrain.data.sampling import format_sampling_table
 from xlpretrain.errors import ConfigError
@@ -97,11 +103,13 @@ def build(
     checkpointer = loop.checkpointer(workdir, cfg.train)
     resume_step = checkpointer.latest_step()
     if resume_step is not None:
-        check_resume(workdir, cfg, resume_step, RESUME_NEUTRAL, learning_rate_schedule)
+        check_resume(
+            workdir, cfg, resume_step, RESUME_NEUTRAL, learning_rate_schedule, held_out_shares
+        )
     mesh = make_mesh(cfg.mesh.data, cfg.mesh.fsdp, cfg.mesh.tensor, devices)
     check_batch_divides(cfg, mesh.shape)
     plan = RunPlan.from_config(cfg)
-    corpus = load_corpus(cfg, plan.sources())
+    corpus, held_out = split_off_held_out(load_corpus(cfg, plan.sources()), held_out_splits(cfg))
     _check_languages(workdir, corpus.languages)
     pretrained = None
     if cfg.init.checkpoint and resume_step is None:  # resuming ignores it
@@ -126,7 +134,7 @@ def build(
         for line in format_sampling_table(counts, probabilities, title):
             log.info("%s", line)
 
-    evaluator = build_evaluator(cfg, plan, model, training, corpus, tokenizer, builder)
+    evaluator = build_evaluator(cfg, plan, model, training, held_out, tokenizer, builder)
     save_config(workdir, cfg, resume_step or 0)  # last: a run that fails to start changes none
     return Trainer(cfg, plan, workdir, training, builder, checkpointer, evaluator)
 

@@ -91,16 +91,21 @@ def check_resume(
     step: int,
     neutral: Sequence[str],
     schedule: Callable[[ml_collections.ConfigDict], optax.Schedule],
+    derived: Callable[[Mapping], Mapping[str, Any]] | None = None,
 ) -> None:
     """Logs how `cfg` differs from the workdir's `config.json` for a run resuming at `step`;
     raises `ConfigError` when a change outside `neutral` (key prefixes) is not accepted by
-    `train.resume_with_changes`."""
+    `train.resume_with_changes`. `derived` names what neutral keys decide together that
+    alters the training (which lines evaluation holds out of it): compared as keys of its own."""
     path = os.path.join(workdir, CONFIG)
     if not os.path.isfile(path):
         return
     with open(path) as f:
         saved = json.load(f)
     found = [c for c in changes(saved, cfg) if c[0] != "train.resume_with_changes"]
+    if derived is not None:
+        old, new = derived(saved), derived(cfg)
+        found += [(key, old[key], new[key]) for key in sorted(old) if old[key] != new[key]]
     altering = [c for c in found if not _neutral(c[0], neutral)]
     listed = ", ".join(f"{key} {_value(old)} → {_value(new)}" for key, old, new in found)
     if altering and not cfg.train.resume_with_changes:

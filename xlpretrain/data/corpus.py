@@ -14,6 +14,7 @@ from jax.experimental import multihost_utils
 
 from xlpretrain.data import demo_corpus
 from xlpretrain.data import store as store_lib
+from xlpretrain.data.held_out import LineSplit, MonolingualPart, ParallelPart
 from xlpretrain.data.pipeline import Corpus, language_vocabulary
 from xlpretrain.data.sources import MonolingualSource, ParallelSource, format_stats
 from xlpretrain.data.streams import MONO, PARALLEL
@@ -23,15 +24,16 @@ from xlpretrain.tokenizer import Tokenizer, train_tokenizer
 log = logging.getLogger("xlpretrain")
 
 
-def uses_demo_corpus(cfg: ml_collections.ConfigDict) -> bool:
-    """No corpus is configured, so the run trains on the built-in demo corpus."""
-    data = cfg.data
+def uses_demo_corpus(cfg: Mapping) -> bool:
+    """No corpus is configured, so the run trains on the built-in demo corpus. (`cfg` as a
+    mapping: a ConfigDict or a workdir's saved config.json.)"""
+    data = cfg["data"]
     return not (
-        data.store
-        or data.mono_dir
-        or data.parallel_dir
-        or data.mono_tfds.name
-        or data.parallel_tfds.name
+        data["store"]
+        or data["mono_dir"]
+        or data["parallel_dir"]
+        or data["mono_tfds"]["name"]
+        or data["parallel_tfds"]["name"]
     )
 
 
@@ -53,6 +55,68 @@ def held_out_folders(cfg: ml_collections.ConfigDict) -> tuple[str, str]:
             parallel or str(folders.held_out_parallel),
         )
     return mono, parallel
+
+
+def held_out_splits(cfg: Mapping) -> dict[str, LineSplit]:
+    """The corpus kinds of which evaluation holds out `eval.held_out_fraction` of the training
+    lines: those it evaluates with no held-out folder of their own. Reads `cfg` as a mapping, so
+    a workdir's saved config.json answers too (the resume guard compares the two)."""
+    evaluation = cfg["eval"]
+    if evaluation["every_steps"] <= 0 or uses_demo_corpus(cfg):
+        return {}
+    split = LineSplit(evaluation.get("held_out_fraction", 0.05), cfg["train"]["seed"])
+    return {kind: split for kind in (MONO, PARALLEL) if not evaluation[f"{kind}_dir"]}
+
+
+def held_out_shares(cfg: Mapping) -> dict[str, float]:
+    """The share of each kind of training data that evaluation holds out (0: none), as the
+    resume guard compares them: `eval.*` keys are resume-neutral, but together they decide
+    which lines a run trains on."""
+    splits = held_out_splits(cfg)
+    return {
+        f"share of the {kind} training data held out (eval.*)": (
+            splits[kind].fraction if kind in splits else 0.0
+        )
+        for kind in (MONO, PARALLEL)
+    }
+
+
+def split_off_held_out(corpus: Corpus, splits: Mapping[str, LineSplit]) -> tuple[Corpus, Corpus]:
+    """(the lines training reads, the held-out lines) of `corpus`: each kind in `splits` is cut
+    in two by its split, the others are all training's. Both keep the corpus's language ids."""
+    parts = {}
+    for kind, source, part in (
+        (MONO, corpus.mono, MonolingualPart),
+        (PARALLEL, corpus.parallel, ParallelPart),
+    ):
+        if kind in splits and source is not None:
+            train, held = part(source, splits[kind], False), part(source, splits[kind], True)
+            parts[kind] = (train, held)
+            lines = sum(held.num_lines(key) for key in held.stats)
+            total = sum(source.num_lines(key) for key in train.stats)
+            log.info(
+                "%s data: %d of %d lines held out for evaluation (eval.held_out_fraction=%g, "
+                "by line, seed %d); %d of %d %s evaluated",
+                kind,
+                lines,
+                total,
+                splits[kind].fraction,
+                splits[kind].seed,
+                len(held.stats),
+                len(train.stats),
+                "languages" if kind == MONO else "pairs",
+            )
+    training = Corpus(
+        parts[MONO][0] if MONO in parts else corpus.mono,
+        parts[PARALLEL][0] if PARALLEL in parts else corpus.parallel,
+        corpus.languages,
+    )
+    held_out = Corpus(
+        parts[MONO][1] if MONO in parts else None,
+        parts[PARALLEL][1] if PARALLEL in parts else None,
+        corpus.languages,
+    )
+    return training, held_out
 
 
 def load_corpus(cfg: ml_collections.ConfigDict, readers: Mapping[str, Sequence[str]]) -> Corpus:
