@@ -5,8 +5,9 @@ learned: about a minute on two CPU cores, no download.
 It trains on nine tenths of the corpus and evaluates on the held-out tenth at steps 300 and 600
 (the demo corpus's `held_out/`, used when no corpus and no eval folders are named); the summary
 sets the held-out accuracy beside a unigram model's and retrieval beside chance. Pointed at a
-corpus of your own, name held-out folders (`eval.mono_dir`, `eval.parallel_dir`) or set
-`eval.every_steps=0`.
+corpus of your own (`data.mono_dir`, `data.parallel_dir`, `data.store`), it holds out
+`eval.held_out_fraction` (5%) of each language's lines instead, or reads held-out folders named
+by `eval.mono_dir` and `eval.parallel_dir`.
 """
 
 from xlpretrain.config import default_config

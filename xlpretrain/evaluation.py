@@ -30,7 +30,7 @@ import numpy as np
 from jax.experimental import multihost_utils
 
 from xlpretrain.convert.folder import DISCRIMINATOR, MASKED_LM, Pretrained
-from xlpretrain.data.corpus import held_out_folders
+from xlpretrain.data.corpus import configured_folder, held_out_folders
 from xlpretrain.data.pipeline import Corpus, StepBatchBuilder
 from xlpretrain.data.protocols import ParallelCorpus
 from xlpretrain.data.sources import MonolingualSource, ParallelSource
@@ -72,7 +72,7 @@ def held_out_corpus(cfg: ml_collections.ConfigDict, kinds, parts: Corpus) -> Cor
         if kind not in kinds:
             continue
         if folder:
-            sources[kind] = load(folder, **options)
+            sources[kind] = load(configured_folder(f"eval.{kind}_dir", folder), **options)
             continue
         keys = part.languages if kind == MONO else part.pairs
         if not keys:

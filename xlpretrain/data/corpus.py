@@ -119,6 +119,14 @@ def split_off_held_out(corpus: Corpus, splits: Mapping[str, LineSplit]) -> tuple
     return training, held_out
 
 
+def configured_folder(key: str, path: str) -> str:
+    """`path`, the value of config key `key`, if it is a folder; else an error naming both."""
+    if not os.path.isdir(path):
+        what = "is a file, not a folder" if os.path.exists(path) else "no such folder"
+        raise ConfigError(f"config key '{key}': {what}: {path}")
+    return path
+
+
 def load_corpus(cfg: ml_collections.ConfigDict, readers: Mapping[str, Sequence[str]]) -> Corpus:
     """The sources the active objectives need (`readers`: corpus kind → the objectives that
     read it): folders, TFDS datasets, or — when nothing is configured — the demo corpus."""
@@ -153,7 +161,9 @@ def load_corpus(cfg: ml_collections.ConfigDict, readers: Mapping[str, Sequence[s
                 **options,
             )
         elif mono_dir:
-            mono = MonolingualSource.from_dir(mono_dir, **options)
+            mono = MonolingualSource.from_dir(
+                configured_folder("data.mono_dir", mono_dir), **options
+            )
         else:
             raise ConfigError(
                 f"config key 'data.mono_dir': {', '.join(readers[MONO])} read monolingual data: "
@@ -175,7 +185,8 @@ def load_corpus(cfg: ml_collections.ConfigDict, readers: Mapping[str, Sequence[s
                 **options,
             )
         elif parallel_dir:
-            parallel = ParallelSource.from_dir(parallel_dir, **options)
+            folder = configured_folder("data.parallel_dir", parallel_dir)
+            parallel = ParallelSource.from_dir(folder, **options)
         else:
             raise ConfigError(
                 f"config key 'data.parallel_dir': {', '.join(readers[PARALLEL])} read parallel "
