@@ -11,6 +11,7 @@ from tests.tiny import mask_tokens, run_config, step_batch_builder
 from xlpretrain import trainer as trainer_lib
 from xlpretrain.data import batch as batch_lib
 from xlpretrain.data import corpus as corpus_lib
+from xlpretrain.data.anneal import Anneal
 from xlpretrain.data.examples import FIRST_POSITION, monolingual_row, translation_pair_row
 from xlpretrain.data.pipeline import (
     Corpus,
@@ -221,6 +222,23 @@ def test_masking_rates_and_specials(tokenizer):
     shares = totals / totals.sum()
     # 80% <mask>; 10% random; 10% kept (+ random draws that hit the original id)
     np.testing.assert_allclose(shares, [0.8, 0.1, 0.1], atol=0.03)
+
+
+def test_a_row_with_more_predictions_than_slots_is_an_error(corpus, tokenizer):
+    """Dropping predictions past the slots would lose training signal silently: 67 of the
+    447 maskable tokens at 15% need 67 slots, and a stream sized for a lower rate than its
+    rows are masked at (here an anneal the streams were not sized for) names itself."""
+    row = _plain_row(512, np.random.default_rng(0), tokenizer.vocab_size)
+    out = mask_tokens(row, np.random.default_rng(1), tokenizer, rate=0.15, num_slots=67)
+    assert out["pred_weights"].sum() == 67
+    with pytest.raises(ValueError, match="^a row: 67 of its 447 maskable tokens are predicted"):
+        mask_tokens(row, np.random.default_rng(1), tokenizer, rate=0.15, num_slots=66)
+    unsized = step_batch_builder(
+        corpus, tokenizer, {"mmlm": StreamSpec(MONO, 0.15)}, 2,
+        anneal=Anneal.from_config(({"step": 0, "mono_mask_rate": 0.5},), total_steps=10),
+    )  # fmt: skip
+    with pytest.raises(ValueError, match=r"^mmlm row: \d+ of .* at mask rate 0.5, but it has 10 "):
+        unsized.map(0)
 
 
 @pytest.mark.parametrize("corruption", [(1.0, 0.0, 0.0), (0.0, 1.0, 0.0), (0.0, 0.0, 1.0)])

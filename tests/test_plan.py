@@ -1,8 +1,10 @@
 """The run plan: every shipped config's batches have one shape, whoever builds them.
 
-The plan's shapes (what `aot` compiles for: `RunPlan.abstract_batches`), the benchmark's
-synthetic batch and the input pipeline's real batch agree field for field, in every stage of
-every shipped pre-training config — rows shrunk to keep the pipeline quick.
+The plan's shapes (what `aot` compiles for: `RunPlan.abstract_batches`) and the benchmark's
+synthetic batch agree field for field with the batch the input pipeline builds, in every stage
+of every shipped pre-training config — rows shrunk to keep the pipeline quick; and that batch
+has rows and lengths as the config sets them and prediction slots for the most predictions a
+row can carry (a row with more is an error of the pipeline, never a silent cut).
 """
 
 import importlib.util
@@ -13,34 +15,40 @@ import numpy as np
 import pytest
 
 from xlpretrain import bench
+from xlpretrain import objectives as objectives_lib
 from xlpretrain import trainer as trainer_lib
 from xlpretrain.config import validate
 from xlpretrain.data import corpus as corpus_lib
-from xlpretrain.data.streams import MONO, SEGMENT_PAIRS, StreamSpec
+from xlpretrain.data.anneal import Anneal
+from xlpretrain.data.streams import MONO, PARALLEL, SEGMENT_PAIRS, StreamSpec
 from xlpretrain.plan import RunPlan
 from xlpretrain.tokenizer import Tokenizer
 
 CONFIGS = pathlib.Path(__file__).resolve().parents[1] / "configs"
-SHIPPED = [
-    ("demo.py", ""),
-    ("veco.py", "tiny:mono_mask_rate=0.3"),  # veco_mono masks more than the parallel rate
-    *(("xlmr.py", size) for size in ("tiny", "base", "large")),
-    *(("ernie_m.py", size) for size in ("tiny", "base", "large")),
-    *(("veco.py", size) for size in ("tiny", "small", "large")),
-    *(("xlm_e.py", size) for size in ("tiny", "base")),
+# Both kinds of rows masked harder in the first half than any objective's own rate.
+ANNEALED_RATES = (
+    {"step": 0, "mono_mask_rate": 0.4, "parallel_mask_rate": 0.35},
+    {"step": 0.5, "mono_mask_rate": 0.1, "parallel_mask_rate": 0.1},
+)
+SHIPPED = [  # (file, argument, data.* settings)
+    ("demo.py", "", {}),
+    ("veco.py", "tiny", {"mono_mask_rate": 0.3}),  # veco_mono masks more than the parallel rate
+    ("veco.py", "tiny", {"anneal": ANNEALED_RATES}),
+    ("ernie_m.py", "tiny", {"anneal": ANNEALED_RATES}),
+    *(("xlmr.py", size, {}) for size in ("tiny", "base", "large")),
+    *(("ernie_m.py", size, {}) for size in ("tiny", "base", "large")),
+    *(("veco.py", size, {}) for size in ("tiny", "small", "large")),
+    *(("xlm_e.py", size, {}) for size in ("tiny", "base")),
 ]
 
 
-def shipped_config(file: str, arg: str):
-    """`configs/FILE:ARG`; `ARG:KEY=VALUE` also sets `data.KEY`."""
-    arg, _, setting = arg.partition(":")
+def shipped_config(file: str, arg: str, data: dict | None = None):
+    """`configs/FILE:ARG` with `data` set in its `data` section."""
     spec = importlib.util.spec_from_file_location(file.removesuffix(".py"), CONFIGS / file)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     cfg = module.get_config(arg) if arg else module.get_config()
-    if setting:
-        key, value = setting.split("=")
-        cfg.data[key] = float(value)
+    cfg.data.update(data or {})
     return cfg
 
 
@@ -71,28 +79,48 @@ def shapes(batches) -> dict:
     }
 
 
-@pytest.mark.parametrize("file, arg", SHIPPED, ids=[f"{f}:{a}" for f, a in SHIPPED])
-def test_plan_bench_and_pipeline_batches_have_one_shape(file, arg, udhr, udhr_tokenizer_path):
-    cfg = shrunk(shipped_config(file, arg), udhr, udhr_tokenizer_path)
+def most_predictions(cfg, name: str) -> int:
+    """The most tokens a row of objective `name` can have predicted, read from the config:
+    max(1, round(rate · L)) for a row whose L tokens are all maskable, at the highest rate its
+    rows are masked at — its own rate for each kind of corpus it reads, or `data.anneal`'s
+    highest for that kind where the schedule anneals it."""
+    declared = objectives_lib.get(name).stream_spec(cfg)
+    length = cfg.data.per_objective.get(name, {}).get("max_length", cfg.data.max_length)
+    rates = {MONO: declared.mask_rate} if declared.kind == MONO else {PARALLEL: declared.mask_rate}
+    if declared.kind == SEGMENT_PAIRS and declared.mono_fraction > 0:
+        rates[MONO] = declared.mono_mask_rate
+    anneal = Anneal.from_config(cfg.data.anneal, cfg.train.steps)
+    for kind in rates:
+        if f"{kind}_mask_rate" in anneal:
+            rates[kind] = anneal.maximum(f"{kind}_mask_rate")
+    return max(1, round(max(rates.values()) * length))
+
+
+@pytest.mark.parametrize(
+    "file, arg, data", SHIPPED, ids=[f"{f}:{a}{''.join(f'+{k}' for k in d)}" for f, a, d in SHIPPED]
+)
+def test_plan_bench_and_pipeline_batches_have_one_shape(file, arg, data, udhr, udhr_tokenizer_path):
+    cfg = shrunk(shipped_config(file, arg, data), udhr, udhr_tokenizer_path)
     plan = RunPlan.from_config(cfg)
     corpus = corpus_lib.load_corpus(cfg, plan.sources())
     builder = trainer_lib.batch_builder(cfg, plan, corpus, Tokenizer.load(cfg.tokenizer.path))
     sharding = jax.sharding.SingleDeviceSharding(jax.devices()[0])
     rng = np.random.default_rng(0)
     for index, stage in enumerate(plan.stages):
-        planned = {
-            name: {field: (shape, np.dtype(dtype)) for field, (shape, dtype) in fields.items()}
-            for name, fields in plan.batch_shapes(index).items()
-        }
-        assert set(planned) == set(stage.weights)
-        assert shapes(plan.abstract_batches(index, sharding)) == planned
-        real = builder.map(stage.start_step)  # dataset index k is logged step k + 1
-        assert shapes(real) == planned, f"stage {index}"
+        real = shapes(builder.map(stage.start_step))  # dataset index k is logged step k + 1
+        assert set(real) == set(stage.weights), f"stage {index}"
+        for name, fields in real.items():
+            length = cfg.data.per_objective.get(name, {}).get("max_length", cfg.data.max_length)
+            assert fields["input_ids"][0] == (cfg.train.grad_accum, length), name
+            (slots,) = {fields[f][0][1] for f in ("pred_positions", "pred_labels", "pred_weights")}
+            needed = most_predictions(cfg, name)  # ⌈rate · L⌉ slots: at most one to spare
+            assert needed <= slots <= needed + 1, f"{name}: {slots} slots for {needed}"
+        assert shapes(plan.abstract_batches(index, sharding)) == real, f"stage {index}"
         synthetic = {
             name: bench.synthetic_batch(rows, plan.streams[name], cfg.model.vocab_size, rng)
             for name, rows in stage.rows.items()
         }
-        assert shapes(synthetic) == planned, f"stage {index}"
+        assert shapes(synthetic) == real, f"stage {index}"
 
 
 def test_a_stream_with_two_mask_rates_has_slots_for_the_higher():

@@ -37,17 +37,24 @@ def mask_row(
     first_regular_id: int,
     vocab_size: int,
     corruption: Corruption = BERT_CORRUPTION,
+    stream: str = "",
 ) -> Batch:
     """Masks one packed row in place-free fashion and adds its prediction slots.
 
     Exactly `round(rate · n)` of the row's n maskable tokens are predicted (at least one when
-    n > 0, at most `num_slots`), chosen uniformly without replacement; each becomes `<mask>`,
-    a random regular token or stays, with the probabilities of `corruption`.
+    n > 0), chosen uniformly without replacement; each becomes `<mask>`, a random regular token
+    or stays, with the probabilities of `corruption`. More predictions than `num_slots` are an
+    error naming `stream`: dropping them would silently lose training signal.
     """
     ids = row["input_ids"]
     maskable = (row["segment_ids"] > 0) & ~np.isin(ids, special_ids)
     candidates = np.flatnonzero(maskable)
-    n_predict = min(num_slots, len(candidates), max(1, int(round(rate * len(candidates)))))
+    n_predict = min(len(candidates), max(1, int(round(rate * len(candidates)))))
+    if n_predict > num_slots:
+        raise ValueError(
+            f"{stream or 'a'} row: {n_predict} of its {len(candidates)} maskable tokens are "
+            f"predicted at mask rate {rate:g}, but it has {num_slots} prediction slots"
+        )
     chosen = np.sort(rng.choice(candidates, size=n_predict, replace=False))
 
     mask_share, random_share, _ = corruption

@@ -248,6 +248,7 @@ class StepBatchBuilder(grain.transforms.Map):
             first_regular_id=Tokenizer.UNK_ID + 1,
             vocab_size=self.tokenizer.vocab_size,
             corruption=spec.corruption,
+            stream=name,
         )
         if name in self._placeholders:
             masked.update(placeholder_fields(unmasked, self._placeholders[name].max_per_row))
