@@ -187,6 +187,8 @@ def default_config() -> ml_collections.ConfigDict:
     cfg.tokenizer.sentences_per_language = 2000
 
     cfg.model = ml_collections.ConfigDict()
+    # Ids of the model's vocabulary; the size of the SentencePiece model a run trains when it
+    # has none (tokenizer.path, data.store, init.checkpoint); 0: the size of the one it has.
     cfg.model.vocab_size = 250002
     # Vocabulary-indexed parameters get rows up to a multiple of this (unused, cut on export) so
     # a tensor-parallel axis divides them: 250,002 ids → 250,112 rows, split 2, 4, 8, … ways.
@@ -366,7 +368,10 @@ _RANGES: Ranges = {
     "data.prefetch": (_non_negative, "must be >= 0"),
     "data.demo_languages": (lambda v: v >= 2, "must be >= 2"),
     "tokenizer.sentences_per_language": (_positive, "must be > 0"),
-    "model.vocab_size": (lambda v: v >= 6, "must be >= 6 (5 special ids + 1 piece)"),
+    "model.vocab_size": (
+        lambda v: v == 0 or v >= 6,
+        "must be >= 6 (5 special ids + 1 piece), or 0 for the tokenizer's size",
+    ),
     "model.vocab_multiple": (_positive, "must be >= 1"),
     "model.hidden_size": (_positive, "must be > 0"),
     "model.num_layers": (_positive, "must be > 0"),

@@ -38,6 +38,8 @@ import sentencepiece as spm
 class Tokenizer:
     """A SentencePiece model seen through XLM-R's id layout (see the module docstring)."""
 
+    FILE = "tokenizer.model"  # its name in a workdir, a checkpoint folder and a store
+
     BOS_ID = 0
     PAD_ID = 1
     EOS_ID = 2
@@ -180,7 +182,7 @@ def train_tokenizer(
     The model has ``vocab_size - 2`` pieces so that ``Tokenizer.vocab_size == vocab_size``
     once ``<pad>`` and ``<mask>`` are added, and the same unk/bos/eos layout as XLM-R's model.
     See :func:`balanced_sample` for ``sentences_per_language`` and ``seed``. Raises
-    ``ValueError`` when the sample cannot support ``vocab_size`` (too little text for that
+    ``VocabularySizeError`` when the sample cannot support ``vocab_size`` (too little text for that
     many pieces, or more distinct characters than ``vocab_size`` at ``character_coverage``).
     """
     sample = balanced_sample(texts_by_language, sentences_per_language, seed)
@@ -211,21 +213,25 @@ def train_tokenizer(
     return tokenizer
 
 
+class VocabularySizeError(ValueError):
+    """The training sample cannot give a SentencePiece model of the size asked for."""
+
+
 def _vocab_size_error(
     error: RuntimeError, vocab_size: int, num_sentences: int, num_languages: int
-) -> ValueError | None:
+) -> VocabularySizeError | None:
     """SentencePiece's vocabulary-size failures, restated in our ids with a way out."""
     corpus = f"the tokenizer training sample ({num_sentences} sentences, {num_languages} languages)"
     if too_high := re.search(r"Vocabulary size too high.*value <= (\d+)", str(error)):
         most = int(too_high.group(1)) + 2
-        return ValueError(
+        return VocabularySizeError(
             f"vocab_size={vocab_size} is too large for {corpus}: it supports at most "
             f"vocab_size={most}. Lower vocab_size, or give it more text (more sentences, or a "
             "larger sentences_per_language)."
         )
     if too_low := re.search(r"smaller than required_chars\. \d+ vs (\d+)", str(error)):
         least = int(too_low.group(1)) + 2
-        return ValueError(
+        return VocabularySizeError(
             f"vocab_size={vocab_size} is too small for {corpus}: its characters alone need "
             f"vocab_size >= {least}. Raise vocab_size, or lower character_coverage so that "
             "rare characters become <unk>."

@@ -27,6 +27,7 @@ from xlpretrain.data.corpus import (
     load_corpus,
     load_tokenizer,
     split_off_held_out,
+    with_vocab_size,
 )
 from xlpretrain.data.pipeline import Corpus, StepBatchBuilder, make_dataset
 from xlpretrain.data.sampling import format_sampling_table
@@ -100,6 +101,7 @@ def build(
     validate(cfg)
     workdir = os.path.abspath(workdir)
     check_workdir(workdir)
+    cfg = with_vocab_size(cfg, workdir)
     checkpointer = loop.checkpointer(workdir, cfg.train)
     resume_step = checkpointer.latest_step()
     if resume_step is not None:

@@ -39,7 +39,7 @@ from xlpretrain.tokenizer import Tokenizer
 
 MODEL_JSON = "model.json"
 PARAMS_DIR = "params"
-TOKENIZER_FILE = "tokenizer.model"
+TOKENIZER_FILE = Tokenizer.FILE
 FAMILY_FILE = "model_family.json"  # in a training workdir: the ModelFamily it trains
 # What a Pretrained holds (its ``kind``): a masked LM (embeddings, encoder, lm_head), or XLM-E's
 # discriminator (embeddings and encoder only: it has no MLM head).

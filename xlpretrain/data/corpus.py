@@ -19,7 +19,7 @@ from xlpretrain.data.pipeline import Corpus, language_vocabulary
 from xlpretrain.data.sources import MonolingualSource, ParallelSource, format_stats
 from xlpretrain.data.streams import MONO, PARALLEL
 from xlpretrain.errors import ConfigError
-from xlpretrain.tokenizer import Tokenizer, train_tokenizer
+from xlpretrain.tokenizer import Tokenizer, VocabularySizeError, train_tokenizer
 
 log = logging.getLogger("xlpretrain")
 
@@ -222,12 +222,53 @@ def _load_store(cfg: ml_collections.ConfigDict, readers: Mapping[str, Sequence[s
     return Corpus(mono, parallel, language_vocabulary(mono, parallel))
 
 
+def _existing_tokenizer(cfg: ml_collections.ConfigDict, workdir: str) -> str:
+    """The SentencePiece model a run starting now would use, as `load_tokenizer` picks it
+    (`tokenizer.path`, the workdir's own, the store's, the `init.checkpoint`'s), or "" when it
+    would train one."""
+    own = os.path.join(workdir, Tokenizer.FILE)
+    for path, exists in (
+        (cfg.tokenizer.path, bool(cfg.tokenizer.path)),
+        (own, os.path.isfile(own)),
+        (cfg.data.store and os.path.join(cfg.data.store, store_lib.TOKENIZER), cfg.data.store),
+        (
+            cfg.init.checkpoint and os.path.join(cfg.init.checkpoint, Tokenizer.FILE),
+            cfg.init.checkpoint
+            and os.path.isfile(os.path.join(cfg.init.checkpoint, Tokenizer.FILE)),
+        ),
+    ):
+        if exists:
+            return path
+    return ""
+
+
+def with_vocab_size(cfg: ml_collections.ConfigDict, workdir: str) -> ml_collections.ConfigDict:
+    """`cfg` with `model.vocab_size` 0 replaced by the size of the tokenizer the run uses, so
+    that a store or a trained SentencePiece model sets the model's vocabulary; unchanged
+    otherwise (`load_tokenizer` checks that a size given matches)."""
+    if cfg.model.vocab_size:
+        return cfg
+    path = _existing_tokenizer(cfg, workdir)
+    if not path:
+        raise ConfigError(
+            "config key 'model.vocab_size': 0 takes the size of the run's tokenizer, but the run "
+            "would train one (no tokenizer.path, data.store or init.checkpoint): set the size to "
+            "train, e.g. --config.model.vocab_size=8002"
+        )
+    if not os.path.isfile(path):
+        raise ConfigError(f"config key 'tokenizer.path': no file {path}")
+    cfg = cfg.copy_and_resolve_references()
+    cfg.model.vocab_size = Tokenizer.load(path).vocab_size
+    log.info("model.vocab_size: %d, the size of the tokenizer %s", cfg.model.vocab_size, path)
+    return cfg
+
+
 def load_tokenizer(
     cfg: ml_collections.ConfigDict, workdir: str, corpus: Corpus, pretrained: Tokenizer | None
 ) -> Tokenizer:
     """The configured model, the workdir's own, the `init.checkpoint`'s (its ids are the
     model's), or a new one trained on a balanced sample."""
-    own = os.path.join(workdir, "tokenizer.model")
+    own = os.path.join(workdir, Tokenizer.FILE)
     if cfg.data.store:  # the store's ids are the run's
         path = cfg.tokenizer.path or (own if os.path.exists(own) else "")
         stored = os.path.join(cfg.data.store, store_lib.TOKENIZER)
@@ -250,19 +291,24 @@ def load_tokenizer(
     else:
         if jax.process_index() == 0:
             log.info("training a %d-id SentencePiece model on the corpus", cfg.model.vocab_size)
-            train_tokenizer(
-                _tokenizer_sample(corpus, cfg.tokenizer.sentences_per_language),
-                own,
-                cfg.model.vocab_size,
-                sentences_per_language=cfg.tokenizer.sentences_per_language,
-                seed=cfg.train.seed,
-            )
+            try:
+                train_tokenizer(
+                    _tokenizer_sample(corpus, cfg.tokenizer.sentences_per_language),
+                    own,
+                    cfg.model.vocab_size,
+                    sentences_per_language=cfg.tokenizer.sentences_per_language,
+                    seed=cfg.train.seed,
+                )
+            except VocabularySizeError as error:
+                raise ConfigError(f"config key 'model.vocab_size': {error}") from None
         multihost_utils.sync_global_devices("tokenizer trained")
         tokenizer = Tokenizer.load(own)
     if tokenizer.vocab_size != cfg.model.vocab_size:
+        used = cfg.tokenizer.path if cfg.tokenizer.path else own
         raise ConfigError(
-            f"config key 'model.vocab_size': {cfg.model.vocab_size}, but the tokenizer has "
-            f"{tokenizer.vocab_size} ids"
+            f"config key 'model.vocab_size': {cfg.model.vocab_size}, but the tokenizer {used} "
+            f"has {tokenizer.vocab_size} ids: set --config.model.vocab_size="
+            f"{tokenizer.vocab_size} (or 0, which takes the tokenizer's size)"
         )
     return tokenizer
 

@@ -53,7 +53,7 @@ from xlpretrain.tokenizer import Tokenizer
 FORMAT = "xlpretrain-store/2"  # /2: shards carry their size and SHA-256
 BLOCK = 32  # lines per record
 MANIFEST = "manifest.json"
-TOKENIZER = "tokenizer.model"
+TOKENIZER = Tokenizer.FILE
 
 
 class StoreError(DataError):

@@ -1,0 +1,72 @@
+"""The model fits its data without a hunt: `model.vocab_size=0` takes the size of the run's
+tokenizer (a store's, a given SentencePiece model's, the workdir's); a size that does not match,
+or one the tokenizer sample cannot give, is an error naming the key and the value to set."""
+
+import json
+import shutil
+
+import jax
+import pytest
+
+from xlpretrain import trainer as trainer_lib
+from xlpretrain.config import ConfigError, validate
+from xlpretrain.data import prepare as prepare_lib
+
+
+@pytest.fixture(scope="module")
+def store(udhr, udhr_tokenizer_path, tmp_path_factory):
+    corpus = tmp_path_factory.mktemp("corpus")
+    for kind, name in (("mono", "eng.txt"), ("mono", "fra.txt"), ("parallel", "eng-fra.tsv")):
+        (corpus / kind).mkdir(exist_ok=True)
+        shutil.copy(udhr / kind / name, corpus / kind)
+    out = tmp_path_factory.mktemp("store") / "store"
+    prepare_lib.prepare(
+        out=str(out),
+        mono_dir=str(corpus / "mono"),
+        parallel_dir=str(corpus / "parallel"),
+        tokenizer=str(udhr_tokenizer_path),
+    )
+    return out
+
+
+def store_config(udhr_run_config, store, vocab_size):
+    cfg = udhr_run_config(model__vocab_size=vocab_size)
+    cfg.data.update(mono_dir="", parallel_dir="", store=str(store))
+    cfg.tokenizer.path = ""
+    return validate(cfg)
+
+
+def test_a_store_sets_the_vocabulary_of_a_model_left_to_it(udhr_run_config, store, tmp_path):
+    workdir = tmp_path / "run"
+    trainer = trainer_lib.build(store_config(udhr_run_config, store, 0), str(workdir))
+    trainer.checkpointer.close()
+    assert trainer.cfg.model.vocab_size == 1002
+    rows = {leaf.shape[0] for leaf in jax.tree.leaves(trainer.training.state.params)}
+    assert 1024 in rows and 8064 not in rows  # 1002 ids padded to a multiple of 128
+    # The workdir records the size, so an export or `xlpretrain.load` reads a whole model,
+    # and a resumed run that again leaves it to the tokenizer changes nothing.
+    assert json.loads((workdir / "config.json").read_text())["model"]["vocab_size"] == 1002
+    again = trainer_lib.build(store_config(udhr_run_config, store, 0), str(workdir))
+    again.checkpointer.close()
+
+
+def test_a_size_the_tokenizer_does_not_have_names_the_flag(udhr_run_config, store, tmp_path):
+    with pytest.raises(ConfigError) as error:
+        trainer_lib.build(store_config(udhr_run_config, store, 8002), str(tmp_path / "run"))
+    message = str(error.value)
+    assert message.startswith("config key 'model.vocab_size': 8002, but the tokenizer ")
+    assert "has 1002 ids: set --config.model.vocab_size=1002 (or 0" in message
+
+
+def test_a_run_that_trains_its_tokenizer_needs_a_size(udhr_run_config, tmp_path):
+    cfg = udhr_run_config(model__vocab_size=0)
+    cfg.tokenizer.path = ""
+    with pytest.raises(ConfigError, match="'model.vocab_size': 0 takes the size of the run's"):
+        trainer_lib.build(validate(cfg), str(tmp_path / "run"))
+
+
+def test_a_size_the_sample_cannot_give_names_the_key(udhr_run_config, tmp_path):
+    cfg = udhr_run_config(model__vocab_size=40)  # fewer ids than the sample's characters
+    cfg.tokenizer.path = ""
+    with pytest.raises(ConfigError, match=r"'model.vocab_size': vocab_size=40 is too small .* >="):
+        trainer_lib.build(validate(cfg), str(tmp_path / "run"))
