@@ -2,22 +2,27 @@
 
 Moving heads, MLP and vocabulary from `tensor` to `fsdp` (and the batch and FSDP's parameter
 split to `data × tensor`) changes nothing but the placement: loss and gradients equal one
-device's. Model code names no mesh axis.
+device's. The training step traced on the mesh places each named activation where the rules
+say, and nothing else. Model code names no mesh axis.
 """
 
 import pathlib
 import re
+from collections.abc import Iterator
 
 import flax.linen as nn
 import jax
 import numpy as np
 import pytest
 
+from tests.tiny import run_config
+from xlpretrain import objectives
 from xlpretrain.bench import synthetic_batch
 from xlpretrain.config import DEFAULT_LOGICAL_AXIS_RULES
 from xlpretrain.data.streams import PARALLEL, StreamSpec
 from xlpretrain.model import MaskedLM, ModelConfig, init_params
 from xlpretrain.objectives import ernie_m
+from xlpretrain.plan import RunPlan
 from xlpretrain.sharding import (
     MESH_AXES,
     batch_sharding,
@@ -26,6 +31,7 @@ from xlpretrain.sharding import (
     make_mesh,
     under_mesh,
 )
+from xlpretrain.step import setup_training
 
 MOVED = tuple(
     (name, {"batch": ("data", "tensor"), "embed": "tensor"}.get(name, axes))
@@ -33,6 +39,8 @@ MOVED = tuple(
     else (name, "fsdp")
     for name, axes in DEFAULT_LOGICAL_AXIS_RULES
 )
+# MOVED, with the residual stream's hidden axis split too (over `fsdp`).
+SPREAD = tuple((name, "fsdp" if name == "activation_embed" else axes) for name, axes in MOVED)
 MODEL = pathlib.Path(__file__).resolve().parents[1] / "xlpretrain" / "model"
 
 
@@ -78,6 +86,52 @@ def test_rules_alone_move_heads_and_vocabulary_and_nothing_else_changes(camlm_st
         np.testing.assert_allclose(
             got, want, atol=1e-6, rtol=1e-4, err_msg=jax.tree_util.keystr(path)
         )
+
+
+def _names(axes) -> tuple[str, ...]:
+    return () if axes is None else (axes,) if isinstance(axes, str) else tuple(axes)
+
+
+def constraints(jaxpr) -> Iterator[tuple[tuple[int, ...], tuple[tuple[str, ...], ...]]]:
+    """(shape, mesh axes of each dimension) of every sharding constraint in `jaxpr` and in the
+    jaxprs inside it (the layer scan, the backward pass)."""
+    for eqn in jaxpr.eqns:
+        if eqn.primitive.name == "sharding_constraint":
+            shape, spec = eqn.invars[0].aval.shape, tuple(eqn.params["sharding"].spec)
+            yield shape, tuple(_names(a) for a in spec + (None,) * (len(shape) - len(spec)))
+        for param in eqn.params.values():
+            for inner in param if isinstance(param, tuple | list) else (param,):
+                inner = getattr(inner, "jaxpr", inner)  # a ClosedJaxpr's Jaxpr
+                if hasattr(inner, "eqns"):
+                    yield from constraints(inner)
+
+
+@pytest.mark.parametrize(
+    "rules", [DEFAULT_LOGICAL_AXIS_RULES, MOVED, SPREAD], ids=["default", "moved", "spread"]
+)
+def test_the_training_step_places_each_named_activation_by_the_rules(rules):
+    """The real step (MMLM + TLM, both rows 8 × 32; 4 heads of 8, hidden 32, FFN 64), traced
+    on a 2 × 2 × 2 mesh: each activation the model names is constrained, forward and
+    backward, to exactly the mesh axes the rules give its logical axes; no other value is."""
+    cfg = run_config(mesh__data=2, mesh__fsdp=2, mesh__tensor=2, mesh__rules=rules)
+    plan = RunPlan.from_config(cfg)
+    model, init = objectives.build_model(cfg, plan.objectives, num_languages=8)
+    training = setup_training(cfg, plan, model, init, make_mesh(2, 2, 2), materialize=False)
+    batches = plan.abstract_batches(0, training.batch_sharding)
+    jaxpr = training.step_fns[0].trace(training.state, batches).jaxpr.jaxpr
+    named = {
+        (8, 32, 4, 8): ("batch", "length", "heads", "kv"),  # queries, keys, values
+        (8, 32, 64): ("batch", "length", "mlp"),  # the FFN's hidden units
+        (8, 32, 32): ("batch", "length", "activation_embed"),  # a layer's output
+    }
+    table = dict(rules)
+    found = set()
+    for shape, placed in constraints(jaxpr):
+        assert shape in named, f"an unnamed value of shape {shape} is constrained to {placed}"
+        want = tuple(_names(table[axis]) for axis in named[shape])
+        assert placed == want, f"{named[shape]}: placed on {placed}, the rules say {want}"
+        found.add(shape)
+    assert found == set(named)
 
 
 def test_logical_specs_follow_the_rules_under_a_mesh_only():
