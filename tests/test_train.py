@@ -112,13 +112,41 @@ def test_sharded_equals_one_device_and_restores_onto_another_mesh(
         )
 
 
-def test_stop_and_resume_on_the_same_mesh_is_exact(reference, udhr_run_config, tmp_path):
+def test_stop_and_resume_on_the_same_mesh_is_exact(reference, udhr_run_config, tmp_path, caplog):
+    """A `train.stop_at` run says where it stopped and how to go on; the resumed run logs the
+    losses of an uninterrupted one; run again once finished, the command answers "nothing to
+    do" from the checkpoint folder alone, without reading the corpus."""
     devices = jax.devices()[:1]
-    run(udhr_run_config(train__stop_at=3), tmp_path, devices)
+    with caplog.at_level("INFO", logger="xlpretrain"):
+        run(udhr_run_config(train__stop_at=3), tmp_path, devices)
+    assert f"stopped after steps 1-3 of {STEPS} in " in caplog.text
+    assert f"to continue to step {STEPS}: run the same command again" in caplog.text
+    assert "next: python -m xlpretrain.convert" not in caplog.text
+    assert "train.stop_at=3: raise it, or leave it out" in trainer_lib.finished(
+        udhr_run_config(train__stop_at=3), str(tmp_path)
+    )
+    assert trainer_lib.finished(udhr_run_config(), str(tmp_path)) is None
     run(udhr_run_config(), tmp_path, devices)
     got = losses(tmp_path)
     for step in range(1, STEPS + 1):
         np.testing.assert_allclose(got[step], reference[step], rtol=1e-5, atol=1e-5)
+
+    saved, config = tmp_path / "config.json", tmp_path / "saved_config.py"
+    config.write_text(
+        "import json, ml_collections\n"
+        "def get_config():\n"
+        f"    return ml_collections.ConfigDict(json.loads(open({str(saved)!r}).read()))\n"
+    )
+    again = subprocess.run(
+        [sys.executable, "-m", "xlpretrain.train", f"--config={config}", f"--workdir={tmp_path}",
+         "--config.data.mono_dir=/no/corpus/here", "--config.data.parallel_dir=/no/pairs"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert again.returncode == 0, again.stderr
+    assert (
+        f"nothing to do: the latest checkpoint, {tmp_path / 'checkpoints' / str(STEPS)}, is at "
+        f"step {STEPS}, the last of train.steps={STEPS}" in again.stdout
+    )
 
 
 def test_gradient_accumulation_matches_the_full_batch(udhr_run_config, tmp_path):

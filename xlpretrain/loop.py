@@ -53,6 +53,7 @@ class Loop:
     dataset: grain.IterDataset  # step k-1 → this process's batches of logged step k
     checkpointer: Checkpointer
     end_step: int  # the last step this invocation runs (train.stop_at, else train.steps)
+    total_steps: int  # train.steps: the run's length, which a train.stop_at run stops short of
     log_every: int
     checkpoint_every: int
     max_bad_steps: int
@@ -87,12 +88,34 @@ def settings(train: ml_collections.ConfigDict) -> dict[str, Any]:
     """The `Loop` fields the `train` section (`config.loop_section`) sets, for every task."""
     return {
         "end_step": train.stop_at if train.stop_at > 0 else train.steps,
+        "total_steps": train.steps,
         "log_every": train.log_every,
         "checkpoint_every": train.checkpoint_every,
         "max_bad_steps": train.max_bad_steps,
         "allow_fresh_start": train.allow_fresh_start,
         "wandb_project": train.wandb_project,
     }
+
+
+def finished(workdir: str, step: int | None, train: ml_collections.ConfigDict) -> str | None:
+    """What a run whose newest checkpoint is at `step` has left to do under `train`: None if
+    it has steps to run, else the one line that says so and how to go on (read before any
+    data is scanned or anything compiled, so re-running a finished run answers at once)."""
+    end = settings(train)["end_step"]
+    if step is None or step < end:
+        return None
+    where = os.path.join(workdir, "checkpoints", str(step))
+    if end < train.steps:
+        how = (
+            f"train.stop_at={train.stop_at}: raise it, or leave it out, to continue to step "
+            f"{train.steps}"
+        )
+    else:
+        how = (
+            f"the last of train.steps={train.steps}: raise it (with "
+            "--config.train.resume_with_changes=True) to train further"
+        )
+    return f"nothing to do: the latest checkpoint, {where}, is at step {step}, {how}"
 
 
 def run(loop: Loop) -> TrainState:
@@ -202,14 +225,14 @@ def _run(loop: Loop, new_iterator: Callable[[], grain.DatasetIterator]) -> Train
     for line in summary_lines(
         first_step=start_step + 1,
         last_step=step,
-        total_steps=end_step,
+        total_steps=loop.total_steps,
         seconds=progress.elapsed(),
         tokens=progress.tokens,
         last=history[-1] if history else {},
         best=best_held_out(history),
         baselines=loop.baselines,
         checkpoint=os.path.join(checkpointer.directory, str(last_saved)),
-        next_steps=loop.next_steps if step == end_step else (),
+        next_steps=loop.next_steps if step == loop.total_steps else (),
     ):
         log.info("%s", line)
     return state

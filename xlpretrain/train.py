@@ -15,7 +15,7 @@ from ml_collections import config_flags
 
 from xlpretrain import cli, distributed
 from xlpretrain.config import validate
-from xlpretrain.trainer import build, run
+from xlpretrain.trainer import Trainer, build, finished, run
 
 
 def main(argv: list[str]) -> None:
@@ -24,7 +24,14 @@ def main(argv: list[str]) -> None:
     if FLAGS.distributed:
         distributed.initialize()
     cfg, workdir = FLAGS.config, os.path.abspath(FLAGS.workdir)
-    cli.run_task(workdir, lambda: validate(cfg), lambda: build(cfg, workdir), run, "train.log")
+
+    def start() -> Trainer | None:
+        if (done := finished(cfg, workdir)) is not None:
+            cli.log.info("%s", done)
+            return None
+        return build(cfg, workdir)
+
+    cli.run_task(workdir, lambda: validate(cfg), start, lambda t: t and run(t), "train.log")
 
 
 def define_flags() -> None:

@@ -94,6 +94,13 @@ class Trainer:
     evaluator: Evaluator | None = None
 
 
+def finished(cfg: ml_collections.ConfigDict, workdir: str) -> str | None:
+    """Why a run of `cfg` in `workdir` has nothing left to do (its newest checkpoint is at its
+    last step), or None: read from the checkpoint folder alone, before any data is scanned."""
+    latest = loop.checkpointer(workdir, cfg.train).latest_step()
+    return loop.finished(workdir, latest, cfg.train)
+
+
 def build(
     cfg: ml_collections.ConfigDict, workdir: str, devices: list[jax.Device] | None = None
 ) -> Trainer:
