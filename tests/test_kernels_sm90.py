@@ -1,7 +1,8 @@
 """The fused attention compiled for an H100 (sm_90a) on this CPU host, as XLA:GPU compiles it
 for the GPU: Pallas→Triton lowering, Triton's passes, ptxas and the SM's limits. Interpret mode
 (tests/test_flash_attention.py) checks the arithmetic; this checks that the GPU accepts the
-kernels, and that at the default tiles no kernel spills registers to local memory.
+kernels, and that at the default tiles no kernel spills registers to local memory or needs more
+registers than docs/performance.md's table states for it (what the defaults were chosen on).
 
 Needs the CUDA plugin and ptxas, not a GPU: ``pip install -e ".[gpu-compile]"``. Without them
 the module is skipped, unless XLPRETRAIN_REQUIRE_GPU_COMPILE=1 (set by .ci/run), which makes
@@ -11,6 +12,8 @@ their absence a failure. ``pytest -k sm90`` runs these alone.
 import dataclasses
 import functools
 import os
+import pathlib
+import re
 
 import jax
 import jax.numpy as jnp
@@ -29,6 +32,17 @@ except ValueError as error:
 
 Case = gpu_compile.FlashCase
 CASES = gpu_compile.checked_cases()
+PERFORMANCE = pathlib.Path(__file__).resolve().parents[1] / "docs" / "performance.md"
+
+
+@functools.cache
+def documented() -> dict[tuple[str, str], tuple[str, int]]:
+    """{(case, kernel): (tile, registers)} from docs/performance.md's table of the defaults
+    (`python -m xlpretrain.aot --kernels h100`)."""
+    rows = re.findall(
+        r"^\| (\S+) \| (_\w+_kernel) \| (\S+) \| (\d+) \|", PERFORMANCE.read_text(), re.MULTILINE
+    )
+    return {(case, kernel): (tile, int(registers)) for case, kernel, tile, registers in rows}
 
 
 @functools.cache
@@ -38,13 +52,24 @@ def compiled(case: Case, tiles: flash.Tiles | None = None):
 
 @pytest.mark.parametrize("case", CASES, ids=str)
 def test_sm90_every_kernel_compiles_without_spills_at_the_default_tiles(case):
+    """No spill, shared memory the SM has, and registers within the documented budget: ptxas
+    caps a thread at 255 and spills past it, so a kernel that needs more registers than the
+    tiles were chosen at is nearer spilling and holds fewer warps per SM; re-measure and update
+    the table, or shrink its tile."""
     _, reports = compiled(case)
     assert sorted(r.name for r in reports) == sorted(gpu_compile.FLASH_KERNELS)
     limit = gpu_targets.GPUS["h100"].shared_memory_per_block_optin
+    tiles = flash.default_tiles(jnp.dtype(case.dtype), case.head_dim).fitted(
+        case.length, case.length
+    )
     for report in reports:
         assert report.spill_stores == 0 and report.spill_loads == 0, f"{case}: {report}"
         assert 0 < report.shared_memory <= limit, f"{case}: {report}"
-        assert report.registers <= 255
+        tile, budget = documented()[str(case), report.name]
+        assert str(getattr(tiles, report.name.strip("_").removesuffix("_kernel"))) == tile
+        assert report.registers <= budget, (
+            f"{case}: {report}; docs/performance.md states {budget} at {tile}"
+        )
 
 
 def test_sm90_tiles_that_spill_are_reported():
