@@ -8,12 +8,15 @@ tests/test_train.py's (`model.mlp_dim`); here `check_resume` is called directly 
 `config.json`, with no training.
 """
 
+import dataclasses
 import json
+from collections.abc import Callable
 
 import pytest
 
 from xlpretrain import config as pretraining
 from xlpretrain import finetuning
+from xlpretrain.data.corpus import held_out_shares
 from xlpretrain.errors import ConfigError
 from xlpretrain.optim import learning_rate_schedule
 from xlpretrain.workdir import check_resume
@@ -32,13 +35,26 @@ LOOP_NEUTRAL = (
     "train.resume_with_changes",
     "train.wandb_project",
     "mesh.",
-    "eval.",
+    "eval.",  # the share of training data it holds out is compared apart (`derived`)
     "data.num_workers",
     "data.prefetch",
     "model.attention",
 )
+
+
+@dataclasses.dataclass(frozen=True)
+class Task:
+    """A task's config and how it calls `check_resume`, and the keys this test holds neutral."""
+
+    default_config: Callable
+    resume_neutral: tuple[str, ...]  # the task's own list
+    schedule: Callable
+    neutral: tuple[str, ...]
+    derived: Callable | None = None
+
+
 TASKS = {
-    "pretraining": (
+    "pretraining": Task(
         pretraining.default_config,
         pretraining.RESUME_NEUTRAL,
         learning_rate_schedule,
@@ -51,8 +67,9 @@ TASKS = {
             "model.loss_chunk",
             "init.checkpoint",  # read by a run's first start only
         ),
+        held_out_shares,  # as the trainer calls it: eval.* decide the lines training reads
     ),
-    "finetuning": (
+    "finetuning": Task(
         finetuning.default_config,
         finetuning.RESUME_NEUTRAL,
         finetuning.finetune_schedule,
@@ -73,7 +90,7 @@ def leaves(tree: dict, prefix: str = ""):
 
 
 def saved_json(task: str) -> dict:
-    return json.loads(TASKS[task][0]().to_json_best_effort())
+    return json.loads(TASKS[task].default_config().to_json_best_effort())
 
 
 def other(value):
@@ -90,7 +107,7 @@ def other(value):
 
 
 def is_neutral(task: str, key: str) -> bool:
-    return any(key == n or (n.endswith(".") and key.startswith(n)) for n in TASKS[task][3])
+    return any(key == n or (n.endswith(".") and key.startswith(n)) for n in TASKS[task].neutral)
 
 
 CHANGES = [
@@ -105,7 +122,6 @@ CHANGES = [
 
 def check(task: str, key: str, value, tmp_path) -> None:
     """`check_resume` of the default config in a workdir whose config.json has `key` = `value`."""
-    default_config, neutral, schedule, _ = TASKS[task]
     saved = saved_json(task)
     *sections, name = key.split(".")
     section = saved
@@ -113,7 +129,8 @@ def check(task: str, key: str, value, tmp_path) -> None:
         section = section.setdefault(part, {})
     section[name] = value
     (tmp_path / "config.json").write_text(json.dumps(saved))
-    check_resume(str(tmp_path), default_config(), 10, neutral, schedule)
+    t = TASKS[task]
+    check_resume(str(tmp_path), t.default_config(), 10, t.resume_neutral, t.schedule, t.derived)
 
 
 @pytest.mark.parametrize("task, key, value", CHANGES, ids=[f"{t}:{k}" for t, k, _ in CHANGES])
