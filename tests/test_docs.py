@@ -27,10 +27,10 @@ How a block is treated:
   a few steps, one small shared tokenizer, small benchmark and sizing shapes.
 
 Where commands run: each page (README.md, a docs page, launch/README.md) in its own scratch
-directory, holding symlinks `configs` and `launch` to the repository's, beside `shared`, a
-symlink to the repository's `../shared`. So the documented relative paths (`configs/demo.py`,
-`runs/demo`, `../shared/data/udhr`, `launch/slurm.sh`) resolve as in a checkout, and whatever a
-command writes lands in the scratch directory, never in the repository. A page's commands run
+directory, holding symlinks `configs` and `launch` to the repository's and nothing else a
+user's clone lacks (no `../shared`). So the documented relative paths (`configs/demo.py`,
+`runs/demo`, `launch/slurm.sh`) resolve as in a checkout, and whatever a command writes lands
+in the scratch directory, never in the repository. A page's commands run
 in order in its directory, so its `train` then `convert` of one workdir works; after a failure
 the rest of the page is not run. Pages run side by side (`WORKERS`) so that both cores of a CI
 machine work: a command is mostly one busy core (start-up and a cold XLA compile). Each
@@ -56,8 +56,6 @@ import pytest
 import yaml
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
-SHARED = REPO.parent / "shared"
-UDHR = SHARED / "data" / "udhr"
 # Read besides README.md and the site's pages, if no page includes them.
 EXTRA_SOURCES = ("launch/README.md",)
 TIMEOUT_S = 300  # per command
@@ -282,7 +280,7 @@ def shrink(command: str, tokenizer: pathlib.Path) -> str:
 
 def page_directory(root: pathlib.Path, page: str) -> pathlib.Path:
     """`root/<page>`, where `page`'s commands run, with the repository's `configs` and
-    `launch` beside them and `../shared` resolving to `root/shared`."""
+    `launch` beside them, as in a user's clone."""
     work = root / page.replace("/", "__")
     work.mkdir()
     for name in ("configs", "launch"):
@@ -365,8 +363,6 @@ class Runner:
         command, reason = by_rule(step.command)
         if reason:
             return Outcome("skipped", f"{step.where}: {step.command!r}: {reason}")
-        if "../shared/" in command and not UDHR.is_dir():
-            return Outcome("skipped", f"{step.where}: the UDHR corpus is not at {UDHR}")
         command = shrink(command, self.tokenizer)
         first = step.where if re.match(EVERY_PAGE, command) else self.claim(command, step.where)
         if first != step.where:
@@ -417,8 +413,6 @@ def outcomes(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Outcome]:
     from xlpretrain.tokenizer import train_tokenizer
 
     root = tmp_path_factory.mktemp("docs")
-    if SHARED.is_dir():
-        (root / "shared").symlink_to(SHARED)
     mono_dir = demo_corpus.build_demo_corpus(demo_corpus.default_demo_cache_dir()).mono
     mono = MonolingualSource.from_dir(mono_dir)
     texts = {lang: [mono.line(lang, i) for i in range(20)] for lang in mono.languages}
