@@ -440,3 +440,25 @@ def test_the_tokenizer_sample_of_a_split_grouped_by_language_has_every_language(
     assert len(prepare_lib.plan({}, [spec], 2000)) > prepare_lib.SAMPLE_PIECES
     sample = prepare_lib.tokenizer_sample({}, [spec], 1, prepare_lib.Reading())
     assert sorted(sample) == ["aa", "bb", "cc"] and all(len(v) == 1 for v in sample.values())
+
+
+def test_a_held_out_share_splits_tfds_records_as_it_splits_text_lines(mono, parallel):
+    """Evaluation's default held-out lines (xlpretrain/data/held_out.py) read TFDS records
+    through the same protocol as folders: every record in exactly one part."""
+    from xlpretrain.data.held_out import LineSplit, MonolingualPart, ParallelPart
+
+    split, held_out = LineSplit(0.5, seed=0), 0
+    for source, part, keys in (
+        (mono, MonolingualPart, mono.languages),
+        (parallel, ParallelPart, parallel.pairs),
+    ):
+        train, held = part(source, split, False), part(source, split, True)
+        for key in keys:
+            every = [source.line(key, i) for i in range(source.num_lines(key))]
+            kept = [train.line(key, i) for i in range(train.num_lines(key))]
+            taken = (
+                [held.line(key, i) for i in range(held.num_lines(key))] if key in held.stats else []
+            )
+            assert sorted(kept + taken) == sorted(every), key
+            held_out += len(taken)
+    assert held_out > 0
