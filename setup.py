@@ -47,9 +47,11 @@ setup(
         "docs": ["mkdocs-material>=9.5"],
         "wandb": ["wandb>=0.17"],  # train.wandb_project
         "beam": ["apache-beam>=2.50"],  # python -m xlpretrain.data.prepare --beam
-        # python -m xlpretrain.convert: safetensors alone converts model.safetensors; torch
-        # reads pytorch_model.bin; transformers loads the exported folders.
-        "hf": ["safetensors>=0.4", "torch>=2.0", "transformers>=4.40"],
+        # python -m xlpretrain.convert: safetensors reads model.safetensors and writes every
+        # export; transformers (which runs without torch) reads an export's config and tokenizer.
+        # No torch: pip would pull its CUDA build (gigabytes) even on a CPU machine; reading a
+        # pytorch_model.bin or loading an export in PyTorch names the CPU wheel (docs/convert.md).
+        "hf": ["safetensors>=0.4", "transformers>=4.40"],
         "gpu": ["jax[cuda12]"],
         # Compile for GPUs without one (tests/test_kernels_sm90.py, aot --topology h100:8): XLA:GPU
         # through the CUDA plugin, whose version must equal jax's, and ptxas; no CUDA libraries.

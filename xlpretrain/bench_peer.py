@@ -18,10 +18,10 @@ from collections.abc import Sequence
 import ml_collections
 
 from xlpretrain.data.streams import max_predictions
+from xlpretrain.errors import require
 
 PEER = "transformers XLMRobertaForMaskedLM (sdpa attention)"
 MODES = ("eager", "compile")
-INSTALL_HINT = "--peer needs torch and transformers: pip install -e '.[hf]'"
 BOS, PAD, EOS, FIRST_REGULAR = 0, 1, 2, 4  # our tokenizer's ids, which XLM-R shares
 
 
@@ -33,11 +33,8 @@ def peer_benchmark(
 ) -> dict:
     """Times HF's training step on `cfg`'s shapes once per mode; a mode that fails (a missing
     compiler for `torch.compile`, out of memory) reports its error so the others still run."""
-    try:
-        import torch
-        import transformers
-    except ImportError as error:
-        raise RuntimeError(INSTALL_HINT) from error
+    torch = require("torch", "--peer")
+    transformers = require("transformers", "--peer")
     unknown = sorted(set(modes) - set(MODES))
     if unknown:
         raise ValueError(f"unknown peer modes {unknown}; known: {list(MODES)}")

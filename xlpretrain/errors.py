@@ -1,5 +1,41 @@
 """Errors every layer may raise, defined below all of them."""
 
+from __future__ import annotations
+
+import importlib
+from types import ModuleType
+
+# How to install each optional package: the extra that brings it, else its own wheel. torch is in
+# no extra: `pip install torch` pulls the CUDA build (gigabytes) even on a machine without a GPU.
+INSTALL = {
+    "safetensors": 'pip install "xlpretrain[hf]"',
+    "transformers": 'pip install "xlpretrain[hf]"',
+    "torch": "pip install torch --index-url https://download.pytorch.org/whl/cpu (the CPU "
+    "build; plain pip install torch for CUDA)",
+    "tensorflow_datasets": 'pip install "xlpretrain[tfds]"',
+    "apache_beam": 'pip install "xlpretrain[beam]"',
+    "wandb": 'pip install "xlpretrain[wandb]"',
+    "pyarrow": "pip install pyarrow",
+}
+
 
 class ConfigError(ValueError):
     """A configuration value is unknown, mistyped or out of range."""
+
+
+class MissingExtra(ImportError):
+    """An optional package a feature needs is not installed; the message says how to get it."""
+
+
+def require(module: str, why: str) -> ModuleType:
+    """`import module`, or `MissingExtra`: "WHY needs PACKAGE, which is not installed: HOW" (the
+    features that need an optional package import it through here, so all say it alike)."""
+    package = module.partition(".")[0]
+    try:
+        return importlib.import_module(module)
+    except ModuleNotFoundError as error:
+        if error.name not in (package, module):  # installed, but something it imports is not
+            raise
+        raise MissingExtra(
+            f"{why} needs {package}, which is not installed: {INSTALL[package]}"
+        ) from None

@@ -15,6 +15,8 @@ import jax
 import numpy as np
 from tensorboardX import SummaryWriter
 
+from xlpretrain.errors import require
+
 log = logging.getLogger("xlpretrain")
 
 
@@ -75,7 +77,7 @@ class MetricsWriter:
 def _wandb_run(workdir: str | os.PathLike, project: str, run_config: Mapping):
     """The workdir's W&B run: started, or resumed by the id its first start saved (config
     validation has checked that wandb is installed)."""
-    import wandb  # optional: only runs that ask for it import it
+    wandb = require("wandb", "train.wandb_project")
 
     id_path = os.path.join(workdir, "wandb_run_id")
     if os.path.exists(id_path):

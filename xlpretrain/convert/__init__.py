@@ -28,6 +28,7 @@ def from_hf(
 def to_hf(src: str | os.PathLike, dst: str | os.PathLike) -> Pretrained:
     """Checkpoint folder or training workdir ``src`` → new HF folder ``dst``."""
     folder.new_folder(dst)  # fail before reading a large checkpoint
+    hf.safetensors_writer()
     model = folder.read(src)
     hf.write_hf(model, dst)
     return model
@@ -39,6 +40,7 @@ def to_hf_seq2seq(
     """VECO checkpoint folder or training workdir ``src`` → new HF ``EncoderDecoderModel``
     folder ``dst``, the decoder built from the last ``decoder_layers`` layers (default: all)."""
     folder.new_folder(dst)  # fail before reading a large checkpoint
+    hf.safetensors_writer()
     model = folder.read(src)
     seq2seq.write_seq2seq(model, dst, decoder_layers)
     return model

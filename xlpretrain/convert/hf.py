@@ -21,6 +21,7 @@ import logging
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
+from types import ModuleType
 from typing import NamedTuple
 
 import flax.linen as nn
@@ -36,6 +37,7 @@ from xlpretrain.convert.folder import (
     new_folder,
     unpadded,
 )
+from xlpretrain.errors import require
 from xlpretrain.model import vocab
 from xlpretrain.model.config import ModelConfig
 from xlpretrain.model.heads import LMHead
@@ -426,13 +428,11 @@ def read_tensors(path: Path) -> dict[str, np.ndarray]:
 
 def _read_file(file: Path) -> dict[str, np.ndarray]:
     if file.suffix == ".safetensors":
-        from safetensors import safe_open
-
+        safetensors = require("safetensors", f"reading {file.name}")
         # The 'flax' framework reads bfloat16 too (NumPy cannot); keep it off accelerators.
-        with jax.default_device(jax.devices("cpu")[0]), safe_open(file, "flax") as f:
+        with jax.default_device(jax.devices("cpu")[0]), safetensors.safe_open(file, "flax") as f:
             return {name: np.asarray(f.get_tensor(name)) for name in f.keys()}
-    import torch
-
+    torch = require("torch", f"reading {file.name}")
     state = torch.load(file, map_location="cpu", weights_only=True)
     return {name: (t.float() if t.is_floating_point() else t).numpy() for name, t in state.items()}
 
@@ -488,6 +488,11 @@ def write_hf(model: Pretrained, path: str | os.PathLike) -> None:
     write_folder(path, hf_config, tensors, model.tokenizer)
 
 
+def safetensors_writer() -> ModuleType:
+    """``safetensors.numpy``, which every export writes with."""
+    return require("safetensors.numpy", "exporting")
+
+
 def write_folder(
     path: str | os.PathLike,
     hf_config: Mapping,
@@ -496,8 +501,7 @@ def write_folder(
 ) -> None:
     """An HF folder: ``config.json``, ``model.safetensors`` and the SentencePiece model (as
     ``sentencepiece.bpe.model``) if there is one; ``path`` must not exist yet."""
-    from safetensors.numpy import save_file
-
+    save_file = safetensors_writer().save_file
     path = new_folder(path)
     path.mkdir(parents=True)
     (path / "config.json").write_text(json.dumps(hf_config, indent=2, sort_keys=True) + "\n")

@@ -48,6 +48,7 @@ from xlpretrain.data.sources import (
     skip_counts,
     usable_lines,
 )
+from xlpretrain.errors import require
 from xlpretrain.tokenizer import Tokenizer, train_tokenizer
 
 SAMPLE_PIECES = 32  # pieces of a self-labelled TFDS split read for the tokenizer's sample
@@ -247,11 +248,7 @@ def _row_group_tasks(kind: str, key: str, path: str, shard_bytes: int) -> list[T
 
 
 def _parquet():
-    try:
-        import pyarrow.parquet
-    except ImportError:
-        raise DataError("Parquet inputs need pyarrow: pip install pyarrow") from None
-    return pyarrow.parquet
+    return require("pyarrow.parquet", "reading Parquet inputs")
 
 
 def _record_tasks(spec: TfdsInput, shard_bytes: int) -> list[Task]:
@@ -421,12 +418,9 @@ def run_with_beam(
     tasks: Sequence[Task], out: str, reading: Reading, options: Sequence[str]
 ) -> None:
     """The shards as an Apache Beam pipeline: one element per task, spread by a reshuffle."""
-    try:
-        import apache_beam as beam
-        from apache_beam.options.pipeline_options import PipelineOptions
-    except ImportError:
-        raise DataError("--beam needs Apache Beam: pip install apache-beam") from None
-    with beam.Pipeline(options=PipelineOptions(list(options))) as pipeline:
+    beam = require("apache_beam", "--beam")
+    pipeline_options = require("apache_beam.options.pipeline_options", "--beam")
+    with beam.Pipeline(options=pipeline_options.PipelineOptions(list(options))) as pipeline:
         _ = (
             pipeline
             | "shards" >> beam.Create(list(tasks))

@@ -49,13 +49,9 @@ from xlpretrain.data.sources import (
     _no_string,
     classify,
 )
+from xlpretrain.errors import require
 
-try:
-    import tensorflow_datasets as tfds
-except ImportError as error:  # pragma: no cover - depends on the installation
-    raise ImportError(
-        "TFDS sources need tensorflow-datasets and array-record: pip install 'xlpretrain[tfds]'"
-    ) from error
+tfds = require("tensorflow_datasets", "a TFDS dataset as input")
 
 __all__ = [
     "TfdsMonolingualSource",
