@@ -12,7 +12,7 @@ PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "xlpretrain"
 
 # Lowest first. A module belongs to the longest prefix listed.
 LAYERS = (
-    ("errors",),
+    ("errors", "programs", "quiet"),
     ("tokenizer", "masks", "sharding", "optim", "metrics", "divergence", "preemption",
      "distributed", "gpu_targets", "checkpoint", "workdir"),
     ("data",),

@@ -1,20 +1,168 @@
-"""Optional packages: a feature whose package is missing says which extra (or wheel) brings it,
-and the `hf` extra installs nothing that pulls CUDA."""
+"""Every command line fails the same way, as a user runs it: a mistake (a missing file, a bad
+value or flag, a missing optional package) is one line on stderr, `PROGRAM: error: WHAT`, and
+exit status 2, with nothing else on stderr (no usage block, no traceback, and none of the lines
+JAX's CUDA plugin prints at start-up on a host without a GPU); and the `hf` extra installs
+nothing that pulls CUDA.
+
+(`xlpretrain.train`'s errors: tests/test_cli.py.)"""
 
 import ast
 import importlib.metadata
+import os
 import pathlib
 import re
+import subprocess
 import sys
 
 import pytest
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
+from xlpretrain import quiet
 from xlpretrain.convert import hf
 from xlpretrain.errors import MissingExtra
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
+# A user's shell: JAX picks its backend itself (conftest's CPU setting would keep the CUDA
+# plugin from starting) and sees one device.
+ENV = {k: v for k, v in os.environ.items() if k not in ("JAX_PLATFORMS", "XLA_FLAGS")}
+# What JAX's CUDA plugin prints on this host, gpu-compile extra installed and no GPU.
+CHATTER = [
+    "WARNING: All log messages before absl::InitializeLog() is called are written to STDERR",
+    "I0000 00:00:1795628923.308317   11767 cudart_stub.cc:31] Could not find cuda drivers on your "
+    "machine, GPU will not be used.",
+]
+# And TensorFlow, when TFDS imports it on such a host.
+TF_CHATTER = [
+    "2025-01-07 10:00:00.000000: I tensorflow/core/util/port.cc:153] oneDNN custom operations "
+    "are on. You may see slightly different numerical results due to floating-point round-off "
+    "errors from different computation orders. To turn them off, set the environment variable "
+    "`TF_ENABLE_ONEDNN_OPTS=0`.",
+    "E0000 00:00:1736240400.000000  4242 cuda_dnn.cc:8310] Unable to register cuDNN factory: "
+    "Attempting to register factory for plugin cuDNN when one has already been registered",
+    "2025-01-07 10:00:00.000000: I tensorflow/core/platform/cpu_feature_guard.cc:210] This "
+    "TensorFlow binary is optimized to use available CPU instructions in performance-critical "
+    "operations.",
+    "To enable the following instructions: AVX2 FMA, in other operations, rebuild TensorFlow "
+    "with the appropriate compiler flags.",
+]
+
+
+def run(*command: str, **env: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, *command],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=REPO,
+        env={**ENV, **env},
+    )
+
+
+def without(module: str, program: str, *args: str) -> tuple[str, ...]:
+    """`python -m PROGRAM ARGS` where `module` is not installed (importing it raises
+    ModuleNotFoundError), started as `python -m` starts a program."""
+    script = (
+        f"import sys, runpy; sys.modules[{module!r}] = None; sys.argv = ['-m', *{list(args)!r}]; "
+        f"runpy.run_module({program!r}, run_name='__main__', alter_sys=True)"
+    )
+    return "-c", script
+
+
+@pytest.mark.parametrize(
+    "command, error",
+    [
+        pytest.param(
+            ("-m", "xlpretrain.convert", "to-hf", "/no/such/run", "/tmp/never"),
+            "xlpretrain.convert: error: no such folder: /no/such/run",
+            id="convert",
+        ),
+        pytest.param(
+            without("safetensors", "xlpretrain.convert", "to-hf", "/no/such/run", "/tmp/never"),
+            "xlpretrain.convert: error: exporting needs safetensors, which is not installed: "
+            'pip install "xlpretrain[hf]"',
+            id="convert-without-safetensors",
+        ),
+        pytest.param(
+            ("-m", "xlpretrain.bench", "--config", "configs/nope.py"),
+            "xlpretrain.bench: error: --config configs/nope.py: no such file",
+            id="bench",
+        ),
+        pytest.param(
+            ("-m", "xlpretrain.bench", "--suite", "gpu"),
+            "xlpretrain.bench: error: flags suite=gpu, out=: --suite needs --out DIR",
+            id="bench-suite",
+        ),
+        pytest.param(
+            ("-m", "xlpretrain.aot", "--devices", "2", "--config", "configs/nope.py"),
+            "xlpretrain.aot: error: --config configs/nope.py: no such file",
+            id="aot",
+        ),
+        pytest.param(
+            ("-m", "xlpretrain.eval.retrieval", "--workdir", "runs/x", "--data", "/no/such/data"),
+            "xlpretrain.eval.retrieval: error: data path /no/such/data does not exist",
+            id="retrieval",
+        ),
+        pytest.param(
+            ("-m", "xlpretrain.eval.finetune", "--config=configs/finetune_pair.py", "--workdir=x"),
+            "xlpretrain.eval.finetune: error: --config configs/finetune_pair.py: no such file; "
+            "did you mean configs/finetune_pairs.py?",
+            id="finetune",
+        ),
+        pytest.param(
+            ("-m", "xlpretrain.data.prepare", "--out", "/tmp/never", "--shard", "2/2"),
+            "xlpretrain.data.prepare: error: argument --shard: I/N needs 0 <= I < N, got '2/2'",
+            id="prepare",
+        ),
+        pytest.param(
+            ("-m", "xlpretrain.data.demo_corpus", "--out", "/tmp/never", "--languages", "1"),
+            "xlpretrain.data.demo_corpus: error: num_languages must be >= 2",
+            id="demo_corpus",
+        ),
+        pytest.param(  # the mask is computed (JAX's backend starts) before the picture fails
+            ("-m", "xlpretrain.masks", "--objective", "tlm", "--example", "a ||| b",
+             "--png", "/no/such/folder/tlm.png"),
+            "xlpretrain.masks: error: No such file or directory (/no/such/folder/tlm.png)",
+            id="masks",
+        ),
+        pytest.param(
+            ("-m", "xlpretrain.launch", "local", "--processes", "0", "--", "--config", "x"),
+            "xlpretrain.launch: error: --processes and --devices-per-process must be >= 1",
+            id="launch",
+        ),
+    ],
+)  # fmt: skip
+def test_a_user_error_is_one_line_on_stderr_and_exit_2(command, error):
+    assert_one_line(run(*command), error)
+
+
+def test_jax_on_the_cpu_alone_holds_back_its_start_up_lines_too():
+    """With JAX_PLATFORMS=cpu the CUDA plugin skips its version check and loads its library
+    when JAX finds its plugins, which prints the lines again."""
+    masks = ("-m", "xlpretrain.masks", "--objective", "tlm", "--example", "a ||| b", "--png")
+    result = run(*masks, "/no/such/folder/tlm.png", JAX_PLATFORMS="cpu")
+    assert_one_line(result, "xlpretrain.masks: error: No such file or directory (/no/such/")
+
+
+def assert_one_line(result: subprocess.CompletedProcess, error: str) -> None:
+    assert result.returncode == 2, result.stdout[-2000:] + result.stderr[-2000:]
+    assert len(result.stderr.splitlines()) == 1, result.stderr
+    assert result.stderr.startswith(error), result.stderr
+
+
+def test_this_host_has_the_start_up_chatter_that_the_programs_hold_back():
+    """JAX's CUDA plugin (the gpu-compile test extra) prints its lines here: so the programs'
+    single stderr line above shows they were held back."""
+    plain = run("-c", "import jax")
+    if not any(quiet.is_noise(line) for line in plain.stderr.splitlines()):
+        pytest.skip("importing JAX prints nothing here (no CUDA plugin installed)")
+    assert all(quiet.is_noise(line) for line in plain.stderr.splitlines()), plain.stderr
+
+
+def test_held_back_passes_on_every_line_but_the_known_ones(capfd):
+    with quiet.held_back():
+        os.write(2, "\n".join([*CHATTER, "real trouble", *TF_CHATTER, "more"]).encode() + b"\n")
+    assert capfd.readouterr().err == "real trouble\nmore\n"
 
 
 def test_a_missing_torch_names_the_cpu_wheel(monkeypatch, tmp_path):

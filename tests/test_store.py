@@ -203,8 +203,9 @@ def test_a_store_that_cannot_be_used_is_an_error_naming_the_file(store, tmp_path
     verify = [sys.executable, "-m", "xlpretrain.data.prepare", "--verify", f"--out={copy}"]
     result = subprocess.run(verify, capture_output=True, text=True, timeout=120)
     assert result.returncode == 1, result.stderr
-    assert f"{shard} has the manifest's size but not its SHA-256" in result.stderr
-    assert "1 of " in result.stderr and "shards differ from the manifest" in result.stderr
+    assert f"{shard} has the manifest's size but not its SHA-256" in result.stdout
+    (error,) = result.stderr.splitlines()
+    assert error.startswith("xlpretrain.data.prepare: error: 1 of ") and "shards differ" in error
     shard.write_bytes(data)
     result = subprocess.run(verify, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0 and "shards match the manifest" in result.stdout, result.stderr
@@ -221,6 +222,40 @@ def test_a_store_that_cannot_be_used_is_an_error_naming_the_file(store, tmp_path
         store_lib.check_tokenizer(store, other)
     with pytest.raises(store_lib.StoreError, match="no such folder"):
         store_lib.open_store(tmp_path / "nothing", (MONO,))
+
+
+def test_verify_says_what_repairs_the_store_and_it_does(store, folders, udhr_tokenizer_path,
+                                                        tmp_path, capsys):  # fmt: skip
+    """Preparing again redoes the pieces of a torn shard, so that is all --verify asks; it keeps
+    a shard whose bytes changed but not its size (a run checks sizes), so for that --verify asks
+    to delete it first."""
+    copy = tmp_path / "store"
+    shutil.copytree(store, copy)
+    torn, changed = sorted((copy / "mono").rglob("*.array_record"))[:2]
+
+    def verify() -> tuple[list[str], str]:
+        with pytest.raises(SystemExit) as stop:
+            prepare_lib.main(["--verify", f"--out={copy}"])
+        out, err = capsys.readouterr()
+        assert stop.value.code == 1 and err.count("\n") == 1, err
+        return out.splitlines(), err
+
+    torn.write_bytes(torn.read_bytes()[:-10])
+    problems, advice = verify()
+    assert len(problems) == 1 and problems[0].startswith(f"{torn} has ")
+    assert advice.endswith("run the same prepare command again: it redoes just their pieces\n")
+    prepare(folders, copy, udhr_tokenizer_path)
+    assert tree(copy) == tree(store)
+
+    changed.write_bytes(bytes(reversed(changed.read_bytes())))
+    problems, advice = verify()
+    assert problems == [f"{changed} has the manifest's size but not its SHA-256: its bytes changed"]
+    assert "delete the 1 whose SHA-256 differs, then run the same prepare command again" in advice
+    prepare(folders, copy, udhr_tokenizer_path)
+    assert tree(copy) != tree(store)  # preparing again alone keeps it, as the advice says
+    changed.unlink()
+    prepare(folders, copy, udhr_tokenizer_path)
+    assert tree(copy) == tree(store)
 
 
 def test_prepare_train_and_resume_on_the_store_equal_training_on_the_folders(

@@ -6,7 +6,13 @@ inference; it is imported on first use so that ``import xlpretrain.<module>`` st
 
 from __future__ import annotations
 
+import sys
 from typing import Any
+
+if sys.argv[:1] == ["-m"]:  # `python -m xlpretrain.X` is finding its program: a program starts
+    from xlpretrain import quiet
+
+    quiet.install()
 
 
 def __getattr__(name: str) -> Any:

@@ -31,6 +31,8 @@ import re
 import sys
 from collections.abc import Iterator
 
+from xlpretrain import programs
+
 GIB = 2**30
 # Memory per device (GiB as the vendors state it, in GB → GiB).
 DEVICE_MEMORY_GIB = {
@@ -185,8 +187,17 @@ def format_report(report: dict) -> str:
     return "\n".join(lines)
 
 
+def _mesh_argument(text: str) -> tuple[int, int, int]:
+    try:
+        data, fsdp, tensor = (int(part) for part in text.split(","))
+    except ValueError:
+        message = f"expected DATA,FSDP,TENSOR, e.g. 2,4,1, got {text!r}"
+        raise argparse.ArgumentTypeError(message) from None
+    return data, fsdp, tensor
+
+
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m xlpretrain.aot", description=__doc__)
+    parser = programs.ArgumentParser(prog="python -m xlpretrain.aot", description=__doc__)
     parser.add_argument("--config", help="configs/NAME.py[:ARG]")
     target = parser.add_mutually_exclusive_group(required=True)
     target.add_argument("--kernels", metavar="GPU", help="the fused kernels alone, e.g. h100")
@@ -195,7 +206,11 @@ def main(argv: list[str] | None = None) -> None:
     target.add_argument(
         "--topology", help="TPU or GPU topology to compile for, e.g. v5p:2x2x2 or h100:8"
     )
-    parser.add_argument("--mesh", help="DATA,FSDP,TENSOR (one may be -1); default: the config's")
+    parser.add_argument(
+        "--mesh",
+        type=_mesh_argument,
+        help="DATA,FSDP,TENSOR (one may be -1); default: the config's",
+    )
     parser.add_argument("--json", action="store_true")
     args, overrides = parser.parse_known_args(argv)
     # Before JAX starts: this host's accelerators are not the target; the CPU backend is the
@@ -209,28 +224,24 @@ def main(argv: list[str] | None = None) -> None:
     # Compiling touches no TPU, so two sizing runs (or one beside a test) may share libtpu.
     os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
     if args.kernels:
-        try:
-            for row in kernel_table(args.kernels, args.tiles):
-                print(row, flush=True)
-        except ValueError as error:
-            parser.exit(2, f"python -m xlpretrain.aot: {error}\n")
+        for row in kernel_table(args.kernels, args.tiles):
+            print(row, flush=True)
         return
     if not args.config:
         parser.error("--config is required with --devices or --topology")
     from absl import flags
     from ml_collections import config_flags
 
+    from xlpretrain import cli
+
     config_flags.DEFINE_config_file("config", None, "Config file.")
-    flags.FLAGS([sys.argv[0], f"--config={args.config}", *overrides])
+    cli.parse_flags([sys.argv[0], f"--config={args.config}", *overrides])
     cfg = flags.FLAGS.config
     if args.mesh:
-        cfg.mesh.data, cfg.mesh.fsdp, cfg.mesh.tensor = (int(x) for x in args.mesh.split(","))
-    try:
-        report = size_step(cfg, topology_devices(args.topology) if args.topology else args.devices)
-    except ValueError as error:
-        parser.exit(2, f"python -m xlpretrain.aot: {error}\n")
+        cfg.mesh.data, cfg.mesh.fsdp, cfg.mesh.tensor = args.mesh
+    report = size_step(cfg, topology_devices(args.topology) if args.topology else args.devices)
     print(json.dumps(report) if args.json else format_report(report))
 
 
 if __name__ == "__main__":
-    main()
+    programs.run(main)

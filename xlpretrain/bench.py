@@ -31,7 +31,7 @@ import time
 
 import jax
 import numpy as np
-from absl import app, flags
+from absl import flags
 from ml_collections import config_flags
 
 from xlpretrain import cli
@@ -269,7 +269,7 @@ def main(argv: list[str]) -> None:
         from xlpretrain import bench_store
 
         if not (FLAGS.workdir and FLAGS.config.tokenizer.path):
-            sys.exit(
+            raise ValueError(
                 "--store_gb needs --workdir (the stores are kept there) and "
                 "--config.tokenizer.path (the ids' tokenizer, e.g. a run's tokenizer.model)"
             )
@@ -381,4 +381,4 @@ FLAGS = flags.FLAGS
 
 if __name__ == "__main__":
     define_flags()
-    app.run(main)
+    cli.run(main)

@@ -1,10 +1,11 @@
-"""What the command lines share: flags parsed without tracebacks, one-line errors, exit codes,
+"""What the training command lines share, on top of `xlpretrain.programs` (how every program
+ends): absl flags parsed without tracebacks, a config key's error naming the nearest valid key,
 and a log that starts with the run rather than with JAX's start-up chatter.
 
 A mistake the user can fix (a mistyped key, a missing file, a bad value, a corpus that cannot
 be read) is one line on stderr, `PROGRAM: error: WHAT (WHERE)[; did you mean …?]`, and exit
-status 2 (`USAGE`), as argparse and most Unix tools do. A run that fails after it started
-(divergence) exits 1 (`FAILED`).
+status 2, as argparse and most Unix tools do. A run that fails after it started (divergence)
+exits 1 (`FAILED`).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import shutil
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
-from typing import NoReturn, TypeVar
+from typing import TypeVar
 
 import jax
 import ml_collections
@@ -29,27 +30,13 @@ from xlpretrain.checkpoint import CheckpointError
 from xlpretrain.config import unknown_key
 from xlpretrain.data.sources import DataError
 from xlpretrain.divergence import DivergenceError
-from xlpretrain.errors import ConfigError
+from xlpretrain.errors import ConfigError, MissingExtra
 from xlpretrain.preemption import Interrupted
+from xlpretrain.programs import FAILED, INTERRUPTED, exit_with, reported
 from xlpretrain.workdir import WorkdirError, check_workdir
 
-USAGE, FAILED, INTERRUPTED = 2, 1, 130  # 130: 128 + SIGINT, as shells report Ctrl-C
 log = logging.getLogger("xlpretrain")
 T = TypeVar("T")
-
-
-def program() -> str:
-    """`python -m xlpretrain.train` → `xlpretrain.train`, as the error lines name it."""
-    main = sys.modules.get("__main__")
-    spec = getattr(main, "__spec__", None)
-    return spec.name if spec is not None else os.path.basename(sys.argv[0])
-
-
-def exit_with(message: str, code: int = USAGE, kind: str = "error") -> NoReturn:
-    """Prints `PROGRAM: KIND: message` (its first line) to stderr and exits with `code`."""
-    first = message.strip().splitlines()[0] if message.strip() else "unknown error"
-    print(f"{program()}: {kind}: {first}", file=sys.stderr, flush=True)
-    sys.exit(code)
 
 
 @contextlib.contextmanager
@@ -66,23 +53,9 @@ def _aborted_on_ctrl_c() -> Iterator[None]:
         )
 
 
-class _WithoutTraceback(logging.Filter):
-    """JAX's report of a backend plugin that cannot start (its CUDA plugin on a host with no
-    GPU) as one warning line, its exception named, instead of two chained tracebacks."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        if record.exc_info and record.exc_info[1] is not None:
-            error = record.exc_info[1]
-            record.msg = f"{record.getMessage()}: {type(error).__name__}: {error}"
-            record.args, record.exc_info, record.exc_text = (), None, None
-            record.levelno, record.levelname = logging.WARNING, "WARNING"
-        return True
-
-
 def setup_logging(level: int = logging.INFO) -> None:
     """Our log to stdout; JAX's and absl's only from warnings up (JAX logs at INFO that no TPU
-    backend was found, which reads as an error on every CPU or GPU host), and a backend that
-    cannot start in one line."""
+    backend was found, which reads as an error on every CPU or GPU host)."""
     logging.basicConfig(
         level=level,
         format="%(asctime)s %(levelname)s %(message)s",
@@ -93,11 +66,10 @@ def setup_logging(level: int = logging.INFO) -> None:
 
 
 def quiet_libraries() -> None:
-    """JAX's, absl's, Orbax's and grain's logs from warnings up, and a JAX backend that cannot
-    start in one line."""
+    """JAX's, absl's, Orbax's and grain's logs from warnings up (a JAX plugin that cannot start
+    is `xlpretrain.quiet`'s)."""
     for name in ("absl", "jax", "orbax", "grain"):
         logging.getLogger(name).setLevel(logging.WARNING)
-    logging.getLogger("jax._src.xla_bridge").addFilter(_WithoutTraceback())
 
 
 def _config_argument(argv: Sequence[str], name: str) -> str | None:
@@ -168,20 +140,17 @@ def describe_flag_error(argv: Sequence[str], error: BaseException, config_flag: 
     return text.strip().splitlines()[0] if text.strip() else type(error).__name__
 
 
-def run(main: Callable[[list[str]], None], config_flag: str = "config") -> None:
-    """`absl.app.run(main)` with flag errors as one line and exit status 2."""
-
-    def parse(argv: list[str]) -> list[str]:
-        try:
-            rest = flags.FLAGS(argv)
-            # A config file that fails to load is reported when the config is first read.
-            if config_flag in flags.FLAGS:
-                _ = flags.FLAGS[config_flag].value.keys()
-        except Exception as error:  # noqa: BLE001 - absl and ml_collections raise many types
-            exit_with(describe_flag_error(argv, error, config_flag))
-        return rest
-
-    app.run(main, flags_parser=parse)
+def parse_flags(argv: list[str], config_flag: str = "config") -> list[str]:
+    """absl's flags from `argv`, the config file loaded; a flag error ends the program in one
+    line naming the flag or config key, with exit status 2."""
+    try:
+        rest = flags.FLAGS(argv)
+        # A config file that fails to load is reported when the config is first read.
+        if config_flag in flags.FLAGS and flags.FLAGS[config_flag].value is not None:
+            _ = flags.FLAGS[config_flag].value.keys()
+    except Exception as error:  # noqa: BLE001 - absl and ml_collections raise many types
+        exit_with(describe_flag_error(argv, error, config_flag))
+    return rest
 
 
 # What a user can fix before a run starts: one line, exit status 2, nothing left on disk.
@@ -193,7 +162,19 @@ USER_ERRORS = (
     NotADirectoryError,
     ValueError,
     WorkdirError,
+    MissingExtra,
 )
+
+
+def run(main: Callable[[list[str]], None], config_flag: str = "config") -> None:
+    """`absl.app.run(main)` with flag errors, and the user errors `main` raises, as one line and
+    exit status 2."""
+
+    def reporting(argv: list[str]) -> None:
+        with reported(USER_ERRORS):
+            main(argv)
+
+    app.run(reporting, flags_parser=lambda argv: parse_flags(argv, config_flag))
 
 
 def run_task(

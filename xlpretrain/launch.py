@@ -18,6 +18,8 @@ import subprocess
 import sys
 import threading
 
+from xlpretrain import programs
+
 
 def free_port() -> int:
     with socket.socket() as s:
@@ -88,7 +90,7 @@ def run_local(processes: int, devices: int, train_args: list[str], port: int = 0
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m xlpretrain.launch", description=__doc__)
+    parser = programs.ArgumentParser(prog="python -m xlpretrain.launch", description=__doc__)
     sub = parser.add_subparsers(dest="mode", required=True)
     local = sub.add_parser("local", help="N CPU processes on this machine")
     local.add_argument("--processes", type=int, required=True)
@@ -105,4 +107,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    programs.run(main)

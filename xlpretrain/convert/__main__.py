@@ -3,17 +3,15 @@
 
 from __future__ import annotations
 
-import argparse
 import logging
-import sys
 
-from xlpretrain import cli
+from xlpretrain import cli, programs
 from xlpretrain.convert import from_hf, to_hf, to_hf_seq2seq
 from xlpretrain.convert.seq2seq import decoder_layers_of
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(
+    parser = programs.ArgumentParser(
         prog="python -m xlpretrain.convert",
         description="Convert between Hugging Face XLM-R and xlpretrain checkpoints.",
     )
@@ -61,16 +59,12 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
     cli.quiet_libraries()
-    try:
-        if args.command == "from-hf":
-            model = from_hf(args.src, args.dst, allow_missing_head=args.allow_missing_head)
-        elif args.command == "to-hf":
-            model = to_hf(args.src, args.dst)
-        else:
-            model = to_hf_seq2seq(args.src, args.dst, decoder_layers=args.decoder_layers)
-    except (ValueError, FileNotFoundError, FileExistsError) as error:
-        print(f"error: {error}", file=sys.stderr)
-        sys.exit(1)
+    if args.command == "from-hf":
+        model = from_hf(args.src, args.dst, allow_missing_head=args.allow_missing_head)
+    elif args.command == "to-hf":
+        model = to_hf(args.src, args.dst)
+    else:
+        model = to_hf_seq2seq(args.src, args.dst, decoder_layers=args.decoder_layers)
     c = model.config
     layers = f"{c.num_layers} layers"
     if args.command == "to-hf-seq2seq":
@@ -83,4 +77,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    programs.run(main)

@@ -45,6 +45,8 @@ from babel.dates import format_date, format_timedelta
 from babel.lists import format_list
 from babel.numbers import get_territory_currencies
 
+from xlpretrain import programs
+
 VERSION = "demo_corpus_v2"
 HELD_OUT_EVERY = 10  # one document, one parallel item in ten is held out
 
@@ -404,23 +406,18 @@ def _unit_keys(unit: str) -> list[Key]:
 def main(argv: list[str] | None = None) -> None:
     """`python -m xlpretrain.data.demo_corpus --out DIR [--languages N]`: writes the demo
     corpus to a folder of one's own, to pass as data.mono_dir / data.parallel_dir."""
-    import argparse
-
-    parser = argparse.ArgumentParser(
+    parser = programs.ArgumentParser(
         prog="python -m xlpretrain.data.demo_corpus",
         description="Writes the CLDR demo corpus (training and held-out folders) to --out.",
     )
     parser.add_argument("--out", required=True, help="folder to write mono/, parallel/, held_out/")
     parser.add_argument("--languages", type=int, default=40, help="English and N-1 others")
     args = parser.parse_args(argv)
-    try:
-        folders = build_demo_corpus(args.out, num_languages=args.languages)
-    except (ValueError, OSError) as error:
-        parser.exit(2, f"{parser.prog}: error: {error}\n")
+    folders = build_demo_corpus(args.out, num_languages=args.languages)
     for name, folder in folders._asdict().items():
         count = len(list(folder.iterdir()))
         print(f"{name + ':':<19}{folder}  ({count} files)")
 
 
 if __name__ == "__main__":
-    main()
+    programs.run(main)

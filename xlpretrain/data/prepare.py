@@ -36,9 +36,9 @@ import multiprocessing
 import os
 import re
 import shutil
-import sys
 from collections.abc import Sequence
 
+from xlpretrain import programs
 from xlpretrain.data import store as store_lib
 from xlpretrain.data.sources import (
     DataError,
@@ -632,7 +632,7 @@ def _fields(text: str) -> tuple[str, str]:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(
+    parser = programs.ArgumentParser(
         prog=PROGRAM,
         description="Tokenize a corpus once into a store that training reads by random access "
         "(--config.data.store=STORE); or check a store's every byte (--verify).",
@@ -712,47 +712,44 @@ def main(argv: Sequence[str] | None = None) -> None:
     args, rest = parser.parse_known_args(argv)
     if rest and not args.beam:
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
-    try:
-        if args.verify:
-            return _verify(args.out, args.workers if args.workers > 1 else 8)
-        tfds_options = dict(data_dir=args.tfds_data_dir)
-        manifest = prepare(
-            out=args.out,
-            mono_dir=args.mono_dir,
-            parallel_dir=args.parallel_dir,
-            mono_tfds=[
-                tfds_input(
-                    store_lib.MONO,
-                    spec,
-                    text_fields=(args.text_field,),
-                    language_fields=(args.language_field,),
-                    **tfds_options,
-                )
-                for spec in args.mono_tfds
-            ],
-            parallel_tfds=[
-                tfds_input(
-                    store_lib.PARALLEL,
-                    spec,
-                    text_fields=args.pair_text_fields,
-                    language_fields=args.pair_language_fields,
-                    **tfds_options,
-                )
-                for spec in args.parallel_tfds
-            ],
-            tokenizer=args.tokenizer,
-            vocab_size=args.vocab_size,
-            workers=args.workers,
-            shard=args.shard,
-            shard_mb=args.shard_mb,
-            max_line_bytes=args.max_line_bytes,
-            sentences_per_language=args.sentences_per_language,
-            text_field=args.text_field,
-            pair_text_fields=args.pair_text_fields,
-            beam_options=rest if args.beam else None,
-        )
-    except (DataError, ValueError, OSError) as error:
-        parser.exit(2, f"{PROGRAM}: error: {error}\n")
+    if args.verify:
+        return _verify(args.out, args.workers if args.workers > 1 else 8)
+    tfds_options = dict(data_dir=args.tfds_data_dir)
+    manifest = prepare(
+        out=args.out,
+        mono_dir=args.mono_dir,
+        parallel_dir=args.parallel_dir,
+        mono_tfds=[
+            tfds_input(
+                store_lib.MONO,
+                spec,
+                text_fields=(args.text_field,),
+                language_fields=(args.language_field,),
+                **tfds_options,
+            )
+            for spec in args.mono_tfds
+        ],
+        parallel_tfds=[
+            tfds_input(
+                store_lib.PARALLEL,
+                spec,
+                text_fields=args.pair_text_fields,
+                language_fields=args.pair_language_fields,
+                **tfds_options,
+            )
+            for spec in args.parallel_tfds
+        ],
+        tokenizer=args.tokenizer,
+        vocab_size=args.vocab_size,
+        workers=args.workers,
+        shard=args.shard,
+        shard_mb=args.shard_mb,
+        max_line_bytes=args.max_line_bytes,
+        sentences_per_language=args.sentences_per_language,
+        text_field=args.text_field,
+        pair_text_fields=args.pair_text_fields,
+        beam_options=rest if args.beam else None,
+    )
     if manifest is None:
         print(f"{args.out}: pieces of other jobs are still missing; the last job writes the "
               "manifest")  # fmt: skip
@@ -766,15 +763,19 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 
 def _verify(store: str, workers: int) -> None:
-    checked, problems = store_lib.verify_store(store, workers)
-    for problem in problems:
-        print(problem, file=sys.stderr)
-    if problems:
-        sys.exit(f"{PROGRAM}: {len(problems)} of {checked} shards differ from the manifest: "
-                 "delete them and prepare again with the same inputs, which redoes only "
-                 "those")  # fmt: skip
-    print(f"{os.path.abspath(store)}: all {checked} shards match the manifest")
+    """Each shard that differs from the manifest on a line, and what repairs the store."""
+    checked, resized, changed = store_lib.verify_store(store, workers)
+    for problem in (*resized, *changed):
+        print(problem)
+    if not (resized or changed):
+        print(f"{os.path.abspath(store)}: all {checked} shards match the manifest")
+        return
+    repair = "run the same prepare command again: it redoes just their pieces"
+    if changed:  # a run checks sizes only: it would keep a shard whose bytes changed in place
+        repair = f"delete the {len(changed)} whose SHA-256 differs, then {repair}"
+    differ = f"{len(resized) + len(changed)} of {checked} shards differ from the manifest"
+    programs.exit_with(f"{differ} ({os.path.abspath(store)}): {repair}", programs.FAILED)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    programs.run(main)

@@ -110,10 +110,14 @@ def file_digest(path: str | os.PathLike[str]) -> str:
     return digest.hexdigest()
 
 
-def verify_store(store: str | os.PathLike[str], workers: int = 8) -> tuple[int, list[str]]:
+def verify_store(
+    store: str | os.PathLike[str], workers: int = 8
+) -> tuple[int, list[str], list[str]]:
     """Reads every shard the manifest names and compares its size and SHA-256 with the
-    manifest's: (shards checked, one line per shard that is missing or differs). Start-up
-    checks sizes only; this finds damage that keeps the size, before a run reads it."""
+    manifest's: (shards checked, a line per shard missing or of another size, a line per shard
+    of the right size whose bytes changed). Start-up checks sizes only; this finds damage that
+    keeps the size, before a run reads it. (Preparing again redoes the pieces of the first
+    kind; it keeps those of the second, as it checks sizes only, unless they are deleted.)"""
     import concurrent.futures
 
     store = os.path.abspath(store)
@@ -125,19 +129,21 @@ def verify_store(store: str | os.PathLike[str], workers: int = 8) -> tuple[int, 
         for shard in entry["shards"]
     ]
 
-    def problem(shard: dict) -> str | None:
+    def problem(shard: dict) -> tuple[str, str] | None:
         path = os.path.join(store, shard["path"])
         try:
             _check_size(path, shard["bytes"])
         except StoreError as error:
-            return str(error)
+            return "size", str(error)
         if file_digest(path) != shard["sha256"]:
-            return f"{path} has the manifest's size but not its SHA-256: its bytes changed"
+            return "bytes", f"{path} has the manifest's size but not its SHA-256: its bytes changed"
         return None
 
     with concurrent.futures.ThreadPoolExecutor(max(1, workers)) as pool:
         problems = [p for p in pool.map(problem, shards) if p]
-    return len(shards), problems
+    resized = [line for kind, line in problems if kind == "size"]
+    changed = [line for kind, line in problems if kind == "bytes"]
+    return len(shards), resized, changed
 
 
 def write_manifest(store: str, manifest: dict[str, Any]) -> None:

@@ -5,13 +5,13 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
 from collections.abc import Sequence
 
 import xlpretrain  # light: `xlpretrain.load` imports JAX on first use
+from xlpretrain import programs
 from xlpretrain.data.sources import DataError, ParallelSource
 from xlpretrain.eval.alignment import retrieval_accuracy
 
@@ -52,7 +52,7 @@ def format_table(results: dict) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(
+    parser = programs.ArgumentParser(
         prog="python -m xlpretrain.eval.retrieval",
         description="Cross-lingual sentence retrieval accuracy@1, both directions, per pair.",
     )
@@ -74,21 +74,17 @@ def main(argv: Sequence[str] | None = None) -> None:
     from xlpretrain import cli  # imports JAX, which this module does not on import
 
     cli.quiet_libraries()
-    try:
-        source = ParallelSource.from_dir(
-            parallel_dir(args.data), pairs=args.pairs.split(",") if args.pairs else None
-        )
-        model = xlpretrain.load(args.workdir, batch_size=args.batch_size)
-        results = retrieval_accuracy(
-            model, source, layer=args.layer, pooling=args.pooling, max_lines=args.max_lines
-        )
-    except (DataError, FileNotFoundError, ValueError) as error:
-        print(f"error: {error}", file=sys.stderr)
-        sys.exit(1)
+    source = ParallelSource.from_dir(
+        parallel_dir(args.data), pairs=args.pairs.split(",") if args.pairs else None
+    )
+    model = xlpretrain.load(args.workdir, batch_size=args.batch_size)
+    results = retrieval_accuracy(
+        model, source, layer=args.layer, pooling=args.pooling, max_lines=args.max_lines
+    )
     for line in source.summary():  # bad lines: skipped and counted, never silently
         print(f"data: {line}", file=sys.stderr)
     print(json.dumps(results, indent=2) if args.json else format_table(results))
 
 
 if __name__ == "__main__":
-    main()
+    programs.run(main)

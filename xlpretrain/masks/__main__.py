@@ -6,11 +6,10 @@ declares (`btmlm_generate`, `veco_cross`, …); the example is laid out as that 
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 
-from xlpretrain import cli, objectives
+from xlpretrain import cli, objectives, programs
 from xlpretrain.masks import AttentionMask
 from xlpretrain.masks.show import describe, format_text, plot
 
@@ -29,7 +28,7 @@ def choices() -> dict[str, tuple[str, AttentionMask]]:
 def main(argv: list[str] | None = None) -> None:
     cli.quiet_libraries()
     known = choices()
-    parser = argparse.ArgumentParser(
+    parser = programs.ArgumentParser(
         prog="python -m xlpretrain.masks", description="Show an objective's attention mask."
     )
     parser.add_argument("--objective", required=True, choices=sorted(known))
@@ -44,10 +43,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--png", help="also draw the mask to this PNG file")
     args = parser.parse_args(argv)
     objective, mask = known[args.objective]
-    try:
-        info = describe(mask, args.example, args.ratio, args.layers, objective)
-    except ValueError as error:
-        parser.error(str(error))
+    info = describe(mask, args.example, args.ratio, args.layers, objective)
     print(json.dumps(info) if args.json else format_text(info))
     if args.png:
         plot(info, args.png)
@@ -55,4 +51,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    programs.run(main)

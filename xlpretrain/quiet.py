@@ -1,0 +1,142 @@
+"""A program's stderr without the start-up chatter of JAX's CUDA plugin and of TensorFlow.
+
+On a host without a GPU, importing JAX with its CUDA plugin installed (the `gpu-compile` extra)
+makes the plugin's C++ write "Could not find cuda drivers…" lines straight to file descriptor 2,
+and importing TensorFlow (which TFDS may do) writes lines of the same kind; no setting silences
+them. So a program (`python -m xlpretrain.X`, `xlpretrain/__init__.py` calls `install`) runs the
+first import of either (for JAX with its plugins' discovery, which loads the plugin's library)
+with descriptor 2 pointed at a temporary file and passes every line on except the known ones: a
+real error is never hidden. JAX's report that the plugin could not start (a traceback) goes to
+our log at debug level: on such a host it says nothing new.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.abc
+import logging
+import os
+import re
+import sys
+import tempfile
+from collections.abc import Iterator
+
+NOISY_IMPORTS = ("jax", "tensorflow")
+NOISE = re.compile(
+    "|".join(
+        (
+            r"^WARNING: All log messages before absl::InitializeLog\(\) is called are written to "
+            r"STDERR$",
+            r"cudart_stub\.cc:\d+\] Could not find cuda drivers on your machine",
+            # TensorFlow's, on a host without a GPU:
+            r"\] Unable to register cu(DNN|FFT|BLAS) factory: Attempting to register factory",
+            r"\] oneDNN custom operations are on\.",
+            r"\] This TensorFlow binary is optimized to use available CPU instructions",
+            r"^To enable the following instructions: .* rebuild TensorFlow with the appropriate",
+            r"\] TF-TRT Warning: Could not find TensorRT$",
+            r"\] computation placer already registered\. Please check linkage",
+        )
+    )
+)
+
+
+def is_noise(line: str) -> bool:
+    """Whether `line` is one of the known start-up lines."""
+    return NOISE.search(line.rstrip("\n")) is not None
+
+
+@contextlib.contextmanager
+def held_back() -> Iterator[None]:
+    """File descriptor 2 goes to a temporary file while the block runs (a file, not a pipe: it
+    cannot fill up); then every line written there that is not noise goes on to stderr."""
+    sys.stderr.flush()
+    try:
+        saved = os.dup(2)
+    except OSError:  # no descriptor 2 to keep clean
+        yield
+        return
+    with tempfile.TemporaryFile() as capture:
+        os.dup2(capture.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            capture.seek(0)
+            lines = capture.read().splitlines(keepends=True)
+            kept = [line for line in lines if not is_noise(line.decode(errors="replace"))]
+            with open(2, "wb", closefd=False) as stderr:
+                stderr.write(b"".join(kept))
+
+
+class _HeldBackLoader(importlib.abc.Loader):
+    """A module's own loader, run under `held_back`."""
+
+    def __init__(self, loader: importlib.abc.Loader):
+        self.loader = loader
+
+    def create_module(self, spec):
+        return self.loader.create_module(spec)
+
+    def exec_module(self, module) -> None:
+        module.__loader__ = module.__spec__.loader = self.loader  # for the package's resources
+        with held_back():
+            self.loader.exec_module(module)
+            if module.__name__ == "jax":
+                _discover_jax_plugins()
+
+
+def _discover_jax_plugins() -> None:
+    """JAX's backend plugins, found now rather than when the first backend starts: the CUDA
+    plugin's library prints its lines again when it is loaded (where JAX_PLATFORMS=cpu skips
+    the plugin's version check, which would otherwise fail first)."""
+    from jax._src import xla_bridge
+
+    discover = getattr(xla_bridge, "_discover_and_register_pjrt_plugins", None)
+    if discover is not None:  # JAX's own name for it: nothing to do where it has another
+        discover()
+
+
+class _HeldBackImports(importlib.abc.MetaPathFinder):
+    """Finds the first import of each of `names` as the other finders do, to run it under
+    `held_back`."""
+
+    def __init__(self, names: set[str]):
+        self.names = names
+
+    def find_spec(self, name, path, target=None):
+        if name not in self.names:
+            return None
+        self.names.discard(name)
+        for finder in sys.meta_path:
+            find = getattr(finder, "find_spec", None)
+            if finder is self or find is None:
+                continue
+            spec = find(name, path, target)
+            if spec is not None:
+                if spec.loader is not None and hasattr(spec.loader, "exec_module"):
+                    spec.loader = _HeldBackLoader(spec.loader)
+                return spec
+        return None
+
+
+class _PluginFailureToDebug(logging.Filter):
+    """JAX's report of a backend plugin that cannot start (its CUDA plugin on a host with no GPU:
+    an error and two chained tracebacks) as one debug line of our log."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.exc_info is None or record.exc_info[1] is None:
+            return True
+        error = record.exc_info[1]
+        logging.getLogger("xlpretrain").debug(
+            "%s: %s: %s", record.getMessage(), type(error).__name__, error
+        )
+        return False
+
+
+def install() -> None:
+    """For a program: the first imports of JAX and TensorFlow held back, and JAX's report of a
+    plugin that cannot start in our log at debug level."""
+    sys.meta_path.insert(0, _HeldBackImports(set(NOISY_IMPORTS) - set(sys.modules)))
+    logging.getLogger("jax._src.xla_bridge").addFilter(_PluginFailureToDebug())
