@@ -100,3 +100,22 @@ def test_masks_cli_labels_its_axes_and_says_where_the_picture_went(tmp_path, cap
     with pytest.raises(SystemExit):
         cli.main(["--help"])
     assert capsys.readouterr().out.startswith("usage: python -m xlpretrain.masks ")
+
+
+def test_the_grid_names_each_side_and_numbers_columns_past_ten_readably():
+    """Side labels whole ("placeholder", not "pla"); past ten tokens a column's number is
+    written downwards (tens above units), over the column it numbers."""
+    from xlpretrain import objectives
+    from xlpretrain.masks.show import describe, format_text
+
+    info = describe(objectives.get("tlm").masks[0], "a b c d e f ||| g h i j k l")
+    tens, units, *rows = format_text(info).splitlines()[1:19]
+    assert len(rows) == len(info["tokens"]) == 16
+    assert "query" in units and " source " in rows[0] and " target " in rows[-1]
+    first = len(rows[0]) - (2 * 16 - 1)  # where the cells start
+    for column in range(16):
+        where = first + 2 * column
+        assert (tens[where] + units[where]).strip() == str(column), column
+        assert all(row[where] in "#." for row in rows)
+    placeholder = describe(objectives.get("btmlm").masks[0], "a b c d e f g", ratio=0.3)
+    assert format_text(placeholder).splitlines()[-1].split()[2] == "placeholder"

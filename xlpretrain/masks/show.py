@@ -111,22 +111,31 @@ def describe(
 
 
 def format_text(info: dict) -> str:
-    """The mask as a grid: row = query (attends to) the columns marked '#'."""
-    tokens = info["tokens"]
-    width = max(len(t) for t in tokens)
-    # Columns are keys, numbered like the rows (last digit); rows are queries.
-    keys = " ".join(str(j % 10) for j in range(len(tokens)))
-    header = f"{'query':>{width + 4}} {'':3} key {keys}"
-    lines = [f"{_title(info)}: rows (queries) attend to the columns (keys) marked '#'", header]
-    for i, token in enumerate(tokens):
-        cells = " ".join("#" if a else "." for a in info["allowed"][i])
-        lines.append(f"{i:>3} {token:>{width}} {info['side'][i][:3]:3}     {cells}")
-    lines.append(f"after {info['layers']} layers, each row depends on the columns marked '@':")
-    lines.append(header)
-    for i, token in enumerate(tokens):
-        cells = " ".join("@" if a else "." for a in info["depends_on"][i])
-        lines.append(f"{i:>3} {token:>{width}} {info['side'][i][:3]:3}     {cells}")
-    return "\n".join(lines)
+    """The mask as a grid: row = query (attends to) the columns marked '#'. Columns are keys,
+    numbered like the rows, the number written downwards (tens above units past 9)."""
+    tokens, sides = info["tokens"], info["side"]
+    numbers = [str(j).rjust(len(str(len(tokens) - 1))) for j in range(len(tokens))]
+    index, token, side = max(3, len(numbers[-1])), max(map(len, tokens)), max(map(len, sides))
+    header = [" " * (index + token + side + 7) + " ".join(d) for d in zip(*numbers, strict=True)]
+    header[-1] = f"{'query':>{index + 1 + token}} {'':{side}} key " + header[-1].lstrip()
+
+    def grid(cells: list[list[int]], mark: str) -> list[str]:
+        return [
+            f"{i:>{index}} {tokens[i]:>{token}} {sides[i]:{side}}     "
+            + " ".join(mark if a else "." for a in row)
+            for i, row in enumerate(cells)
+        ]
+
+    return "\n".join(
+        [
+            f"{_title(info)}: rows (queries) attend to the columns (keys) marked '#'",
+            *header,
+            *grid(info["allowed"], "#"),
+            f"after {info['layers']} layers, each row depends on the columns marked '@':",
+            *header,
+            *grid(info["depends_on"], "@"),
+        ]
+    )
 
 
 def _title(info: dict) -> str:
