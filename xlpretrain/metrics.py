@@ -232,9 +232,9 @@ def summary_lines(
     an `eval/*` key → {name: value}), the
     best ones, where the checkpoint is and what to run next."""
     took = datetime.timedelta(seconds=int(seconds))
-    lines = [
-        f"finished steps {first_step}-{last_step} of {total_steps} in {took}: {tokens:,} tokens "
     done = "finished" if last_step == total_steps else "stopped after"
+    lines = [
+        f"{done} steps {first_step}-{last_step} of {total_steps} in {took}: {tokens:,} tokens "
         f"({tokens / max(seconds, 1e-9) / 1e3:.1f}k tokens/s)"
     ]
     objectives = sorted(k.removeprefix("loss/") for k in last if k.startswith("loss/"))
@@ -253,13 +253,13 @@ def summary_lines(
         lines.append("best held-out: " + ", ".join(sorted(figures)))
     if checkpoint:
         lines.append(f"checkpoint: {checkpoint}")
-    lines += [f"next: {command}" for command in next_steps]
-    return lines
     if last_step < total_steps:
         lines.append(
             f"to continue to step {total_steps}: run the same command again (without "
             "train.stop_at, or with a later one)"
         )
+    lines += [f"next: {command}" for command in next_steps]
+    return lines
 
 
 def _beside_baselines(
