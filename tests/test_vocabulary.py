@@ -70,3 +70,20 @@ def test_a_size_the_sample_cannot_give_names_the_key(udhr_run_config, tmp_path):
     cfg.tokenizer.path = ""
     with pytest.raises(ConfigError, match=r"'model.vocab_size': vocab_size=40 is too small .* >="):
         trainer_lib.build(validate(cfg), str(tmp_path / "run"))
+
+
+def test_programs_without_a_workdir_size_the_model_from_the_tokenizer_they_name(
+    udhr_run_config, udhr_tokenizer_path, tmp_path, monkeypatch
+):
+    """`bench` and `aot` build the model with no workdir: 0 takes `tokenizer.path`'s size, and
+    a `tokenizer.model` that happens to lie in the current folder is not theirs."""
+    from xlpretrain import aot
+    from xlpretrain.data.corpus import with_vocab_size
+
+    cfg = udhr_run_config(model__vocab_size=0)
+    assert with_vocab_size(cfg, workdir=None).model.vocab_size == 1002
+    cfg.tokenizer.path = ""
+    shutil.copy(udhr_tokenizer_path, tmp_path / "tokenizer.model")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError, match="'model.vocab_size': 0 takes the size"):
+        aot.size_step(cfg, 1)

@@ -84,11 +84,13 @@ def size_step(cfg, devices: int | list) -> dict:
 
     from xlpretrain import objectives as objectives_lib
     from xlpretrain.config import validate
+    from xlpretrain.data.corpus import with_vocab_size
     from xlpretrain.plan import RunPlan
     from xlpretrain.sharding import make_mesh
     from xlpretrain.step import setup_training
 
     validate(cfg)
+    cfg = with_vocab_size(cfg, workdir=None)
     if isinstance(devices, int):
         if jax.device_count() < devices:
             raise ValueError(f"--devices {devices}: only {jax.device_count()} devices are visible")

@@ -177,6 +177,7 @@ def peak_flops(device: jax.Device, override_tflops: float) -> float | None:
 
 def benchmark(cfg, steps: int, warmup: int, peak_tflops: float = 0.0) -> dict:
     validate(cfg)
+    cfg = corpus_lib.with_vocab_size(cfg, workdir=None)
     plan = RunPlan.from_config(cfg)
     last = len(plan.stages) - 1  # a staged run's last stage
     active = plan.stage_objectives(last)

@@ -16,7 +16,7 @@ from typing import Any
 
 import ml_collections
 
-from xlpretrain.errors import ConfigError
+from xlpretrain.errors import INSTALL, ConfigError
 from xlpretrain.model.config import ATTENTION_IMPLS
 from xlpretrain.model.kernels.tiles import Tiles
 from xlpretrain.objectives import REGISTRY
@@ -64,7 +64,7 @@ def loop_section(
     # A resumed run whose config changes keys outside `RESUME_NEUTRAL` (the schedule, the
     # objectives, the data, the model) stops unless this is True (xlpretrain/workdir.py).
     train.resume_with_changes = False
-    # Weights & Biases: also log every record to this project ("": off; `pip install wandb`).
+    # Weights & Biases: also log every record to this project ("": off; the wandb extra).
     # The run is named after the workdir and resumed with it; WANDB_MODE=offline works.
     train.wandb_project = ""
     return train
@@ -580,7 +580,7 @@ def check_stop_at(train: ml_collections.ConfigDict) -> None:
         not train.wandb_project or importlib.util.find_spec("wandb") is not None,
         "train.wandb_project",
         f"{train.wandb_project!r} needs Weights & Biases, which is not installed: "
-        "pip install wandb (or leave the key empty)",
+        f"{INSTALL['wandb']} (or leave the key empty)",
     )
 
 

@@ -222,30 +222,27 @@ def _load_store(cfg: ml_collections.ConfigDict, readers: Mapping[str, Sequence[s
     return Corpus(mono, parallel, language_vocabulary(mono, parallel))
 
 
-def _existing_tokenizer(cfg: ml_collections.ConfigDict, workdir: str) -> str:
+def _existing_tokenizer(cfg: ml_collections.ConfigDict, workdir: str | None) -> str:
     """The SentencePiece model a run starting now would use, as `load_tokenizer` picks it
     (`tokenizer.path`, the workdir's own, the store's, the `init.checkpoint`'s), or "" when it
-    would train one."""
-    own = os.path.join(workdir, Tokenizer.FILE)
-    for path, exists in (
-        (cfg.tokenizer.path, bool(cfg.tokenizer.path)),
-        (own, os.path.isfile(own)),
-        (cfg.data.store and os.path.join(cfg.data.store, store_lib.TOKENIZER), cfg.data.store),
-        (
-            cfg.init.checkpoint and os.path.join(cfg.init.checkpoint, Tokenizer.FILE),
-            cfg.init.checkpoint
-            and os.path.isfile(os.path.join(cfg.init.checkpoint, Tokenizer.FILE)),
-        ),
-    ):
-        if exists:
-            return path
-    return ""
+    would train one. `workdir` None: a program with no workdir (`bench`, `aot`)."""
+    if cfg.tokenizer.path:
+        return cfg.tokenizer.path
+    if workdir is not None and os.path.isfile(own := os.path.join(workdir, Tokenizer.FILE)):
+        return own
+    if cfg.data.store:
+        return os.path.join(cfg.data.store, store_lib.TOKENIZER)
+    pretrained = os.path.join(cfg.init.checkpoint, Tokenizer.FILE) if cfg.init.checkpoint else ""
+    return pretrained if os.path.isfile(pretrained) else ""
 
 
-def with_vocab_size(cfg: ml_collections.ConfigDict, workdir: str) -> ml_collections.ConfigDict:
+def with_vocab_size(
+    cfg: ml_collections.ConfigDict, workdir: str | None
+) -> ml_collections.ConfigDict:
     """`cfg` with `model.vocab_size` 0 replaced by the size of the tokenizer the run uses, so
     that a store or a trained SentencePiece model sets the model's vocabulary; unchanged
-    otherwise (`load_tokenizer` checks that a size given matches)."""
+    otherwise (`load_tokenizer` checks that a size given matches). `workdir` None: a program
+    that sizes a model without one (`bench`, `aot`)."""
     if cfg.model.vocab_size:
         return cfg
     path = _existing_tokenizer(cfg, workdir)
