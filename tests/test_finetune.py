@@ -1,7 +1,10 @@
 """Fine-tuning: a translation-detection task built from UDHR, fitted from the CLI and evaluated
-per language; VECO's plug-in; the rows of both modes; layer-wise decay on pre-training's
-optimizer; config errors (through pre-training's `check_keys`) and data errors."""
+per language; the demo corpus's translation-or-not task (held out, balanced, hard negatives) run
+as docs/finetune.md runs it, with accuracy beside chance per pair; VECO's plug-in; the rows of
+both modes; layer-wise decay on pre-training's optimizer; config errors (through pre-training's
+`check_keys`) and data errors."""
 
+import dataclasses
 import json
 import pathlib
 import subprocess
@@ -17,8 +20,9 @@ from xlpretrain import config as config_lib
 from xlpretrain import finetuning
 from xlpretrain.config import ConfigError
 from xlpretrain.convert import folder
+from xlpretrain.data import demo_corpus, translation_pairs
 from xlpretrain.data import pairs as pairs_lib
-from xlpretrain.data.sources import ParallelSource
+from xlpretrain.data.sources import DataError, ParallelSource
 from xlpretrain.metrics import read_metrics
 from xlpretrain.model import ModelConfig, init_params
 from xlpretrain.optim import make_optimizer
@@ -136,6 +140,126 @@ def test_fine_tuning_from_the_cli_fits_the_training_language_and_reports_every_l
     assert results["train_accuracy"] >= 0.8, results
     steps = [json.loads(line)["step"] for line in (tmp_path / "metrics.jsonl").open()]
     assert steps == [20, 40, 60]
+
+
+@pytest.fixture(scope="module")
+def demo_pairs(tmp_path_factory) -> pathlib.Path:
+    """The demo corpus's translation-or-not task, written as docs/finetune.md writes it
+    (`demo_corpus --out DIR --pairs PAIRS`; the corpus from the tests' cache)."""
+    out = tmp_path_factory.mktemp("demo") / "pairs"
+    demo_corpus.main(["--out", str(demo_corpus.default_demo_cache_dir()), "--pairs", str(out)])
+    return out
+
+
+def read_tsv(path: pathlib.Path) -> list[list[str]]:
+    return [line.split("\t") for line in path.read_text(encoding="utf-8").splitlines()]
+
+
+def test_demo_pairs_are_held_out_balanced_and_hard(demo_pairs):
+    """Per pair file of the corpus, `train.tsv` is built from its training lines and `test.tsv`
+    from its held-out lines, sharing no text; every line is once a translation and once other,
+    and the other's hypothesis is the second side of a nearby line of the same file and split,
+    none of whose neighbours is closer in length."""
+    corpus = demo_corpus.default_demo_cache_dir()
+    folders = sorted(p.name for p in demo_pairs.iterdir())
+    assert folders == sorted(p.stem for p in (corpus / "parallel").glob("*.tsv"))
+    assert len(folders) == 39
+    for name in folders:
+        files = {
+            "train": corpus / "parallel" / f"{name}.tsv",
+            "test": corpus / "held_out" / "parallel" / f"{name}.tsv",
+        }
+        texts = {}
+        for split, source in files.items():
+            rows = read_tsv(demo_pairs / name / f"{split}.tsv")
+            lines = [tuple(line) for line in read_tsv(source)]
+            positives = [(a, b) for a, b, label in rows if label == "translation"]
+            negatives = [(a, b) for a, b, label in rows if label == "other"]
+            assert len(positives) == len(negatives) == len(rows) / 2, (name, split)
+            assert [a for a, _ in negatives] == [a for a, _ in positives]
+            assert set(positives) <= set(lines) and len(set(positives)) == len(positives)
+            if split == "train":
+                assert positives == lines, name  # every training line is used
+            else:  # every held-out line sharing no text with the training lines
+                assert positives == [line for line in lines if not texts["train"] & set(line)]
+            seconds = [b for _, b in positives]  # the lines used, in their order
+            near = translation_pairs.NEIGHBOURS
+            for i, ((first, own), (_, other)) in enumerate(zip(positives, negatives, strict=True)):
+                window = seconds[max(0, i - near) : i + near + 1]
+                assert other != own and other in window, (name, split, first)
+                closest = min(abs(len(b) - len(own)) for b in window if b != own)
+                assert abs(len(other) - len(own)) == closest, (name, split, first)
+            texts[split] = {text for row in rows for text in row[:2]}
+        assert not texts["train"] & texts["test"], name
+
+
+def test_the_demo_example_reports_accuracy_beside_chance_per_pair(
+    veco_folder, demo_pairs, tmp_path, caplog
+):
+    """docs/finetune.md's example (`configs/finetune_pairs.py:demo`, trained on en-de, every
+    pair evaluated) on a tiny model, a few steps: results.json and the closing log give each
+    pair's accuracy beside its chance, the majority label's share of its test file (0.5 but
+    for en-fr, whose test file here lacks ten of its negatives)."""
+    sys.path.insert(0, str(REPO / "configs"))
+    import finetune_pairs
+
+    data = tmp_path / "pairs"
+    data.mkdir()
+    for pair in demo_pairs.iterdir():
+        (data / pair.name).symlink_to(pair)
+    (data / "en-fr").unlink()
+    (data / "en-fr").mkdir()
+    test = read_tsv(demo_pairs / "en-fr" / "test.tsv")
+    test = [row for i, row in enumerate(test) if i >= 20 or row[2] == "translation"]
+    (data / "en-fr" / "test.tsv").write_text("".join("\t".join(row) + "\n" for row in test))
+    cfg = finetune_pairs.get_config("demo")
+    cfg.init.path, cfg.data.dir = str(veco_folder), str(data)
+    cfg.data.train_language, cfg.model.plug_in = "en-de", "out"
+    cfg.train.update(steps=4, log_every=2)
+    with caplog.at_level("INFO", logger="xlpretrain"):
+        results = run(cfg, tmp_path / "run")
+    assert json.loads((tmp_path / "run" / "results.json").read_text()) == results
+    assert results["train_language"] == "en-de" and results["labels"] == ["other", "translation"]
+    assert results["train_chance"] == 0.5 and 0.0 <= results["train_accuracy"] <= 1.0
+    assert len(results["languages"]) == 39
+    for name, result in results["languages"].items():
+        labels = [row[2] for row in read_tsv(data / name / "test.tsv")]
+        chance = labels.count("translation") / len(labels)  # the majority label
+        assert result["n"] == len(labels) and result["chance"] == chance, name
+        assert (chance == 0.5) == (name != "en-fr") and 0.0 <= result["accuracy"] <= 1.0
+        assert (
+            f"accuracy {name}: {result['accuracy']:.4f} (chance {chance:.4f}, {len(labels)} pairs"
+            in caplog.text
+        )
+    assert results["average_chance"] == np.mean(
+        [r["chance"] for r in results["languages"].values()]
+    )
+    assert "(chance 0.5000, 228 pairs; the training language)" in caplog.text
+    assert f"average over 39 languages: {results['average']:.4f} (chance " in caplog.text
+
+
+def test_a_pair_folder_gives_each_side_its_language(veco_folder, demo_pairs, tmp_path):
+    """A model with language embeddings reads folder `<l1>-<l2>` as premises in l1 and
+    hypotheses in l2 (their ids in its languages.json), folder `<lang>` as both in lang, and
+    refuses a folder naming a language it does not have."""
+    model = folder.read(veco_folder)
+    model = folder.Pretrained(
+        dataclasses.replace(model.config, num_languages=3),
+        None,
+        model.tokenizer,
+        ("de", "en", "fr"),
+    )
+    cfg = task_config(veco_folder, demo_pairs, data__train_language="en-de")
+    cfg.data.eval_languages = ("en-fr",)
+    task = finetuning.load_task(cfg, model, plug_in=False)
+    assert task.train.lang_ids == (1, 0) and task.evaluation["en-fr"].lang_ids == (1, 2)
+    batch, length = task.train.batch(np.array([0])), len(task.train.rows[0])
+    sides = batch["side"][0, :length]
+    assert sides.any() and (batch["lang_ids"][0, :length] == np.where(sides, 0, 1)).all()
+    assert finetuning.folder_languages("fr") == ("fr", "fr")
+    cfg.data.eval_languages = ("en-ru",)
+    with pytest.raises(DataError, match="data folder 'en-ru': 'ru' is not among the model's"):
+        finetuning.load_task(cfg, model, plug_in=False)
 
 
 def test_plug_in_fine_tuning_of_a_cross_attention_model(veco_folder, task_dir, tmp_path):
@@ -286,7 +410,7 @@ def test_each_epoch_reads_every_pair_once_and_processes_split_the_rows():
         [np.array([0, i + 5, 2], np.int32) for i in range(10)],
         np.ones(10, np.int64),
         np.arange(10, dtype=np.int32) % 2,
-        lang_id=0,
+        lang_ids=(0, 0),
         max_length=8,
         plug_in=False,
     )

@@ -57,7 +57,7 @@ from xlpretrain.data.pairs import (
     read_pairs,
 )
 from xlpretrain.data.pipeline import make_dataset
-from xlpretrain.data.sources import DataError, format_stats
+from xlpretrain.data.sources import DataError, format_stats, parse_pair
 from xlpretrain.model.classifier import PairClassifier
 from xlpretrain.model.config import ATTENTION_IMPLS
 from xlpretrain.optim import adamw_from, parameter_path, warmup_linear_decay
@@ -187,6 +187,12 @@ class Task:
     labels: list[str]
 
 
+def folder_languages(name: str) -> tuple[str, str]:
+    """The languages of a data folder's premises and hypotheses: `<lang>` names one for both
+    (XNLI), `<l1>-<l2>` one each, as parallel files are named (`translation_pairs`)."""
+    return parse_pair(name) if "-" in name else (name, name)
+
+
 def load_task(cfg: ml_collections.ConfigDict, pretrained: folder.Pretrained, plug_in: bool) -> Task:
     """Reads `data.dir/<lang>/<split>.tsv` and tokenizes it for the pre-trained model."""
     data = cfg.data
@@ -212,11 +218,14 @@ def load_task(cfg: ml_collections.ConfigDict, pretrained: folder.Pretrained, plu
     label_ids = {label: i for i, label in enumerate(labels)}
     lang_index = {lang: i for i, lang in enumerate(pretrained.languages)}
 
-    def encode(pairs: PairSet, lang: str) -> Encoded:
-        if pretrained.config.num_languages and lang not in lang_index:
+    def encode(pairs: PairSet, name: str) -> Encoded:
+        languages = folder_languages(name)
+        unknown = [lang for lang in languages if lang not in lang_index]
+        if pretrained.config.num_languages and unknown:
             raise DataError(
-                f"{lang!r} is not among the model's languages {pretrained.languages}: models "
-                "with language embeddings need data folders named by those codes"
+                f"data folder {name!r}: {unknown[0]!r} is not among the model's languages "
+                f"{list(pretrained.languages)}; a model with language embeddings needs folders "
+                "named by its codes, <lang> or <l1>-<l2>"
             )
         return encode_pairs(
             pairs,
@@ -224,7 +233,7 @@ def load_task(cfg: ml_collections.ConfigDict, pretrained: folder.Pretrained, plu
             label_ids,
             max_length=data.max_length,
             plug_in=plug_in,
-            lang_id=lang_index.get(lang, 0),
+            lang_ids=(lang_index.get(languages[0], 0), lang_index.get(languages[1], 0)),
         )
 
     return Task(
@@ -482,9 +491,12 @@ def run(tuning: FineTuning) -> dict | None:
     if step < settings["end_step"]:
         return None
 
-    train_accuracy = tuning.accuracy(state.params, task.train)
     languages = {
-        lang: {"accuracy": tuning.accuracy(state.params, data), "n": len(data)}
+        lang: {
+            "accuracy": tuning.accuracy(state.params, data),
+            "chance": data.majority_rate(),
+            "n": len(data),
+        }
         for lang, data in task.evaluation.items()
     }
     results = {
@@ -492,14 +504,33 @@ def run(tuning: FineTuning) -> dict | None:
         "labels": task.labels,
         "plug_in": tuning.plug_in,
         "steps": step,
-        "train_accuracy": train_accuracy,
+        "train_accuracy": tuning.accuracy(state.params, task.train),
+        "train_chance": task.train.majority_rate(),
         "languages": languages,
         "average": float(np.mean([r["accuracy"] for r in languages.values()])),
+        "average_chance": float(np.mean([r["chance"] for r in languages.values()])),
     }
-    log.info("accuracy on the training pairs: %.4f", results["train_accuracy"])
+    log.info(
+        "accuracy on the %d training pairs: %.4f (chance %.4f)",
+        len(task.train),
+        results["train_accuracy"],
+        results["train_chance"],
+    )
     for lang, result in languages.items():
-        log.info("accuracy %s: %.4f (%d pairs)", lang, result["accuracy"], result["n"])
-    log.info("average over %d languages: %.4f", len(languages), results["average"])
+        log.info(
+            "accuracy %s: %.4f (chance %.4f, %d pairs%s)",
+            lang,
+            result["accuracy"],
+            result["chance"],
+            result["n"],
+            "; the training language" if lang == cfg.data.train_language else "",
+        )
+    log.info(
+        "average over %d languages: %.4f (chance %.4f)",
+        len(languages),
+        results["average"],
+        results["average_chance"],
+    )
     if jax.process_index() == 0:
         with open(os.path.join(tuning.workdir, "results.json"), "w") as f:
             json.dump(results, f, indent=2)

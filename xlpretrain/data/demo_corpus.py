@@ -46,6 +46,7 @@ from babel.lists import format_list
 from babel.numbers import get_territory_currencies
 
 from xlpretrain import programs
+from xlpretrain.data import translation_pairs
 
 VERSION = "demo_corpus_v2"
 HELD_OUT_EVERY = 10  # one document, one parallel item in ten is held out
@@ -404,19 +405,28 @@ def _unit_keys(unit: str) -> list[Key]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """`python -m xlpretrain.data.demo_corpus --out DIR [--languages N]`: writes the demo
-    corpus to a folder of one's own, to pass as data.mono_dir / data.parallel_dir."""
+    """`python -m xlpretrain.data.demo_corpus --out DIR [--languages N] [--pairs DIR]`: writes
+    the demo corpus to a folder of one's own, to pass as data.mono_dir / data.parallel_dir, and
+    with --pairs its translation-or-not fine-tuning task (`translation_pairs`)."""
     parser = programs.ArgumentParser(
         prog="python -m xlpretrain.data.demo_corpus",
         description="Writes the CLDR demo corpus (training and held-out folders) to --out.",
     )
     parser.add_argument("--out", required=True, help="folder to write mono/, parallel/, held_out/")
     parser.add_argument("--languages", type=int, default=40, help="English and N-1 others")
+    parser.add_argument(
+        "--pairs",
+        help="also write the translation-or-not task built from it to this folder, "
+        "<l1>-<l2>/{train,test}.tsv, for python -m xlpretrain.eval.finetune",
+    )
     args = parser.parse_args(argv)
     folders = build_demo_corpus(args.out, num_languages=args.languages)
     for name, folder in folders._asdict().items():
         count = len(list(folder.iterdir()))
         print(f"{name + ':':<19}{folder}  ({count} files)")
+    if args.pairs:
+        counts = translation_pairs.write_task(args.out, args.pairs)
+        print(f"{'pairs:':<19}{args.pairs}  ({len(counts)} folders of train.tsv and test.tsv)")
 
 
 if __name__ == "__main__":

@@ -6,7 +6,8 @@ not UTF-8 or not three non-blank fields are skipped and counted, as the pre-trai
 A pair is one row. Plugged out (XLM-R): one segment `<s> x </s></s> y </s>`, positions
 continuous from 2. Plugged in (VECO, needs a cross-attention model): two segments `<s> x </s>`
 and `<s> y </s>` of one pair (`pair_ids` 1, `side` 0/1), positions from 2 in each, so each
-side's s stream reads the other side's h stream.
+side's s stream reads the other side's h stream. Either way each side's tokens carry its own
+language id, as pre-training's TLM rows do (read only by models with language embeddings).
 
 A training step's rows are a pure function of (seed, step): the pairs are read in a fresh
 permutation each epoch, so a resumed run draws exactly what an uninterrupted one would, and
@@ -91,24 +92,30 @@ class Encoded:
     rows: list[np.ndarray]
     splits: np.ndarray
     label_ids: np.ndarray
-    lang_id: int
+    lang_ids: tuple[int, int]  # of the first and the second side
     max_length: int
     plug_in: bool
 
     def __len__(self) -> int:
         return len(self.rows)
 
+    def majority_rate(self) -> float:
+        """The share of the most frequent label: the accuracy of always answering it, the
+        chance level accuracy is read against."""
+        return float(np.bincount(self.label_ids).max() / len(self.label_ids))
+
     def batch(self, indices: np.ndarray) -> Batch:
         """A `[len(indices), max_length]` batch; index -1 is a padding row. `pred_weights` is 1
         for a real row, 0 for padding: one prediction per row, as the step counts them."""
         shape = (len(indices), self.max_length)
+        first_lang, second_lang = self.lang_ids
         batch = {
             "input_ids": np.full(shape, Tokenizer.PAD_ID, np.int32),
             "positions": np.full(shape, Tokenizer.PAD_ID, np.int32),  # as HF XLM-R pads them
             "segment_ids": np.zeros(shape, np.int32),
             "pair_ids": np.zeros(shape, np.int32),
             "side": np.zeros(shape, np.int32),
-            "lang_ids": np.full(shape, self.lang_id, np.int32),
+            "lang_ids": np.full(shape, first_lang, np.int32),
             "labels": np.zeros(len(indices), np.int32),
             "pred_weights": np.zeros(len(indices), np.float32),
         }
@@ -121,6 +128,7 @@ class Encoded:
             batch["input_ids"][row, : len(ids)] = ids
             batch["pair_ids"][row, : len(ids)] = 1
             batch["side"][row, : len(ids)] = second
+            batch["lang_ids"][row, : len(ids)] = np.where(second, second_lang, first_lang)
             if self.plug_in:  # two segments, positions restarting at 2 in each
                 batch["segment_ids"][row, : len(ids)] = 1 + second
                 batch["positions"][row, : len(ids)] = 2 + np.where(second, steps - split, steps)
@@ -139,7 +147,7 @@ def encode_pairs(
     *,
     max_length: int,
     plug_in: bool,
-    lang_id: int = 0,
+    lang_ids: tuple[int, int] = (0, 0),
 ) -> Encoded:
     """Tokenizes every pair, truncated to `max_length` tokens with the 4 special ones:
     `<s> x </s></s> y </s>` plugged out, `<s> x </s>` + `<s> y </s>` plugged in."""
@@ -159,7 +167,7 @@ def encode_pairs(
         rows.append(np.array(first + second, np.int32))
         splits.append(len(first))
     labels = np.array([label_ids[label] for label in pairs.labels], np.int32)
-    return Encoded(rows, np.array(splits), labels, lang_id, max_length, plug_in)
+    return Encoded(rows, np.array(splits), labels, lang_ids, max_length, plug_in)
 
 
 @dataclasses.dataclass
