@@ -7,8 +7,8 @@ optimizer — then `run` it on `xlpretrain.loop`, the loop pre-training runs on:
 accumulation, checkpoints of the state and the input iterator with exact resume, preemption,
 divergence, metrics, and accuracy on every evaluation language each `eval.every_steps` steps.
 At the end, accuracy on the training pairs and on every evaluation language (zero-shot
-transfer) goes to `WORKDIR/results.json`. `python -m xlpretrain.eval.finetune` is its command
-line.
+transfer), each beside chance (its file's majority-label share), goes to `WORKDIR/results.json`
+and closes the log. `python -m xlpretrain.eval.finetune` is its command line.
 
 Optimisation: pre-training's clipped AdamW (`xlpretrain.optim.adamw_from`), linear warm-up over the
 first `optim.warmup_fraction` of the steps then linear decay, times a layer-wise learning-rate
