@@ -49,5 +49,7 @@ def test_a_project_without_wandb_installed_is_a_config_error(udhr_run_config, mo
     monkeypatch.setattr(
         importlib.util, "find_spec", lambda name, *a: None if name == "wandb" else real(name, *a)
     )
-    with pytest.raises(ConfigError, match=r"train.wandb_project.*pip install \"xlpretrain\[wandb\]\""):
+    with pytest.raises(
+        ConfigError, match=r"train.wandb_project.*pip install \"xlpretrain\[wandb\]\""
+    ):
         validate(udhr_run_config(train__wandb_project="p"))
