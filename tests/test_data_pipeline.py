@@ -231,13 +231,15 @@ def test_a_row_with_more_predictions_than_slots_is_an_error(corpus, tokenizer):
     row = _plain_row(512, np.random.default_rng(0), tokenizer.vocab_size)
     out = mask_tokens(row, np.random.default_rng(1), tokenizer, rate=0.15, num_slots=67)
     assert out["pred_weights"].sum() == 67
-    with pytest.raises(ValueError, match="^a row: 67 of its 447 maskable tokens are predicted"):
+    with pytest.raises(RuntimeError, match="^a row: 67 of its 447 maskable tokens are predicted"):
         mask_tokens(row, np.random.default_rng(1), tokenizer, rate=0.15, num_slots=66)
     unsized = step_batch_builder(
         corpus, tokenizer, {"mmlm": StreamSpec(MONO, 0.15)}, 2,
         anneal=Anneal.from_config(({"step": 0, "mono_mask_rate": 0.5},), total_steps=10),
     )  # fmt: skip
-    with pytest.raises(ValueError, match=r"^mmlm row: \d+ of .* at mask rate 0.5, but it has 10 "):
+    with pytest.raises(
+        RuntimeError, match=r"^mmlm row: \d+ of .* at mask rate 0.5, but it has 10 "
+    ):
         unsized.map(0)
 
 

@@ -18,7 +18,7 @@ from xlpretrain.data.sources import DataError, format_stats
 from xlpretrain.data.streams import MONO, PARALLEL, StreamSpec
 from xlpretrain.tokenizer import train_tokenizer
 
-EXTRA = "the tfds extra is not installed: pip install 'xlpretrain[tfds]'"
+EXTRA = 'the tfds extra is not installed: pip install -e ".[tfds]"'
 tfds = pytest.importorskip("tensorflow_datasets", reason=EXTRA)
 pytest.importorskip("importlib_resources", reason=EXTRA)  # TFDS's builds need it (setup.py)
 

@@ -50,6 +50,6 @@ def test_a_project_without_wandb_installed_is_a_config_error(udhr_run_config, mo
         importlib.util, "find_spec", lambda name, *a: None if name == "wandb" else real(name, *a)
     )
     with pytest.raises(
-        ConfigError, match=r"train.wandb_project.*pip install \"xlpretrain\[wandb\]\""
+        ConfigError, match=r"train.wandb_project.*pip install wandb \(the wandb extra\)"
     ):
         validate(udhr_run_config(train__wandb_project="p"))

@@ -26,14 +26,14 @@ import jax
 import ml_collections
 from absl import app, flags
 
+from xlpretrain import programs
 from xlpretrain.checkpoint import CheckpointError
 from xlpretrain.config import unknown_key
-from xlpretrain.data.sources import DataError
 from xlpretrain.divergence import DivergenceError
-from xlpretrain.errors import ConfigError, MissingExtra
+from xlpretrain.errors import ConfigError
 from xlpretrain.preemption import Interrupted
-from xlpretrain.programs import FAILED, INTERRUPTED, exit_with, reported
-from xlpretrain.workdir import WorkdirError, check_workdir
+from xlpretrain.programs import FAILED, INTERRUPTED, exit_with, report, reported
+from xlpretrain.workdir import check_workdir
 
 log = logging.getLogger("xlpretrain")
 T = TypeVar("T")
@@ -153,17 +153,9 @@ def parse_flags(argv: list[str], config_flag: str = "config") -> list[str]:
     return rest
 
 
-# What a user can fix before a run starts: one line, exit status 2, nothing left on disk.
-USER_ERRORS = (
-    ConfigError,
-    CheckpointError,
-    DataError,
-    FileNotFoundError,
-    NotADirectoryError,
-    ValueError,
-    WorkdirError,
-    MissingExtra,
-)
+# What a user can fix before a run starts: one line, exit status 2, nothing left on disk (a
+# checkpoint that cannot be read, too).
+USER_ERRORS = (*programs.USER_ERRORS, CheckpointError)
 
 
 def run(main: Callable[[list[str]], None], config_flag: str = "config") -> None:
@@ -193,7 +185,7 @@ def run_task(
         try:
             validate()
         except ConfigError as error:
-            exit_with(str(error))
+            report(error)
         before = set(os.listdir(workdir)) if os.path.isdir(workdir) else None
         log_path, handler = os.path.join(workdir, log_name), None
         try:
@@ -206,7 +198,7 @@ def run_task(
                 handler.close()
             _remove_created(workdir, before)
             _record(log_path, error)
-            exit_with(str(error))
+            report(error)
         try:
             run(task)
         except DivergenceError as error:
@@ -214,7 +206,7 @@ def run_task(
             exit_with(str(error), FAILED)
         except USER_ERRORS as error:  # found at resume: a checkpoint that cannot be read
             _record(log_path, error)
-            exit_with(str(error))
+            report(error)
         except Interrupted as stopped:
             _record(log_path, stopped)
             exit_with(str(stopped), INTERRUPTED, kind="stopped")

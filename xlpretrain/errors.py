@@ -5,16 +5,18 @@ from __future__ import annotations
 import importlib
 from types import ModuleType
 
-# How to install each optional package: the extra that brings it, else its own wheel. torch is in
-# no extra: `pip install torch` pulls the CUDA build (gigabytes) even on a machine without a GPU.
+# How to install each optional package: its packages, named by the extra that brings them (a
+# clone installs an extra with `pip install -e ".[EXTRA]"`). torch is in no extra: `pip install
+# torch` pulls the CUDA build (gigabytes) even on a machine without a GPU.
 INSTALL = {
-    "safetensors": 'pip install "xlpretrain[hf]"',
-    "transformers": 'pip install "xlpretrain[hf]"',
+    "safetensors": "pip install safetensors transformers (the hf extra)",
+    "transformers": "pip install safetensors transformers (the hf extra)",
     "torch": "pip install torch --index-url https://download.pytorch.org/whl/cpu (the CPU "
     "build; plain pip install torch for CUDA)",
-    "tensorflow_datasets": 'pip install "xlpretrain[tfds]"',
-    "apache_beam": 'pip install "xlpretrain[beam]"',
-    "wandb": 'pip install "xlpretrain[wandb]"',
+    "tensorflow_datasets": "pip install tensorflow-datasets array-record importlib-resources "
+    "(the tfds extra)",
+    "apache_beam": "pip install apache-beam (the beam extra)",
+    "wandb": "pip install wandb (the wandb extra)",
     "pyarrow": "pip install pyarrow",
 }
 

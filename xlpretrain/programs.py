@@ -51,6 +51,15 @@ class ArgumentParser(argparse.ArgumentParser):
         exit_with(message)
 
 
+def report(error: BaseException) -> NoReturn:
+    """Ends the program with `error` in one line and exit status 2; with its traceback where
+    `XLPRETRAIN_TRACEBACK=1`, so that a bug that surfaces as a `ValueError` or `OSError` can
+    still be traced."""
+    if os.environ.get("XLPRETRAIN_TRACEBACK") == "1":
+        raise error
+    exit_with(describe(error))
+
+
 @contextlib.contextmanager
 def reported(errors: tuple[type[BaseException], ...] = USER_ERRORS) -> Iterator[None]:
     """`errors` raised in the block end the program in one line with exit status 2; Ctrl-C in
@@ -60,7 +69,7 @@ def reported(errors: tuple[type[BaseException], ...] = USER_ERRORS) -> Iterator[
     except KeyboardInterrupt:
         exit_with("aborted (Ctrl-C)", INTERRUPTED, kind="stopped")
     except errors as error:
-        exit_with(describe(error))
+        report(error)
 
 
 def run(main: Callable[[], int | None]) -> NoReturn:

@@ -4,22 +4,28 @@ On a host without a GPU, importing JAX with its CUDA plugin installed (the `gpu-
 makes the plugin's C++ write "Could not find cuda drivers…" lines straight to file descriptor 2,
 and importing TensorFlow (which TFDS may do) writes lines of the same kind; no setting silences
 them. So a program (`python -m xlpretrain.X`, `xlpretrain/__init__.py` calls `install`) runs the
-first import of either (for JAX with its plugins' discovery, which loads the plugin's library)
-with descriptor 2 pointed at a temporary file and passes every line on except the known ones: a
-real error is never hidden. JAX's report that the plugin could not start (a traceback) goes to
-our log at debug level: on such a host it says nothing new.
+first import of either, and JAX's first discovery of its plugins (which loads the plugin's
+library, when JAX first needs a backend: after a program has set the GPU memory settings the
+plugin reads then), with descriptor 2 pointed at a temporary file, and passes every line on
+except the known ones: a real error is never hidden. On a host with no NVIDIA device, JAX's
+report that the CUDA plugin could not start (a traceback) goes to our log at debug level; where
+there is one, it stays a warning, in one line. `XLPRETRAIN_QUIET=0` turns all of this off (for
+a process that dies in C++ while its output is held back).
 """
 
 from __future__ import annotations
 
 import contextlib
+import glob
 import importlib.abc
+import importlib.machinery
 import logging
 import os
 import re
 import sys
 import tempfile
-from collections.abc import Iterator
+import types
+from collections.abc import Iterator, Sequence
 
 NOISY_IMPORTS = ("jax", "tensorflow")
 NOISE = re.compile(
@@ -49,7 +55,8 @@ def is_noise(line: str) -> bool:
 def held_back() -> Iterator[None]:
     """File descriptor 2 goes to a temporary file while the block runs (a file, not a pipe: it
     cannot fill up); then every line written there that is not noise goes on to stderr."""
-    sys.stderr.flush()
+    if sys.stderr is not None:
+        sys.stderr.flush()
     try:
         saved = os.dup(2)
     except OSError:  # no descriptor 2 to keep clean
@@ -60,7 +67,8 @@ def held_back() -> Iterator[None]:
         try:
             yield
         finally:
-            sys.stderr.flush()
+            if sys.stderr is not None:
+                sys.stderr.flush()
             os.dup2(saved, 2)
             os.close(saved)
             capture.seek(0)
@@ -76,26 +84,32 @@ class _HeldBackLoader(importlib.abc.Loader):
     def __init__(self, loader: importlib.abc.Loader):
         self.loader = loader
 
-    def create_module(self, spec):
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType | None:
         return self.loader.create_module(spec)
 
-    def exec_module(self, module) -> None:
+    def exec_module(self, module: types.ModuleType) -> None:
         module.__loader__ = module.__spec__.loader = self.loader  # for the package's resources
         with held_back():
             self.loader.exec_module(module)
-            if module.__name__ == "jax":
-                _discover_jax_plugins()
+        if module.__name__ == "jax":
+            _hold_back_first_plugin_discovery()
 
 
-def _discover_jax_plugins() -> None:
-    """JAX's backend plugins, found now rather than when the first backend starts: the CUDA
-    plugin's library prints its lines again when it is loaded (where JAX_PLATFORMS=cpu skips
-    the plugin's version check, which would otherwise fail first)."""
+def _hold_back_first_plugin_discovery() -> None:
+    """JAX's first discovery of its backend plugins, run under `held_back` when JAX makes it:
+    the CUDA plugin's library prints its lines again when it is loaded."""
     from jax._src import xla_bridge
 
     discover = getattr(xla_bridge, "_discover_and_register_pjrt_plugins", None)
-    if discover is not None:  # JAX's own name for it: nothing to do where it has another
-        discover()
+    if discover is None:  # JAX's own name for it: nothing to do where it has another
+        return
+
+    def first_discovery() -> None:
+        xla_bridge._discover_and_register_pjrt_plugins = discover  # later calls: JAX's own
+        with held_back():
+            discover()
+
+    xla_bridge._discover_and_register_pjrt_plugins = first_discovery
 
 
 class _HeldBackImports(importlib.abc.MetaPathFinder):
@@ -105,7 +119,9 @@ class _HeldBackImports(importlib.abc.MetaPathFinder):
     def __init__(self, names: set[str]):
         self.names = names
 
-    def find_spec(self, name, path, target=None):
+    def find_spec(
+        self, name: str, path: Sequence[str] | None, target: types.ModuleType | None = None
+    ) -> importlib.machinery.ModuleSpec | None:
         if name not in self.names:
             return None
         self.names.discard(name)
@@ -122,13 +138,19 @@ class _HeldBackImports(importlib.abc.MetaPathFinder):
 
 
 class _PluginFailureToDebug(logging.Filter):
-    """JAX's report of a backend plugin that cannot start (its CUDA plugin on a host with no GPU:
-    an error and two chained tracebacks) as one debug line of our log."""
+    """JAX's report of a backend plugin that cannot start (an error and two chained tracebacks)
+    in one line: at debug level in our log on a host with no NVIDIA device (the CUDA plugin of
+    the `gpu-compile` extra, which has no GPU to find there), else as a warning."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         if record.exc_info is None or record.exc_info[1] is None:
             return True
         error = record.exc_info[1]
+        if glob.glob("/dev/nvidia[0-9]*"):
+            record.msg = f"{record.getMessage()}: {type(error).__name__}: {error}"
+            record.args, record.exc_info, record.exc_text = (), None, None
+            record.levelno, record.levelname = logging.WARNING, "WARNING"
+            return True
         logging.getLogger("xlpretrain").debug(
             "%s: %s: %s", record.getMessage(), type(error).__name__, error
         )
@@ -137,6 +159,8 @@ class _PluginFailureToDebug(logging.Filter):
 
 def install() -> None:
     """For a program: the first imports of JAX and TensorFlow held back, and JAX's report of a
-    plugin that cannot start in our log at debug level."""
+    plugin that cannot start in one line; nothing with `XLPRETRAIN_QUIET=0`."""
+    if os.environ.get("XLPRETRAIN_QUIET", "1") == "0":
+        return
     sys.meta_path.insert(0, _HeldBackImports(set(NOISY_IMPORTS) - set(sys.modules)))
     logging.getLogger("jax._src.xla_bridge").addFilter(_PluginFailureToDebug())

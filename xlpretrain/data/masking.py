@@ -50,8 +50,8 @@ def mask_row(
     maskable = (row["segment_ids"] > 0) & ~np.isin(ids, special_ids)
     candidates = np.flatnonzero(maskable)
     n_predict = min(len(candidates), max(1, int(round(rate * len(candidates)))))
-    if n_predict > num_slots:
-        raise ValueError(
+    if n_predict > num_slots:  # a stream sized wrong: a bug, not a user's mistake
+        raise RuntimeError(
             f"{stream or 'a'} row: {n_predict} of its {len(candidates)} maskable tokens are "
             f"predicted at mask rate {rate:g}, but it has {num_slots} prediction slots"
         )
