@@ -45,6 +45,7 @@ def test_xlmr_sizes():
         ("model.dtype", "float16", "'model.dtype'"),
         ("data.batch_size", "32", "'data.batch_size': expected int"),
         ("train.stop_at", 10_000, "'train.stop_at'"),
+        ("train.seed", -1, "'train.seed': must be >= 0"),  # held-out lines draw from it
         ("objectives.bogus", 1.0, "'objectives.bogus': unknown objective"),
         ("model.num_heads", 5, "'model.hidden_size'"),
         ("model.flash_tiles", "dq=48x64", "'model.flash_tiles': must be empty or KERNEL=BQxBK"),

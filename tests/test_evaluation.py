@@ -143,6 +143,6 @@ def test_the_demo_corpus_is_evaluated_on_its_held_out_part():
     demo = run_config(eval__every_steps=10)
     mono, parallel = corpus.held_out_folders(demo)
     assert mono.endswith("held_out/mono") and parallel.endswith("held_out/parallel")
-    assert corpus.held_out_splits(demo) == {}
+    assert corpus.held_out_splits(demo, ("mono", "parallel")) == {}
     demo.eval.mono_dir = "/elsewhere/mono"
     assert corpus.held_out_folders(demo)[0] == "/elsewhere/mono"

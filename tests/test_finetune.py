@@ -257,6 +257,7 @@ def test_a_pair_folder_gives_each_side_its_language(veco_folder, demo_pairs, tmp
     sides = batch["side"][0, :length]
     assert sides.any() and (batch["lang_ids"][0, :length] == np.where(sides, 0, 1)).all()
     assert finetuning.folder_languages("fr") == ("fr", "fr")
+    assert finetuning.folder_languages("zh-Hant-TW") == ("zh-Hant-TW", "zh-Hant-TW")
     cfg.data.eval_languages = ("en-ru",)
     with pytest.raises(DataError, match="data folder 'en-ru': 'ru' is not among the model's"):
         finetuning.load_task(cfg, model, plug_in=False)

@@ -3,7 +3,7 @@ of the training corpus by line. Every line is in exactly one part; training neve
 held-out line; evaluation reads nothing else; the same holds for text folders and prepared
 stores; and a resumed run cannot silently move lines between the parts."""
 
-import json
+import functools
 import shutil
 
 import jax
@@ -22,6 +22,7 @@ from xlpretrain.workdir import check_resume
 
 LANGUAGES = ("eng", "fra", "deu_1996", "rus")
 FRACTION = 0.2  # UDHR files have 40-50 lines: about ten held out of each
+BOTH, MMLM = {"mmlm": 1.0, "tlm": 0.5}, {"mmlm": 1.0}
 
 
 class Lines:
@@ -47,6 +48,12 @@ class Lines:
         return f"{key} {index}"
 
 
+def is_held_out(split: LineSplit, key, num_lines: int, index: int) -> bool:
+    """Whether `split` holds out line `index` of `key` (of `num_lines`): its offset in its block
+    is one of the held-out ones."""
+    return index % BLOCK in split.offsets(key, num_lines)[0]
+
+
 def lines_of(part, key) -> list[int]:
     return [int(part.line(key, i).split()[-1]) for i in range(part.num_lines(key))]
 
@@ -60,8 +67,8 @@ def test_every_line_is_in_exactly_one_part(size):
     held_lines = lines_of(held, "xx") if "xx" in held.languages else []
     assert sorted(kept + held_lines) == list(range(size))
     assert kept == sorted(kept) and held_lines == sorted(held_lines)
-    assert all(split.is_held_out("xx", size, i) for i in held_lines)
-    assert not any(split.is_held_out("xx", size, i) for i in kept)
+    assert all(is_held_out(split, "xx", size, i) for i in held_lines)
+    assert not any(is_held_out(split, "xx", size, i) for i in kept)
     # A whole block holds out exactly its share.
     if size >= BLOCK:
         assert sum(i < BLOCK for i in held_lines) == 50
@@ -88,7 +95,7 @@ def test_a_key_too_small_to_spare_a_line_keeps_it_for_training():
     assert all(train.num_lines(pair) == 1 for pair in sizes)
     assert held.pairs == []
     # The fallback was needed: in a larger file, the first line of some of these is held out.
-    assert any(split.is_held_out(pair, BLOCK, 0) for pair in sizes)
+    assert any(is_held_out(split, pair, BLOCK, 0) for pair in sizes)
 
 
 @pytest.mark.parametrize("fraction", [0.0, 0.0333, 0.6])
@@ -179,7 +186,7 @@ def test_training_never_reads_a_held_out_line_and_evaluation_reads_only_those(
     def held_out(read) -> bool:
         _, key, index = read
         source = parts.mono.source if isinstance(key, str) else parts.parallel.source
-        return split.is_held_out(key, source.num_lines(key), index)
+        return is_held_out(split, key, source.num_lines(key), index)
 
     assert trained and not any(held_out(r) for r in trained)
     assert evaluated and all(held_out(r) for r in evaluated)
@@ -225,35 +232,33 @@ def test_a_corpus_too_small_to_hold_out_a_line_says_which_key_to_set(
 
 
 @pytest.mark.parametrize(
-    "change, refused",
+    "change, objectives, refused",
     [
-        ({"every_steps": 0}, True),  # the held-out lines go back into training
-        ({"held_out_fraction": 0.1}, True),
-        ({"mono_dir": "/held/mono", "parallel_dir": "/held/pairs"}, True),
-        ({"batches": 9, "every_steps": 50, "retrieval_lines": 3}, False),
+        ({"every_steps": 0}, BOTH, True),  # the held-out lines go back into training
+        ({"held_out_fraction": 0.1}, BOTH, True),
+        ({"mono_dir": "/held/mono", "parallel_dir": "/held/pairs"}, BOTH, True),
+        ({"batches": 9, "every_steps": 50, "retrieval_lines": 3}, BOTH, False),
+        # A run that reads no parallel data holds none out: naming a parallel folder moves no
+        # training line; turning evaluation off still returns the mono lines to training.
+        ({"parallel_dir": "/held/pairs"}, MMLM, False),
+        ({"every_steps": 0}, MMLM, True),
     ],
 )
 def test_a_resumed_run_cannot_move_lines_between_training_and_evaluation(
-    change, refused, udhr_run_config, tmp_path
+    change, objectives, refused, udhr_run_config, tmp_path
 ):
-    saved = udhr_run_config(eval__every_steps=4)
+    saved = udhr_run_config(eval__every_steps=4, objectives=objectives)
     (tmp_path / "config.json").write_text(saved.to_json_best_effort())
-    resumed = udhr_run_config(eval__every_steps=4)
+    resumed = udhr_run_config(eval__every_steps=4, objectives=objectives)
     resumed.eval.update(change)
+    kinds = trainer_lib.RunPlan.from_config(resumed).sources()
+    shares = functools.partial(trainer_lib.held_out_shares, kinds=kinds)
 
     def resume():
-        check_resume(
-            str(tmp_path),
-            resumed,
-            4,
-            RESUME_NEUTRAL,
-            learning_rate_schedule,
-            trainer_lib.held_out_shares,
-        )
+        check_resume(str(tmp_path), resumed, 4, RESUME_NEUTRAL, learning_rate_schedule, shares)
 
     if refused:
         with pytest.raises(ConfigError, match="held out"):
             resume()
     else:
         resume()
-    assert json.loads((tmp_path / "config.json").read_text())["eval"]["every_steps"] == 4

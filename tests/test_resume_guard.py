@@ -9,6 +9,7 @@ tests/test_train.py's (`model.mlp_dim`); here `check_resume` is called directly 
 """
 
 import dataclasses
+import functools
 import json
 from collections.abc import Callable
 
@@ -17,6 +18,7 @@ import pytest
 from xlpretrain import config as pretraining
 from xlpretrain import finetuning
 from xlpretrain.data.corpus import held_out_shares
+from xlpretrain.data.streams import MONO, PARALLEL
 from xlpretrain.errors import ConfigError
 from xlpretrain.optim import learning_rate_schedule
 from xlpretrain.workdir import check_resume
@@ -67,7 +69,8 @@ TASKS = {
             "model.loss_chunk",
             "init.checkpoint",  # read by a run's first start only
         ),
-        held_out_shares,  # as the trainer calls it: eval.* decide the lines training reads
+        # As the trainer calls it: eval.* decide the lines training reads of each kind.
+        functools.partial(held_out_shares, kinds=(MONO, PARALLEL)),
     ),
     "finetuning": Task(
         finetuning.default_config,

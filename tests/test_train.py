@@ -120,9 +120,9 @@ def test_stop_and_resume_on_the_same_mesh_is_exact(reference, udhr_run_config, t
     with caplog.at_level("INFO", logger="xlpretrain"):
         run(udhr_run_config(train__stop_at=3), tmp_path, devices)
     assert f"stopped after steps 1-3 of {STEPS} in " in caplog.text
-    assert f"to continue to step {STEPS}: run the same command again" in caplog.text
+    assert f"to continue to step {STEPS}: run the same command again, without" in caplog.text
     assert "next: python -m xlpretrain.convert" not in caplog.text
-    assert "train.stop_at=3: raise it, or leave it out" in trainer_lib.finished(
+    assert f"train.stop_at=3; to continue to step {STEPS}: run" in trainer_lib.finished(
         udhr_run_config(train__stop_at=3), str(tmp_path)
     )
     assert trainer_lib.finished(udhr_run_config(), str(tmp_path)) is None

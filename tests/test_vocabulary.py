@@ -87,3 +87,16 @@ def test_programs_without_a_workdir_size_the_model_from_the_tokenizer_they_name(
     monkeypatch.chdir(tmp_path)
     with pytest.raises(ConfigError, match="'model.vocab_size': 0 takes the size"):
         aot.size_step(cfg, 1)
+
+
+def test_a_missing_tokenizer_is_named_by_the_key_that_points_to_it(udhr_run_config, tmp_path):
+    from xlpretrain.data.corpus import with_vocab_size
+
+    cfg = udhr_run_config(model__vocab_size=0)
+    cfg.tokenizer.path = ""
+    cfg.data.update(mono_dir="", parallel_dir="", store=str(tmp_path / "no_store"))
+    with pytest.raises(ConfigError, match="config key 'data.store': no file .*no_store"):
+        with_vocab_size(cfg, workdir=None)
+    cfg.data.store, cfg.init.checkpoint = "", str(tmp_path)
+    with pytest.raises(ConfigError, match=f"{tmp_path} has no tokenizer.model"):
+        with_vocab_size(cfg, workdir=None)

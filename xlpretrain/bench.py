@@ -141,7 +141,7 @@ def pipeline_benchmark(cfg, steps: int, workdir: str) -> dict:
     validate(cfg)
     plan = RunPlan.from_config(cfg)
     corpus = corpus_lib.load_corpus(cfg, plan.sources())
-    tokenizer = corpus_lib.load_tokenizer(cfg, workdir, corpus, None)
+    tokenizer = corpus_lib.load_tokenizer(cfg, workdir, corpus)
     dataset = make_dataset(
         trainer_lib.batch_builder(cfg, plan, corpus, tokenizer),
         steps + 1,

@@ -16,6 +16,7 @@ from typing import Any
 
 import ml_collections
 
+from xlpretrain.data import held_out
 from xlpretrain.errors import INSTALL, ConfigError
 from xlpretrain.model.config import ATTENTION_IMPLS
 from xlpretrain.model.kernels.tiles import Tiles
@@ -132,7 +133,7 @@ def default_config() -> ml_collections.ConfigDict:
     cfg.eval.every_steps = 0  # 0: no evaluation during training
     cfg.eval.mono_dir = ""
     cfg.eval.parallel_dir = ""
-    cfg.eval.held_out_fraction = 0.05  # a multiple of 0.001 in (0, 0.5]
+    cfg.eval.held_out_fraction = held_out.DEFAULT_FRACTION  # a multiple of 0.001 in (0, 0.5]
     cfg.eval.batches = 4
     cfg.eval.retrieval_lines = 1000  # 0: no retrieval
 
@@ -341,6 +342,7 @@ LOOP_RANGES: Ranges = {
     "train.keep_checkpoints": (_positive, "must be > 0"),
     "train.max_bad_steps": (lambda v: v >= 0, "must be >= 0 (0: never stop)"),
     "train.grad_accum": (_positive, "must be > 0"),
+    "train.seed": (_non_negative, "must be >= 0"),
 }
 MESH_RANGES: Ranges = {
     "mesh.data": (lambda v: v == -1 or v > 0, "must be > 0 or -1"),
@@ -352,7 +354,7 @@ _RANGES: Ranges = {
     "eval.every_steps": (_non_negative, "must be >= 0"),
     "eval.batches": (_positive, "must be >= 1"),
     "eval.held_out_fraction": (
-        lambda v: 0 < v <= 0.5 and abs(v * 1000 - round(v * 1000)) < 1e-6,
+        lambda v: v <= 0.5 and held_out.is_share(v),
         "must be a multiple of 0.001 in (0, 0.5]",
     ),
     "eval.retrieval_lines": (_non_negative, "must be >= 0"),

@@ -59,12 +59,14 @@ def without_dropout(model):
     return model.clone(**quiet)
 
 
-def held_out_corpus(cfg: ml_collections.ConfigDict, kinds, parts: Corpus) -> Corpus:
+def held_out_corpus(
+    cfg: ml_collections.ConfigDict, kinds, folders: tuple[str, str], parts: Corpus
+) -> Corpus:
     """The held-out data of each corpus kind in `kinds`, with the training run's language ids:
-    its held-out folder (`held_out_folders`), or else the lines held out of the training corpus
-    (`parts`, from `data.corpus.split_off_held_out`)."""
+    its held-out folder (`folders`: mono, parallel, from `held_out_folders`), or else the lines
+    held out of the training corpus (`parts`, from `data.corpus.split_off_held_out`)."""
     options = dict(strict=cfg.data.strict, max_line_bytes=cfg.data.max_line_bytes)
-    sources, (mono_folder, parallel_folder) = {}, held_out_folders(cfg)
+    sources, (mono_folder, parallel_folder) = {}, folders
     for kind, folder, load, part in (
         (MONO, mono_folder, MonolingualSource.from_dir, parts.mono),
         (PARALLEL, parallel_folder, ParallelSource.from_dir, parts.parallel),
@@ -204,8 +206,9 @@ def build_evaluator(
     of the baselines."""
     if cfg.eval.every_steps <= 0:
         return None
-    held_out = held_out_corpus(cfg, plan.sources(), held_out_parts)
-    parallel_folder = held_out_folders(cfg)[1]
+    folders = held_out_folders(cfg)
+    held_out = held_out_corpus(cfg, plan.sources(), folders, held_out_parts)
+    parallel_folder = folders[1]
     rules = [tuple(rule) for rule in cfg.mesh.rules]
     quiet = without_dropout(model)
     batches, steps, baselines = [], [], {}

@@ -188,9 +188,13 @@ class Task:
 
 
 def folder_languages(name: str) -> tuple[str, str]:
-    """The languages of a data folder's premises and hypotheses: `<lang>` names one for both
-    (XNLI), `<l1>-<l2>` one each, as parallel files are named (`translation_pairs`)."""
-    return parse_pair(name) if "-" in name else (name, name)
+    """The languages of a data folder's premises and hypotheses: `<l1>-<l2>` one each, as
+    parallel files are named (`translation_pairs`); any other name (`en`, `zh-Hant-TW`) one for
+    both (XNLI)."""
+    try:
+        return parse_pair(name)
+    except DataError:
+        return name, name
 
 
 def load_task(cfg: ml_collections.ConfigDict, pretrained: folder.Pretrained, plug_in: bool) -> Task:

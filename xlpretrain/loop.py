@@ -29,6 +29,7 @@ from xlpretrain.metrics import (
     MetricsWriter,
     Progress,
     best_held_out,
+    how_to_continue,
     progress_line,
     summary_lines,
 )
@@ -105,15 +106,13 @@ def finished(workdir: str, step: int | None, train: ml_collections.ConfigDict) -
     if step is None or step < end:
         return None
     where = os.path.join(workdir, "checkpoints", str(step))
-    if end < train.steps:
-        how = (
-            f"train.stop_at={train.stop_at}: raise it, or leave it out, to continue to step "
-            f"{train.steps}"
-        )
+    if step < train.steps:
+        how = f"train.stop_at={train.stop_at}; {how_to_continue(train.steps)}"
     else:
         how = (
-            f"the last of train.steps={train.steps}: raise it (with "
-            "--config.train.resume_with_changes=True) to train further"
+            f"{'the last' if step == train.steps else 'past the end'} of train.steps="
+            f"{train.steps}: raise it (with --config.train.resume_with_changes=True) to train "
+            "further"
         )
     return f"nothing to do: the latest checkpoint, {where}, is at step {step}, {how}"
 

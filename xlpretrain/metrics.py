@@ -254,12 +254,17 @@ def summary_lines(
     if checkpoint:
         lines.append(f"checkpoint: {checkpoint}")
     if last_step < total_steps:
-        lines.append(
-            f"to continue to step {total_steps}: run the same command again (without "
-            "train.stop_at, or with a later one)"
-        )
+        lines.append(how_to_continue(total_steps))
     lines += [f"next: {command}" for command in next_steps]
     return lines
+
+
+def how_to_continue(total_steps: int) -> str:
+    """What a run stopped short of its `total_steps` (train.stop_at) says about going on."""
+    return (
+        f"to continue to step {total_steps}: run the same command again, without "
+        "train.stop_at or with a later one"
+    )
 
 
 def _beside_baselines(

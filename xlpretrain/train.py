@@ -31,7 +31,11 @@ def main(argv: list[str]) -> None:
             return None
         return build(cfg, workdir)
 
-    cli.run_task(workdir, lambda: validate(cfg), start, lambda t: t and run(t), "train.log")
+    def train(trainer: Trainer | None) -> None:
+        if trainer is not None:
+            run(trainer)
+
+    cli.run_task(workdir, lambda: validate(cfg), start, train, "train.log")
 
 
 def define_flags() -> None:

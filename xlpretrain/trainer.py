@@ -8,6 +8,7 @@ command line.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import logging
 import os
@@ -97,8 +98,11 @@ class Trainer:
 def finished(cfg: ml_collections.ConfigDict, workdir: str) -> str | None:
     """Why a run of `cfg` in `workdir` has nothing left to do (its newest checkpoint is at its
     last step), or None: read from the checkpoint folder alone, before any data is scanned."""
-    latest = loop.checkpointer(workdir, cfg.train).latest_step()
-    return loop.finished(workdir, latest, cfg.train)
+    checkpointer = loop.checkpointer(workdir, cfg.train)
+    try:
+        return loop.finished(workdir, checkpointer.latest_step(), cfg.train)
+    finally:
+        checkpointer.close()
 
 
 def build(
@@ -109,23 +113,24 @@ def build(
     workdir = os.path.abspath(workdir)
     check_workdir(workdir)
     cfg = with_vocab_size(cfg, workdir)
+    plan = RunPlan.from_config(cfg)
     checkpointer = loop.checkpointer(workdir, cfg.train)
     resume_step = checkpointer.latest_step()
     if resume_step is not None:
-        check_resume(
-            workdir, cfg, resume_step, RESUME_NEUTRAL, learning_rate_schedule, held_out_shares
-        )
+        shares = functools.partial(held_out_shares, kinds=plan.sources())
+        check_resume(workdir, cfg, resume_step, RESUME_NEUTRAL, learning_rate_schedule, shares)
     mesh = make_mesh(cfg.mesh.data, cfg.mesh.fsdp, cfg.mesh.tensor, devices)
     check_batch_divides(cfg, mesh.shape)
-    plan = RunPlan.from_config(cfg)
-    corpus, held_out = split_off_held_out(load_corpus(cfg, plan.sources()), held_out_splits(cfg))
+    corpus, held_out = split_off_held_out(
+        load_corpus(cfg, plan.sources()), held_out_splits(cfg, plan.sources())
+    )
     _check_languages(workdir, corpus.languages)
     pretrained = None
     if cfg.init.checkpoint and resume_step is None:  # resuming ignores it
         if not os.path.isdir(cfg.init.checkpoint):
             raise ConfigError(f"config key 'init.checkpoint': no folder {cfg.init.checkpoint}")
         pretrained = convert_folder.read(cfg.init.checkpoint)
-    tokenizer = load_tokenizer(cfg, workdir, corpus, pretrained.tokenizer if pretrained else None)
+    tokenizer = load_tokenizer(cfg, workdir, corpus)
 
     model, init_params = objectives_lib.build_model(cfg, plan.objectives, len(corpus.languages))
     if jax.process_index() == 0:

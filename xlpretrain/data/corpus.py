@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 import jax
 import ml_collections
@@ -14,7 +14,7 @@ from jax.experimental import multihost_utils
 
 from xlpretrain.data import demo_corpus
 from xlpretrain.data import store as store_lib
-from xlpretrain.data.held_out import LineSplit, MonolingualPart, ParallelPart
+from xlpretrain.data.held_out import DEFAULT_FRACTION, LineSplit, MonolingualPart, ParallelPart
 from xlpretrain.data.pipeline import Corpus, language_vocabulary
 from xlpretrain.data.sources import MonolingualSource, ParallelSource, format_stats
 from xlpretrain.data.streams import MONO, PARALLEL
@@ -57,27 +57,28 @@ def held_out_folders(cfg: ml_collections.ConfigDict) -> tuple[str, str]:
     return mono, parallel
 
 
-def held_out_splits(cfg: Mapping) -> dict[str, LineSplit]:
-    """The corpus kinds of which evaluation holds out `eval.held_out_fraction` of the training
-    lines: those it evaluates with no held-out folder of their own. Reads `cfg` as a mapping, so
-    a workdir's saved config.json answers too (the resume guard compares the two)."""
+def held_out_splits(cfg: Mapping, kinds: Iterable[str]) -> dict[str, LineSplit]:
+    """The corpus kinds among `kinds` (those the run reads) of which evaluation holds out
+    `eval.held_out_fraction` of the training lines: those it evaluates with no held-out folder
+    of their own. Reads `cfg` as a mapping, so a workdir's saved config.json answers too (the
+    resume guard compares the two)."""
     evaluation = cfg["eval"]
     if evaluation["every_steps"] <= 0 or uses_demo_corpus(cfg):
         return {}
-    split = LineSplit(evaluation.get("held_out_fraction", 0.05), cfg["train"]["seed"])
-    return {kind: split for kind in (MONO, PARALLEL) if not evaluation[f"{kind}_dir"]}
+    split = LineSplit(evaluation.get("held_out_fraction", DEFAULT_FRACTION), cfg["train"]["seed"])
+    return {kind: split for kind in sorted(kinds) if not evaluation[f"{kind}_dir"]}
 
 
-def held_out_shares(cfg: Mapping) -> dict[str, float]:
-    """The share of each kind of training data that evaluation holds out (0: none), as the
-    resume guard compares them: `eval.*` keys are resume-neutral, but together they decide
-    which lines a run trains on."""
-    splits = held_out_splits(cfg)
+def held_out_shares(cfg: Mapping, kinds: Iterable[str]) -> dict[str, float]:
+    """The share of each kind of training data in `kinds` that evaluation holds out (0: none),
+    as the resume guard compares them: `eval.*` keys are resume-neutral, but together they
+    decide which lines a run trains on."""
+    splits = held_out_splits(cfg, kinds)
     return {
         f"share of the {kind} training data held out (eval.*)": (
             splits[kind].fraction if kind in splits else 0.0
         )
-        for kind in (MONO, PARALLEL)
+        for kind in sorted(kinds)
     }
 
 
@@ -222,18 +223,25 @@ def _load_store(cfg: ml_collections.ConfigDict, readers: Mapping[str, Sequence[s
     return Corpus(mono, parallel, language_vocabulary(mono, parallel))
 
 
-def _existing_tokenizer(cfg: ml_collections.ConfigDict, workdir: str | None) -> str:
-    """The SentencePiece model a run starting now would use, as `load_tokenizer` picks it
-    (`tokenizer.path`, the workdir's own, the store's, the `init.checkpoint`'s), or "" when it
-    would train one. `workdir` None: a program with no workdir (`bench`, `aot`)."""
+def _existing_tokenizer(cfg: ml_collections.ConfigDict, workdir: str | None) -> tuple[str, str]:
+    """(what names it, its path) of the SentencePiece model a run starting now uses: the
+    `tokenizer.path`, the workdir's own (a resumed run's), the store's, the `init.checkpoint`'s
+    (its ids are the model's); ("", "") when the run trains one. `workdir` None: a program with
+    no workdir (`bench`, `aot`)."""
     if cfg.tokenizer.path:
-        return cfg.tokenizer.path
+        return "tokenizer.path", cfg.tokenizer.path
     if workdir is not None and os.path.isfile(own := os.path.join(workdir, Tokenizer.FILE)):
-        return own
+        return "the workdir", own
     if cfg.data.store:
-        return os.path.join(cfg.data.store, store_lib.TOKENIZER)
+        return "data.store", os.path.join(cfg.data.store, store_lib.TOKENIZER)
     pretrained = os.path.join(cfg.init.checkpoint, Tokenizer.FILE) if cfg.init.checkpoint else ""
-    return pretrained if os.path.isfile(pretrained) else ""
+    return ("init.checkpoint", pretrained) if os.path.isfile(pretrained) else ("", "")
+
+
+def _load(key: str, path: str) -> Tokenizer:
+    if not os.path.isfile(path):
+        raise ConfigError(f"config key '{key}': no file {path}")
+    return Tokenizer.load(path)
 
 
 def with_vocab_size(
@@ -245,47 +253,33 @@ def with_vocab_size(
     that sizes a model without one (`bench`, `aot`)."""
     if cfg.model.vocab_size:
         return cfg
-    path = _existing_tokenizer(cfg, workdir)
+    key, path = _existing_tokenizer(cfg, workdir)
     if not path:
+        checkpoint = f" ({cfg.init.checkpoint} has no {Tokenizer.FILE})" * bool(cfg.init.checkpoint)
         raise ConfigError(
             "config key 'model.vocab_size': 0 takes the size of the run's tokenizer, but the run "
-            "would train one (no tokenizer.path, data.store or init.checkpoint): set the size to "
+            f"trains one (no tokenizer.path or data.store{checkpoint}): set the size to "
             "train, e.g. --config.model.vocab_size=8002"
         )
-    if not os.path.isfile(path):
-        raise ConfigError(f"config key 'tokenizer.path': no file {path}")
     cfg = cfg.copy_and_resolve_references()
-    cfg.model.vocab_size = Tokenizer.load(path).vocab_size
+    cfg.model.vocab_size = _load(key, path).vocab_size
     log.info("model.vocab_size: %d, the size of the tokenizer %s", cfg.model.vocab_size, path)
     return cfg
 
 
-def load_tokenizer(
-    cfg: ml_collections.ConfigDict, workdir: str, corpus: Corpus, pretrained: Tokenizer | None
-) -> Tokenizer:
-    """The configured model, the workdir's own, the `init.checkpoint`'s (its ids are the
-    model's), or a new one trained on a balanced sample."""
+def load_tokenizer(cfg: ml_collections.ConfigDict, workdir: str, corpus: Corpus) -> Tokenizer:
+    """The run's tokenizer (`_existing_tokenizer`, kept in the workdir), or a new one trained on
+    a balanced sample of `corpus` into the workdir."""
     own = os.path.join(workdir, Tokenizer.FILE)
-    if cfg.data.store:  # the store's ids are the run's
-        path = cfg.tokenizer.path or (own if os.path.exists(own) else "")
-        stored = os.path.join(cfg.data.store, store_lib.TOKENIZER)
-        if path:
+    key, path = _existing_tokenizer(cfg, workdir)
+    if path:
+        tokenizer = _load(key, path)
+        if cfg.data.store and key != "data.store":  # the store's ids are the run's
             store_lib.check_tokenizer(cfg.data.store, path)
-        cfg = cfg.copy_and_resolve_references()
-        cfg.tokenizer.path = path or stored
-    if pretrained is not None and not cfg.tokenizer.path and not os.path.exists(own):
-        if jax.process_index() == 0:
-            pretrained.save(own)
-        multihost_utils.sync_global_devices("tokenizer copied")
-    if cfg.tokenizer.path:
-        if not os.path.exists(cfg.tokenizer.path):
-            raise FileNotFoundError(f"config key 'tokenizer.path': no file {cfg.tokenizer.path}")
-        tokenizer = Tokenizer.load(cfg.tokenizer.path)
         if jax.process_index() == 0 and not os.path.exists(own):
             tokenizer.save(own)
-    elif os.path.exists(own):
-        tokenizer = Tokenizer.load(own)
     else:
+        path = own
         if jax.process_index() == 0:
             log.info("training a %d-id SentencePiece model on the corpus", cfg.model.vocab_size)
             try:
@@ -301,9 +295,8 @@ def load_tokenizer(
         multihost_utils.sync_global_devices("tokenizer trained")
         tokenizer = Tokenizer.load(own)
     if tokenizer.vocab_size != cfg.model.vocab_size:
-        used = cfg.tokenizer.path if cfg.tokenizer.path else own
         raise ConfigError(
-            f"config key 'model.vocab_size': {cfg.model.vocab_size}, but the tokenizer {used} "
+            f"config key 'model.vocab_size': {cfg.model.vocab_size}, but the tokenizer {path} "
             f"has {tokenizer.vocab_size} ids: set --config.model.vocab_size="
             f"{tokenizer.vocab_size} (or 0, which takes the tokenizer's size)"
         )

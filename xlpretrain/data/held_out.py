@@ -26,6 +26,7 @@ from xlpretrain.data.sources import FileStats, Pair
 from xlpretrain.tokenizer import Tokenizer
 
 BLOCK = 1000  # lines per block: a share is a whole number of thousandths
+DEFAULT_FRACTION = 0.05  # eval.held_out_fraction's default, as transformers' run_mlm holds out
 K = TypeVar("K", str, Pair)
 
 
@@ -37,7 +38,7 @@ class LineSplit:
     seed: int
 
     def __post_init__(self):
-        if not (1 <= self.per_block < BLOCK) or abs(self.per_block - self.fraction * BLOCK) > 1e-6:
+        if not is_share(self.fraction):
             raise ValueError(
                 f"a held-out share must be a multiple of {1 / BLOCK} in (0, 1), "
                 f"got {self.fraction!r}"
@@ -58,10 +59,12 @@ class LineSplit:
             return np.zeros(0, np.int64), np.arange(BLOCK)
         return held, kept
 
-    def is_held_out(self, key: str | Pair, num_lines: int, index: int) -> bool:
-        """Whether line `index` of `key` (of `num_lines`) is held out."""
-        held, _ = self.offsets(key, num_lines)
-        return bool(np.isin(index % BLOCK, held))
+
+def is_share(fraction: float) -> bool:
+    """Whether `fraction` is a share the blocks can hold out exactly: k / `BLOCK`, 0 < k <
+    `BLOCK`."""
+    per_block = round(fraction * BLOCK)
+    return 1 <= per_block < BLOCK and abs(per_block - fraction * BLOCK) < 1e-6
 
 
 def _count(offsets: np.ndarray, num_lines: int) -> int:
