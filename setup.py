@@ -7,7 +7,10 @@ setup(
     version="0.1.0",
     description="Cross-lingual encoder pre-training (XLM-R, ERNIE-M, VECO, XLM-E) in JAX/Flax",
     python_requires=">=3.10",
-    packages=find_packages(include=["xlpretrain", "xlpretrain.*"]),
+    # The shipped configs (configs/) install as the package xlpretrain.configs, so that
+    # `--config xlmr:tiny` works without a clone.
+    packages=[*find_packages(include=["xlpretrain", "xlpretrain.*"]), "xlpretrain.configs"],
+    package_dir={"xlpretrain.configs": "configs"},
     install_requires=[
         "jax>=0.4.35",
         "flax>=0.10",

@@ -10,7 +10,7 @@ corpus of your own (`data.mono_dir`, `data.parallel_dir`, `data.store`), it hold
 by `eval.mono_dir` and `eval.parallel_dir`.
 """
 
-from xlpretrain.config import default_config
+from xlpretrain.training.config import default_config
 
 
 def get_config(arg: str = ""):

@@ -21,7 +21,7 @@ Placeholders get their target language by language embedding.
 
 import ml_collections
 
-from xlpretrain.config import default_config
+from xlpretrain.training.config import default_config
 
 SIZES = {
     # name: (layers, hidden, heads, ffn, steps, learning rate)

@@ -16,7 +16,7 @@ print when the second phase starts; here it starts at 10% of `train.steps` (25% 
 
 import ml_collections
 
-from xlpretrain.config import default_config
+from xlpretrain.training.config import default_config
 
 SIZES = {
     # name: (layers, hidden, heads, ffn, learning rate, beta2)

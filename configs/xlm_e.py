@@ -13,7 +13,7 @@ The paper gives TRTD's length only as "the pair's"; 256 for a pair is our choice
 
 import ml_collections
 
-from xlpretrain.config import default_config
+from xlpretrain.training.config import default_config
 
 
 def get_config(arg: str = "base") -> ml_collections.ConfigDict:

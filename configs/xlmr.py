@@ -5,7 +5,7 @@ linear schedule. Point `data.mono_dir` at a corpus and `tokenizer.path` at XLM-R
 `sentencepiece.bpe.model` to reproduce; `tiny` trains its own tokenizer on UDHR-sized data.
 """
 
-from xlpretrain.config import default_config
+from xlpretrain.training.config import default_config
 
 SIZES = {
     # name: (layers, hidden, heads, mlp, vocabulary)

@@ -37,7 +37,7 @@ def udhr() -> pathlib.Path:
 def udhr_tokenizer_path(udhr, tmp_path_factory) -> pathlib.Path:
     """A small SentencePiece model trained once per session on a UDHR sample."""
     from xlpretrain.data.sources import MonolingualSource
-    from xlpretrain.tokenizer import train_tokenizer
+    from xlpretrain.data.tokenizer import train_tokenizer
 
     mono = MonolingualSource.from_dir(udhr / "mono")
     texts = {lang: [mono.line(lang, i) for i in range(5)] for lang in mono.languages[:150]}

@@ -7,13 +7,13 @@ import jax
 import numpy as np
 import pytest
 
-from xlpretrain import trainer as trainer_lib
-from xlpretrain.config import ConfigError, validate
 from xlpretrain.data import corpus as corpus_lib
 from xlpretrain.data.anneal import Anneal
-from xlpretrain.metrics import read_metrics
-from xlpretrain.plan import RunPlan
-from xlpretrain.tokenizer import Tokenizer
+from xlpretrain.data.tokenizer import Tokenizer
+from xlpretrain.training import trainer as trainer_lib
+from xlpretrain.training.config import ConfigError, validate
+from xlpretrain.training.metrics import read_metrics
+from xlpretrain.training.plan import RunPlan
 
 MMBERT = (  # mmBERT's recipe in one run: mask 30% → 15% → 5%, α 0.7 → 0.5 → 0.3
     {"step": 0, "mono_alpha": 0.7, "mono_mask_rate": 0.3},

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from xlpretrain import aot
-from xlpretrain.config import default_config
+from xlpretrain.training.config import default_config
 
 
 def tiny(**mesh):
@@ -94,7 +94,7 @@ def test_cli_topology_without_libtpu_says_what_to_install():
 
 
 def test_gpu_topology_names_are_checked():
-    from xlpretrain import gpu_targets
+    from xlpretrain.parallel import gpu_targets
 
     spec, hosts, per_host = gpu_targets.parse_topology("h200:2x8")
     assert (spec.name, hosts, per_host) == ("NVIDIA H200", 2, 8)
@@ -109,7 +109,7 @@ def test_gpu_topology_names_are_checked():
 def test_sm90_cli_compiles_for_8_h100s_without_a_gpu():
     """XLA:GPU compiles the step for one 8-GPU host here, the fused kernels with Triton and
     ptxas (attention auto picks them for a GPU), and reports how ptxas built them."""
-    from xlpretrain import gpu_targets
+    from xlpretrain.parallel import gpu_targets
 
     try:
         gpu_targets.topology_devices("h100:1")
@@ -145,7 +145,7 @@ def test_the_vocabulary_is_padded_to_split_over_tensor_and_the_memory_drops(capl
     word embeddings and the head's bias stay whole on every device — named in the log with
     their size — while the default padding to 250,112 rows splits them four ways."""
     from xlpretrain.model import ModelConfig, init_params
-    from xlpretrain.sharding import logical_shardings, make_mesh
+    from xlpretrain.parallel.sharding import logical_shardings, make_mesh
 
     base = ModelConfig.from_run_config(default_config().model, num_languages=0)
     boxed = jax.eval_shape(lambda rng: init_params(base, rng), jax.random.key(0))

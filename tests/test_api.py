@@ -13,12 +13,12 @@ import pytest
 import xlpretrain
 from xlpretrain import masks, objectives
 from xlpretrain.api import Model, hf_positions
-from xlpretrain.checkpoint import Checkpointer
 from xlpretrain.convert import folder
+from xlpretrain.data.tokenizer import train_tokenizer
 from xlpretrain.model.config import ModelConfig
 from xlpretrain.model.encoder import MaskedLM
-from xlpretrain.plan import RunPlan
-from xlpretrain.tokenizer import train_tokenizer
+from xlpretrain.training.checkpoint import Checkpointer
+from xlpretrain.training.plan import RunPlan
 
 TEXTS = {
     "en": [

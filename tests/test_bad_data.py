@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 from tests.tiny import run_config
-from xlpretrain import trainer as trainer_lib
-from xlpretrain.metrics import read_metrics
+from xlpretrain.training import trainer as trainer_lib
+from xlpretrain.training.metrics import read_metrics
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 MAX_LINE_BYTES = 300

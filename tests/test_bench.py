@@ -7,11 +7,13 @@ import sys
 import numpy as np
 import pytest
 
-from xlpretrain import bench, bench_attention, objectives
-from xlpretrain.config import default_config
+from xlpretrain import objectives
+from xlpretrain.bench import attention as bench_attention
+from xlpretrain.bench import step as bench
 from xlpretrain.data.batch import PREDICTION_FIELDS, TOKEN_FIELDS
 from xlpretrain.data.streams import MONO, SEGMENT_PAIRS, StreamSpec
 from xlpretrain.objectives.flops import StepShape
+from xlpretrain.training.config import default_config
 
 
 def test_synthetic_rows_follow_the_batch_contract():

@@ -7,7 +7,8 @@ import sys
 
 import pytest
 
-from xlpretrain import bench_gpu, masks
+from xlpretrain import masks
+from xlpretrain.bench import gpu as bench_gpu
 from xlpretrain.model.kernels import flash
 from xlpretrain.model.kernels.gpu_compile import FlashCase
 

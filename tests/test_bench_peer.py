@@ -5,7 +5,7 @@ import math
 import pytest
 
 from tests.tiny import run_config
-from xlpretrain.bench_peer import PEER, format_peer, peer_benchmark
+from xlpretrain.bench.peer import PEER, format_peer, peer_benchmark
 
 pytest.importorskip("torch")
 pytest.importorskip("transformers")

@@ -14,11 +14,11 @@ import time
 
 import pytest
 
-from xlpretrain import cli, trainer
-from xlpretrain.config import ConfigError
 from xlpretrain.data.sources import DataError
-from xlpretrain.metrics import Progress, progress_line, summary_lines
-from xlpretrain.preemption import PreemptionWatch
+from xlpretrain.training import cli, trainer
+from xlpretrain.training.config import ConfigError
+from xlpretrain.training.metrics import Progress, progress_line, summary_lines
+from xlpretrain.training.preemption import PreemptionWatch
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 

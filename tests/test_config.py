@@ -5,7 +5,7 @@ import sys
 import ml_collections
 import pytest
 
-from xlpretrain import config as config_lib
+from xlpretrain.training import config as config_lib
 
 
 def test_default_and_shipped_configs_validate():
@@ -249,7 +249,7 @@ def test_validating_a_config_builds_no_model():
     """Config validation reads the objectives' declarations, not the model: no Flax module
     (nor Flax) is imported by it, so checking a config is quick and the layers stay apart."""
     code = (
-        "import sys; from xlpretrain.config import default_config, validate; "
+        "import sys; from xlpretrain.training.config import default_config, validate; "
         "validate(default_config()); "
         "print(sorted(m for m in sys.modules if m.startswith(('flax', 'xlpretrain.model.'))))"
     )

@@ -18,12 +18,12 @@ safetensors_numpy = pytest.importorskip("safetensors.numpy")
 import xlpretrain  # noqa: E402
 from tests import tiny  # noqa: E402
 from tests.test_api import xlm_e_workdir  # noqa: E402
-from xlpretrain import trainer as trainer_lib  # noqa: E402
 from xlpretrain.convert import folder, from_hf, to_hf  # noqa: E402
 from xlpretrain.convert.__main__ import main  # noqa: E402
 from xlpretrain.model import vocab  # noqa: E402
 from xlpretrain.model.config import ModelConfig  # noqa: E402
 from xlpretrain.model.encoder import init_params  # noqa: E402
+from xlpretrain.training import trainer as trainer_lib  # noqa: E402
 
 SHAPES = {
     "small": dict(

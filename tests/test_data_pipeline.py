@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 
 from tests.tiny import mask_tokens, run_config, step_batch_builder
-from xlpretrain import trainer as trainer_lib
 from xlpretrain.data import batch as batch_lib
 from xlpretrain.data import corpus as corpus_lib
 from xlpretrain.data.anneal import Anneal
@@ -22,8 +21,9 @@ from xlpretrain.data.pipeline import (
 from xlpretrain.data.sampling import language_probabilities
 from xlpretrain.data.sources import MonolingualSource, ParallelSource
 from xlpretrain.data.streams import MONO, PARALLEL, Phase, StreamSpec
-from xlpretrain.plan import RunPlan
-from xlpretrain.tokenizer import Tokenizer
+from xlpretrain.data.tokenizer import Tokenizer
+from xlpretrain.training import trainer as trainer_lib
+from xlpretrain.training.plan import RunPlan
 
 BOS, PAD, EOS = Tokenizer.BOS_ID, Tokenizer.PAD_ID, Tokenizer.EOS_ID
 

@@ -49,7 +49,6 @@ import pathlib
 import re
 import subprocess
 import sys
-import threading
 import time
 
 import pytest
@@ -312,14 +311,18 @@ class Runner:
         self.env["PATH"] = os.pathsep.join(
             [str(pathlib.Path(sys.executable).parent), self.env.get("PATH", "")]
         )
-        self._claims: dict[str, str] = {}  # command as run → where it is documented
-        self._lock = threading.Lock()
+        self._claims: dict[str, str] = {}  # command as run → where it is documented first
 
     def run_all(self, steps: list[Step]) -> dict[str, Outcome]:
-        """Outcomes by step id; pages start in document order, README.md first."""
+        """Outcomes by step id; pages start in document order, README.md first. A command
+        documented twice runs where it comes first in that order, whichever page's thread
+        reaches it first (a later page may then use its outputs only if it runs after)."""
         pages: dict[str, list[Step]] = {}
         for step in steps:
             pages.setdefault(step.block.path, []).append(step)
+            if not step.block.skip and not by_rule(step.command)[1]:
+                command = shrink(by_rule(step.command)[0], self.tokenizer)
+                self._claims.setdefault(command, step.where)
         outcomes: dict[str, Outcome] = {}
         with concurrent.futures.ThreadPoolExecutor(WORKERS) as pool:
             for result in pool.map(self.run_page, pages.items()):
@@ -346,11 +349,6 @@ class Runner:
             outcomes[step.id] = outcome
         return outcomes
 
-    def claim(self, command: str, where: str) -> str:
-        """Where `command` runs: here, unless another page has claimed it first."""
-        with self._lock:
-            return self._claims.setdefault(command, where)
-
     def run_step(self, step: Step, work: pathlib.Path) -> Outcome:
         """Applies the marker, the rules and `TINY`, then runs the command in `work`."""
         block = step.block
@@ -364,7 +362,7 @@ class Runner:
         if reason:
             return Outcome("skipped", f"{step.where}: {step.command!r}: {reason}")
         command = shrink(command, self.tokenizer)
-        first = step.where if re.match(EVERY_PAGE, command) else self.claim(command, step.where)
+        first = step.where if re.match(EVERY_PAGE, command) else self._claims[command]
         if first != step.where:
             return Outcome("skipped", f"{step.where}: same command as {first}, run there")
         start = time.perf_counter()
@@ -410,7 +408,7 @@ def outcomes(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Outcome]:
     """Runs every documented command once (see the module docstring); by step id."""
     from xlpretrain.data import demo_corpus
     from xlpretrain.data.sources import MonolingualSource
-    from xlpretrain.tokenizer import train_tokenizer
+    from xlpretrain.data.tokenizer import train_tokenizer
 
     root = tmp_path_factory.mktemp("docs")
     mono_dir = demo_corpus.build_demo_corpus(demo_corpus.default_demo_cache_dir()).mono

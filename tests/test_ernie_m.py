@@ -15,16 +15,16 @@ import pytest
 
 from tests.tiny import model_config, step_batch_builder
 from xlpretrain import masks
-from xlpretrain.config import ConfigError, default_config, stages, validate
 from xlpretrain.data.batch import SIDE_PLACEHOLDER, SIDE_SOURCE, SIDE_TAG
 from xlpretrain.data.pipeline import Corpus
 from xlpretrain.data.sources import MonolingualSource
 from xlpretrain.data.streams import MONO, StreamSpec
+from xlpretrain.data.tokenizer import Tokenizer
 from xlpretrain.masks import show
 from xlpretrain.model import MaskedLM, init_params
 from xlpretrain.objectives import ernie_m, mlm
-from xlpretrain.plan import RunPlan
-from xlpretrain.tokenizer import Tokenizer
+from xlpretrain.training.config import ConfigError, default_config, stages, validate
+from xlpretrain.training.plan import RunPlan
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "configs"))

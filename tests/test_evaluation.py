@@ -10,13 +10,13 @@ import pytest
 
 from tests.tiny import STEPS
 from xlpretrain import objectives
-from xlpretrain import trainer as trainer_lib
 from xlpretrain.api import Model
 from xlpretrain.convert.folder import Pretrained
 from xlpretrain.data.sources import ParallelSource
 from xlpretrain.eval.alignment import retrieval_accuracy
-from xlpretrain.evaluation import training_unigram, unigram_baseline, without_dropout
-from xlpretrain.metrics import progress_line, read_metrics
+from xlpretrain.training import trainer as trainer_lib
+from xlpretrain.training.evaluation import training_unigram, unigram_baseline, without_dropout
+from xlpretrain.training.metrics import progress_line, read_metrics
 
 HELD_OUT = ("007", "008", "009")
 

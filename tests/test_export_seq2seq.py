@@ -18,11 +18,11 @@ from xlpretrain import masks  # noqa: E402
 from xlpretrain.api import hf_positions  # noqa: E402
 from xlpretrain.convert import folder, to_hf, to_hf_seq2seq  # noqa: E402
 from xlpretrain.convert.__main__ import main  # noqa: E402
+from xlpretrain.data.tokenizer import train_tokenizer  # noqa: E402
 from xlpretrain.model.attention import MultiHeadAttention  # noqa: E402
 from xlpretrain.model.config import ModelConfig  # noqa: E402
 from xlpretrain.model.encoder import MaskedLM  # noqa: E402
 from xlpretrain.model.layers import layer_norm  # noqa: E402
-from xlpretrain.tokenizer import train_tokenizer  # noqa: E402
 
 CONFIG = ModelConfig(
     vocab_size=48, hidden_size=32, num_layers=3, num_heads=4, mlp_dim=37, cross_attention=True

@@ -16,17 +16,17 @@ import ml_collections
 import numpy as np
 import pytest
 
-from xlpretrain import config as config_lib
-from xlpretrain import finetuning
-from xlpretrain.config import ConfigError
 from xlpretrain.convert import folder
 from xlpretrain.data import demo_corpus, translation_pairs
 from xlpretrain.data import pairs as pairs_lib
 from xlpretrain.data.sources import DataError, ParallelSource
-from xlpretrain.metrics import read_metrics
+from xlpretrain.data.tokenizer import Tokenizer
 from xlpretrain.model import ModelConfig, init_params
-from xlpretrain.optim import make_optimizer
-from xlpretrain.tokenizer import Tokenizer
+from xlpretrain.training import config as config_lib
+from xlpretrain.training import finetuning
+from xlpretrain.training.config import ConfigError
+from xlpretrain.training.metrics import read_metrics
+from xlpretrain.training.optim import make_optimizer
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 TRAIN_LANGUAGE = "spa"

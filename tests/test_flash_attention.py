@@ -10,11 +10,12 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from xlpretrain import bench_gpu, masks
-from xlpretrain.config import DEFAULT_LOGICAL_AXIS_RULES as RULES
+from xlpretrain import masks
+from xlpretrain.bench import gpu as bench_gpu
 from xlpretrain.model import kernels, relative_position
 from xlpretrain.model.kernels import block_mask, flash
 from xlpretrain.model.relative_position import RelativeBias
+from xlpretrain.training.config import DEFAULT_LOGICAL_AXIS_RULES as RULES
 
 B, L, H, D = 2, 37, 2, 16  # 37: three 16-tiles, the last one padded
 BLOCK = 16
@@ -244,11 +245,16 @@ def test_sharded_step_with_the_fused_kernel_equals_one_device():
     XLA got its gradient wrong.)"""
     import flax.linen as nn
 
-    from xlpretrain.bench import synthetic_batch
+    from xlpretrain.bench.step import synthetic_batch
     from xlpretrain.data.streams import PARALLEL, StreamSpec
     from xlpretrain.model import MaskedLM, ModelConfig, init_params
     from xlpretrain.objectives import ernie_m
-    from xlpretrain.sharding import batch_sharding, logical_shardings, make_mesh, under_mesh
+    from xlpretrain.parallel.sharding import (
+        batch_sharding,
+        logical_shardings,
+        make_mesh,
+        under_mesh,
+    )
 
     config = ModelConfig(
         vocab_size=64, hidden_size=32, num_layers=2, num_heads=4, mlp_dim=64, max_positions=40,
@@ -287,7 +293,7 @@ def test_heads_over_tensor_under_shard_map_equal_one_device(mesh_shape):
     """Attention alone with heads split over ``tensor`` (and dropout, whose decisions follow
     the global head): values and input gradients of one device."""
     from xlpretrain.model.attention import dot_product_attention
-    from xlpretrain.sharding import batch_sharding, make_mesh, under_mesh
+    from xlpretrain.parallel.sharding import batch_sharding, make_mesh, under_mesh
 
     meta = {f: jnp.tile(x, (4, 1)) for f, x in packed_meta().items()}
     q, k, v = (jnp.tile(x, (4, 1, 1, 1)) for x in qkv())

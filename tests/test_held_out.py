@@ -10,15 +10,15 @@ import jax
 import numpy as np
 import pytest
 
-from xlpretrain import evaluation
-from xlpretrain import trainer as trainer_lib
-from xlpretrain.config import RESUME_NEUTRAL, ConfigError, validate
 from xlpretrain.data import prepare as prepare_lib
 from xlpretrain.data.held_out import BLOCK, LineSplit, MonolingualPart, ParallelPart
 from xlpretrain.data.sources import MonolingualSource, ParallelSource
 from xlpretrain.data.store import StoreMonolingual, StoreParallel
-from xlpretrain.optim import learning_rate_schedule
-from xlpretrain.workdir import check_resume
+from xlpretrain.training import evaluation
+from xlpretrain.training import trainer as trainer_lib
+from xlpretrain.training.config import RESUME_NEUTRAL, ConfigError, validate
+from xlpretrain.training.optim import learning_rate_schedule
+from xlpretrain.training.workdir import check_resume
 
 LANGUAGES = ("eng", "fra", "deu_1996", "rus")
 FRACTION = 0.2  # UDHR files have 40-50 lines: about ten held out of each

@@ -25,10 +25,10 @@ transformers = pytest.importorskip("transformers")
 from transformers.models.xlm_roberta import modeling_xlm_roberta as xlm_roberta  # noqa: E402
 from transformers.trainer_pt_utils import get_parameter_names  # noqa: E402
 
-from xlpretrain import trainer as trainer_lib  # noqa: E402
 from xlpretrain.convert import hf  # noqa: E402
-from xlpretrain.metrics import read_metrics  # noqa: E402
 from xlpretrain.model.config import ModelConfig  # noqa: E402
+from xlpretrain.training import trainer as trainer_lib  # noqa: E402
+from xlpretrain.training.metrics import read_metrics  # noqa: E402
 
 # What XLMRobertaEmbeddings computes from the ids (a module function before transformers 5).
 HF_POSITIONS = getattr(

@@ -19,9 +19,10 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from xlpretrain import gpu_targets, masks
+from xlpretrain import masks
 from xlpretrain.model import MaskedLM, ModelConfig
 from xlpretrain.model.kernels import flash, gpu_compile
+from xlpretrain.parallel import gpu_targets
 
 try:
     gpu_targets.topology_devices("h100:1")

@@ -9,8 +9,9 @@ import sys
 import numpy as np
 import pytest
 
-from xlpretrain import distributed, launch
-from xlpretrain.metrics import read_metrics
+from xlpretrain import launch
+from xlpretrain.parallel import distributed
+from xlpretrain.training.metrics import read_metrics
 
 STEPS = 6
 TRAIN = [

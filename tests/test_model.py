@@ -13,8 +13,8 @@ import pytest
 
 from tests.tiny import token_batch
 from xlpretrain import masks
-from xlpretrain.config import DEFAULT_LOGICAL_AXIS_RULES as RULES
 from xlpretrain.model import MaskedLM, ModelConfig, dot_product_attention, init_params
+from xlpretrain.training.config import DEFAULT_LOGICAL_AXIS_RULES as RULES
 
 CFG = ModelConfig(
     vocab_size=50, hidden_size=32, num_layers=2, num_heads=4, mlp_dim=64, max_positions=20
@@ -258,7 +258,7 @@ def test_cudnn_attention_refuses_cpu():
 
 
 def test_config_from_run_config():
-    from xlpretrain.config import default_config
+    from xlpretrain.training.config import default_config
 
     run = default_config().model
     run.vocab_size, run.dtype, run.remat, run.attention = 50, "bfloat16", "dots", "cudnn"
@@ -316,7 +316,7 @@ def test_cross_entropy_per_device_equals_one_device(vocab):
     split over ``tensor`` (32) or replicated where it does not divide (31): values, accuracy
     and gradients (states, tied embeddings, bias) equal the one-device chunked loss."""
     from xlpretrain.model.heads import chunked_cross_entropy, cross_entropy_per_device
-    from xlpretrain.sharding import batch_sharding, make_mesh, under_mesh
+    from xlpretrain.parallel.sharding import batch_sharding, make_mesh, under_mesh
 
     rng = np.random.default_rng(5)
     h = jnp.asarray(rng.normal(size=(24, 8)), jnp.float32)

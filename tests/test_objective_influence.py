@@ -20,14 +20,14 @@ import pytest
 
 from tests.tiny import mask_tokens
 from xlpretrain import masks, objectives
-from xlpretrain.config import default_config
 from xlpretrain.data.batch import SIDE_PLACEHOLDER, SIDE_SOURCE, SIDE_TARGET, stack_rows
 from xlpretrain.data.examples import Placeholders, monolingual_row, translation_pair_row
 from xlpretrain.data.pipeline import placeholder_fields
+from xlpretrain.data.tokenizer import Tokenizer
 from xlpretrain.model import MaskedLM, ModelConfig, init_params
 from xlpretrain.model.layers import Embeddings
 from xlpretrain.objectives import ernie_m, mlm
-from xlpretrain.tokenizer import Tokenizer
+from xlpretrain.training.config import default_config
 
 VOCAB = 48
 MASK_ID = VOCAB - 1

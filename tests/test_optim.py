@@ -6,8 +6,8 @@ import jax
 import numpy as np
 import optax
 
-from xlpretrain import optim
-from xlpretrain.config import default_config
+from xlpretrain.training import optim
+from xlpretrain.training.config import default_config
 
 PARAMS = {
     "dense": {"kernel": np.ones((3, 2), np.float32), "bias": np.zeros(2, np.float32)},

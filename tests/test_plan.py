@@ -14,15 +14,15 @@ import jax
 import numpy as np
 import pytest
 
-from xlpretrain import bench
 from xlpretrain import objectives as objectives_lib
-from xlpretrain import trainer as trainer_lib
-from xlpretrain.config import validate
+from xlpretrain.bench import step as bench
 from xlpretrain.data import corpus as corpus_lib
 from xlpretrain.data.anneal import Anneal
 from xlpretrain.data.streams import MONO, PARALLEL, SEGMENT_PAIRS, StreamSpec
-from xlpretrain.plan import RunPlan
-from xlpretrain.tokenizer import Tokenizer
+from xlpretrain.data.tokenizer import Tokenizer
+from xlpretrain.training import trainer as trainer_lib
+from xlpretrain.training.config import validate
+from xlpretrain.training.plan import RunPlan
 
 CONFIGS = pathlib.Path(__file__).resolve().parents[1] / "configs"
 # Both kinds of rows masked harder in the first half than any objective's own rate.

@@ -18,9 +18,9 @@ import pytest
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from xlpretrain import quiet
 from xlpretrain.convert import hf
-from xlpretrain.errors import MissingExtra
+from xlpretrain.core import quiet
+from xlpretrain.core.errors import MissingExtra
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 # A user's shell: JAX picks its backend itself (conftest's CPU setting would keep the CUDA

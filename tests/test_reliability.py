@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from xlpretrain.metrics import read_metrics
+from xlpretrain.training.metrics import read_metrics
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 STEPS = 12
@@ -218,7 +218,7 @@ def test_full_disk_is_named_before_the_first_step(tmp_path, monkeypatch, udhr_ru
     """A disk with less room than one checkpoint stops the run at build, naming both sizes."""
     import shutil
 
-    from xlpretrain import trainer as train_lib
+    from xlpretrain.training import trainer as train_lib
 
     real = shutil.disk_usage
     monkeypatch.setattr(

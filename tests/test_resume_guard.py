@@ -15,13 +15,13 @@ from collections.abc import Callable
 
 import pytest
 
-from xlpretrain import config as pretraining
-from xlpretrain import finetuning
+from xlpretrain.core.errors import ConfigError
 from xlpretrain.data.corpus import held_out_shares
 from xlpretrain.data.streams import MONO, PARALLEL
-from xlpretrain.errors import ConfigError
-from xlpretrain.optim import learning_rate_schedule
-from xlpretrain.workdir import check_resume
+from xlpretrain.training import config as pretraining
+from xlpretrain.training import finetuning
+from xlpretrain.training.optim import learning_rate_schedule
+from xlpretrain.training.workdir import check_resume
 
 # How a run is stopped, logged, saved, placed on devices, computed and evaluated: none of it
 # changes the parameters a step produces. "x." is the whole section x.

@@ -17,13 +17,11 @@ import pytest
 
 from tests.tiny import run_config
 from xlpretrain import objectives
-from xlpretrain.bench import synthetic_batch
-from xlpretrain.config import DEFAULT_LOGICAL_AXIS_RULES
+from xlpretrain.bench.step import synthetic_batch
 from xlpretrain.data.streams import PARALLEL, StreamSpec
 from xlpretrain.model import MaskedLM, ModelConfig, init_params
 from xlpretrain.objectives import ernie_m
-from xlpretrain.plan import RunPlan
-from xlpretrain.sharding import (
+from xlpretrain.parallel.sharding import (
     MESH_AXES,
     batch_sharding,
     logical_shardings,
@@ -31,7 +29,9 @@ from xlpretrain.sharding import (
     make_mesh,
     under_mesh,
 )
-from xlpretrain.step import setup_training
+from xlpretrain.training.config import DEFAULT_LOGICAL_AXIS_RULES
+from xlpretrain.training.plan import RunPlan
+from xlpretrain.training.step import setup_training
 
 MOVED = tuple(
     (name, {"batch": ("data", "tensor"), "embed": "tensor"}.get(name, axes))

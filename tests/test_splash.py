@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 from xlpretrain import masks
-from xlpretrain.config import DEFAULT_LOGICAL_AXIS_RULES as RULES
 from xlpretrain.model.attention import dot_product_attention
 from xlpretrain.model.kernels import splash
+from xlpretrain.training.config import DEFAULT_LOGICAL_AXIS_RULES as RULES
 
 B, L, H, D = 2, 128, 2, 16
 
@@ -75,7 +75,7 @@ def test_other_calls_fall_back_with_a_reason():
 
 
 def test_splash_under_shard_map_equals_one_device():
-    from xlpretrain.sharding import batch_sharding, make_mesh, under_mesh
+    from xlpretrain.parallel.sharding import batch_sharding, make_mesh, under_mesh
 
     meta = {f: jnp.tile(x, (4, 1)) for f, x in packed_meta(3).items()}
     rng = np.random.default_rng(4)

@@ -15,14 +15,14 @@ import numpy as np
 import pytest
 
 from tests.tiny import run_config, step_batch_builder
-from xlpretrain import trainer as trainer_lib
 from xlpretrain.data import prepare as prepare_lib
 from xlpretrain.data import store as store_lib
 from xlpretrain.data.pipeline import Corpus, language_vocabulary
 from xlpretrain.data.sources import DataError, MonolingualSource, ParallelSource
 from xlpretrain.data.streams import MONO, PARALLEL, SEGMENT_PAIRS, StreamSpec
-from xlpretrain.metrics import read_metrics
-from xlpretrain.tokenizer import Tokenizer
+from xlpretrain.data.tokenizer import Tokenizer
+from xlpretrain.training import trainer as trainer_lib
+from xlpretrain.training.metrics import read_metrics
 
 LANGUAGES = ("eng", "deu_1996", "fra", "rus", "cmn_hans", "arb")
 SHARD_MB = 4 / 1024  # about 4 KB of input per shard: several shards per file

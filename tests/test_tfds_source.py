@@ -16,7 +16,7 @@ from xlpretrain.data.pipeline import Corpus, language_vocabulary
 from xlpretrain.data.protocols import MonolingualCorpus, ParallelCorpus
 from xlpretrain.data.sources import DataError, format_stats
 from xlpretrain.data.streams import MONO, PARALLEL, StreamSpec
-from xlpretrain.tokenizer import train_tokenizer
+from xlpretrain.data.tokenizer import train_tokenizer
 
 EXTRA = 'the tfds extra is not installed: pip install -e ".[tfds]"'
 tfds = pytest.importorskip("tensorflow_datasets", reason=EXTRA)
@@ -275,8 +275,8 @@ def test_sources_feed_the_pipeline(mono, parallel, tmp_path):
 
 
 def test_run_config_selects_tfds_sources(data_dir):
-    from xlpretrain.config import ConfigError, default_config
     from xlpretrain.data.streams import MONO, PARALLEL
+    from xlpretrain.training.config import ConfigError, default_config
 
     cfg = default_config()
     cfg.data.mono_tfds.name = "xlpretrain_test_docs"

@@ -10,7 +10,7 @@ import pytest
 import sentencepiece as spm
 from babel import Locale
 
-from xlpretrain.tokenizer import Tokenizer, balanced_sample, train_tokenizer
+from xlpretrain.data.tokenizer import Tokenizer, balanced_sample, train_tokenizer
 
 LANGUAGES = ("en", "de", "el", "ru", "ar", "hi", "zh", "ja")
 VOCAB_SIZE = 1000  # the CJK characters alone need ~600 ids

@@ -14,12 +14,12 @@ import pytest
 from absl import flags
 
 from tests.tiny import STEPS
-from xlpretrain import trainer as trainer_lib
-from xlpretrain.checkpoint import CheckpointError, CheckpointMismatchError
-from xlpretrain.config import ConfigError, default_config
-from xlpretrain.divergence import DivergenceError
-from xlpretrain.metrics import read_metrics
-from xlpretrain.tokenizer import Tokenizer
+from xlpretrain.data.tokenizer import Tokenizer
+from xlpretrain.training import trainer as trainer_lib
+from xlpretrain.training.checkpoint import CheckpointError, CheckpointMismatchError
+from xlpretrain.training.config import ConfigError, default_config
+from xlpretrain.training.divergence import DivergenceError
+from xlpretrain.training.metrics import read_metrics
 
 
 def losses(workdir):
@@ -398,10 +398,10 @@ def test_warm_start_from_a_converted_checkpoint(
 ):
     import flax.linen as nn
 
-    from xlpretrain import warm_start
     from xlpretrain.convert import folder
     from xlpretrain.model import ModelConfig, init_params
-    from xlpretrain.warm_start import WarmStartError
+    from xlpretrain.training import warm_start
+    from xlpretrain.training.warm_start import WarmStartError
 
     cfg = udhr_run_config(train__steps=1)
     config = ModelConfig.from_run_config(cfg.model, 0)
@@ -445,7 +445,7 @@ def test_first_update_after_unfreezing_is_a_fresh_adam_step():
     With `restart_moments` it is exactly a fresh run's first update."""
     import optax
 
-    from xlpretrain.optim import make_optimizer, restart_moments
+    from xlpretrain.training.optim import make_optimizer, restart_moments
 
     cfg = default_config()
     cfg.train.steps, cfg.optim.warmup_steps = 5000, 0
@@ -469,7 +469,7 @@ def test_first_update_after_unfreezing_is_a_fresh_adam_step():
 
 
 def _lr_ratio(cfg, step: int) -> float:
-    from xlpretrain.optim import learning_rate_schedule
+    from xlpretrain.training.optim import learning_rate_schedule
 
     schedule = learning_rate_schedule(cfg)
     return float(schedule(step) / schedule(0))

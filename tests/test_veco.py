@@ -13,16 +13,16 @@ import pytest
 
 from tests.tiny import model_config, step_batch_builder
 from xlpretrain import masks
-from xlpretrain.config import default_config, validate
 from xlpretrain.data.batch import SIDE_SOURCE, SIDE_TARGET
 from xlpretrain.data.pipeline import Corpus
 from xlpretrain.data.sources import MonolingualSource, ParallelSource
 from xlpretrain.data.streams import SEGMENT_PAIRS, StreamSpec
+from xlpretrain.data.tokenizer import Tokenizer
 from xlpretrain.model import MaskedLM, ModelConfig, init_params
 from xlpretrain.model.layers import Embeddings
 from xlpretrain.objectives import veco
-from xlpretrain.optim import make_optimizer
-from xlpretrain.tokenizer import Tokenizer
+from xlpretrain.training.config import default_config, validate
+from xlpretrain.training.optim import make_optimizer
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "configs"))
 import veco as veco_configs  # noqa: E402

@@ -8,9 +8,9 @@ import shutil
 import jax
 import pytest
 
-from xlpretrain import trainer as trainer_lib
-from xlpretrain.config import ConfigError, validate
 from xlpretrain.data import prepare as prepare_lib
+from xlpretrain.training import trainer as trainer_lib
+from xlpretrain.training.config import ConfigError, validate
 
 
 @pytest.fixture(scope="module")

@@ -8,9 +8,9 @@ import json
 import jax
 import pytest
 
-from xlpretrain import trainer as trainer_lib
-from xlpretrain.config import ConfigError, validate
-from xlpretrain.metrics import read_metrics
+from xlpretrain.training import trainer as trainer_lib
+from xlpretrain.training.config import ConfigError, validate
+from xlpretrain.training.metrics import read_metrics
 
 
 def train(cfg, workdir) -> None:

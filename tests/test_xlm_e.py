@@ -11,15 +11,15 @@ import pytest
 
 from tests.tiny import model_config, step_batch_builder
 from xlpretrain import masks, objectives
-from xlpretrain.config import ConfigError, default_config, validate
 from xlpretrain.data.masking import BERT_CORRUPTION, MASK_ONLY
 from xlpretrain.data.pipeline import Corpus, language_vocabulary
 from xlpretrain.data.sources import MonolingualSource, ParallelSource
+from xlpretrain.data.tokenizer import Tokenizer
 from xlpretrain.model import ModelConfig
 from xlpretrain.model.config import ModelFamily, generator_config
 from xlpretrain.model.electra import ElectraPretrainer, init_electra_params
 from xlpretrain.objectives import electra
-from xlpretrain.tokenizer import Tokenizer
+from xlpretrain.training.config import ConfigError, default_config, validate
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "configs"))
 import xlm_e as xlm_e_configs  # noqa: E402

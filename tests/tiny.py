@@ -16,13 +16,13 @@ from collections.abc import Mapping, Sequence
 import ml_collections
 import numpy as np
 
-from xlpretrain.config import default_config, validate
 from xlpretrain.data.examples import FIRST_POSITION
 from xlpretrain.data.masking import BERT_CORRUPTION, mask_row
 from xlpretrain.data.pipeline import Corpus, StepBatchBuilder
 from xlpretrain.data.streams import Phase, StreamSpec
+from xlpretrain.data.tokenizer import Tokenizer
 from xlpretrain.model.config import ModelConfig
-from xlpretrain.tokenizer import Tokenizer
+from xlpretrain.training.config import default_config, validate
 
 STEPS = 8  # run_config's train.steps
 

@@ -10,7 +10,7 @@ import sys
 from typing import Any
 
 if sys.argv[:1] == ["-m"]:  # `python -m xlpretrain.X` is finding its program: a program starts
-    from xlpretrain import quiet
+    from xlpretrain.core import quiet
 
     quiet.install()
 

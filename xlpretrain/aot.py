@@ -12,8 +12,9 @@ of the compiled program (arguments, outputs, temporaries: activations and worksp
 - `--topology NAME`: a Cloud TPU slice (`jax.experimental.topologies`, e.g. `v5p:2x2x2` is 8
   chips, `v4:2x2x2`), compiled by XLA:TPU itself on this host, which needs only `libtpu`
   (`pip install -e ".[tpu]"`), not a TPU; attention `auto` then compiles the splash kernel.
-  Or GPUs (`h100:8` is one host of 8, `h200:2x8` two hosts; `xlpretrain.gpu_targets`), compiled
-  by XLA:GPU, Triton kernels and ptxas included, with the CUDA plugin and ptxas
+  Or GPUs (`h100:8` is one host of 8, `h200:2x8` two hosts;
+  `xlpretrain.parallel.gpu_targets`), compiled by XLA:GPU, Triton kernels and ptxas included,
+  with the CUDA plugin and ptxas
   (`pip install -e ".[gpu-compile]"`), not a GPU; `auto` then compiles the Triton kernel.
 - `--kernels GPU`: the forward and gradient of the fused attention for every case CI checks
   (`gpu_compile.checked_cases`), compiled for that GPU, as a markdown table of each kernel's
@@ -31,7 +32,7 @@ import re
 import sys
 from collections.abc import Iterator
 
-from xlpretrain import programs
+from xlpretrain.core import programs
 
 GIB = 2**30
 # Memory per device (GiB as the vendors state it, in GB → GiB).
@@ -63,7 +64,7 @@ def topology_devices(name: str) -> list:
     or GPUs ("h100:8", "h200:2x8")."""
     from jax.experimental import topologies
 
-    from xlpretrain import gpu_targets
+    from xlpretrain.parallel import gpu_targets
 
     if name.partition(":")[0] in gpu_targets.GPUS:
         return gpu_targets.topology_devices(name)
@@ -83,11 +84,11 @@ def size_step(cfg, devices: int | list) -> dict:
     import jax
 
     from xlpretrain import objectives as objectives_lib
-    from xlpretrain.config import validate
     from xlpretrain.data.corpus import with_vocab_size
-    from xlpretrain.plan import RunPlan
-    from xlpretrain.sharding import make_mesh
-    from xlpretrain.step import setup_training
+    from xlpretrain.parallel.sharding import make_mesh
+    from xlpretrain.training.config import validate
+    from xlpretrain.training.plan import RunPlan
+    from xlpretrain.training.step import setup_training
 
     validate(cfg)
     cfg = with_vocab_size(cfg, workdir=None)
@@ -234,7 +235,7 @@ def main(argv: list[str] | None = None) -> None:
     from absl import flags
     from ml_collections import config_flags
 
-    from xlpretrain import cli
+    from xlpretrain.training import cli
 
     config_flags.DEFINE_config_file("config", None, "Config file.")
     cli.parse_flags([sys.argv[0], f"--config={args.config}", *overrides])

@@ -30,9 +30,9 @@ from numpy.typing import ArrayLike
 
 from xlpretrain import masks
 from xlpretrain.convert.folder import DISCRIMINATOR, Pretrained, read
+from xlpretrain.data.tokenizer import Tokenizer
 from xlpretrain.model.config import ModelConfig
 from xlpretrain.model.encoder import Encoder, MaskedLM
-from xlpretrain.tokenizer import Tokenizer
 
 POOLINGS = ("mean", "cls")
 MIN_WIDTH = 16  # the shortest padded length: very short inputs share one program

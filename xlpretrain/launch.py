@@ -18,7 +18,7 @@ import subprocess
 import sys
 import threading
 
-from xlpretrain import programs
+from xlpretrain.core import programs
 
 
 def free_port() -> int:

@@ -3,7 +3,7 @@
 Resumes from DIR's latest checkpoint if there is one. Writes `DIR/checkpoints/` (Orbax),
 `DIR/metrics.jsonl`, TensorBoard events in `DIR/tb/`, the tokenizer (`DIR/tokenizer.model`),
 the language list (`DIR/languages.json`) and the resolved config (`DIR/config.json`), so a
-workdir is self-contained. The training itself is `xlpretrain.trainer`.
+workdir is self-contained. The training itself is `xlpretrain.training.trainer`.
 """
 
 from __future__ import annotations
@@ -13,9 +13,10 @@ import os
 from absl import flags
 from ml_collections import config_flags
 
-from xlpretrain import cli, distributed
-from xlpretrain.config import validate
-from xlpretrain.trainer import Trainer, build, finished, run
+from xlpretrain.parallel import distributed
+from xlpretrain.training import cli
+from xlpretrain.training.config import validate
+from xlpretrain.training.trainer import Trainer, build, finished, run
 
 
 def main(argv: list[str]) -> None:
@@ -48,8 +49,9 @@ def define_flags() -> None:
     flags.DEFINE_bool(
         "distributed",
         False,
-        "Join a multi-process run first (xlpretrain.distributed: the JAX_COORDINATOR_ADDRESS / "
-        "JAX_NUM_PROCESSES / JAX_PROCESS_ID environment, else TPU pod, SLURM or GKE "
+        "Join a multi-process run first (xlpretrain.parallel.distributed: the "
+        "JAX_COORDINATOR_ADDRESS / JAX_NUM_PROCESSES / JAX_PROCESS_ID environment, else TPU "
+        "pod, SLURM or GKE "
         "auto-detection).",
     )
     flags.mark_flags_as_required(["config", "workdir"])

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import logging
 
-from xlpretrain import cli, programs
 from xlpretrain.convert import from_hf, to_hf, to_hf_seq2seq
 from xlpretrain.convert.seq2seq import decoder_layers_of
+from xlpretrain.core import programs
+from xlpretrain.training import cli
 
 
 def main(argv: list[str] | None = None) -> None:

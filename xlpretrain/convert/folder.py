@@ -32,10 +32,10 @@ import numpy as np
 import orbax.checkpoint as ocp
 from flax import traverse_util
 
+from xlpretrain.data.tokenizer import Tokenizer
 from xlpretrain.model import vocab
 from xlpretrain.model.config import ModelConfig, ModelFamily
 from xlpretrain.model.encoder import init_params
-from xlpretrain.tokenizer import Tokenizer
 
 MODEL_JSON = "model.json"
 PARAMS_DIR = "params"

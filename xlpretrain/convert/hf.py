@@ -37,11 +37,11 @@ from xlpretrain.convert.folder import (
     new_folder,
     unpadded,
 )
-from xlpretrain.errors import require
+from xlpretrain.core.errors import require
+from xlpretrain.data.tokenizer import Tokenizer
 from xlpretrain.model import vocab
 from xlpretrain.model.config import ModelConfig
 from xlpretrain.model.heads import LMHead
-from xlpretrain.tokenizer import Tokenizer
 
 log = logging.getLogger(__name__)
 

@@ -31,8 +31,8 @@ from xlpretrain.convert.hf import (
     fresh_pooler,
     write_folder,
 )
+from xlpretrain.data.tokenizer import Tokenizer
 from xlpretrain.model.config import ModelConfig
-from xlpretrain.tokenizer import Tokenizer
 
 DECODER_ARCHITECTURE = "XLMRobertaForCausalLM"
 # The plug-in becomes the decoder's cross-attention, so the export expresses it.

@@ -12,14 +12,14 @@ import jax
 import ml_collections
 from jax.experimental import multihost_utils
 
+from xlpretrain.core.errors import ConfigError
 from xlpretrain.data import demo_corpus
 from xlpretrain.data import store as store_lib
 from xlpretrain.data.held_out import DEFAULT_FRACTION, LineSplit, MonolingualPart, ParallelPart
 from xlpretrain.data.pipeline import Corpus, language_vocabulary
 from xlpretrain.data.sources import MonolingualSource, ParallelSource, format_stats
 from xlpretrain.data.streams import MONO, PARALLEL
-from xlpretrain.errors import ConfigError
-from xlpretrain.tokenizer import Tokenizer, VocabularySizeError, train_tokenizer
+from xlpretrain.data.tokenizer import Tokenizer, VocabularySizeError, train_tokenizer
 
 log = logging.getLogger("xlpretrain")
 

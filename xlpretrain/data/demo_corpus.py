@@ -45,7 +45,7 @@ from babel.dates import format_date, format_timedelta
 from babel.lists import format_list
 from babel.numbers import get_territory_currencies
 
-from xlpretrain import programs
+from xlpretrain.core import programs
 from xlpretrain.data import translation_pairs
 
 VERSION = "demo_corpus_v2"

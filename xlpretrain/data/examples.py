@@ -25,7 +25,7 @@ from xlpretrain.data.batch import (
     Batch,
 )
 from xlpretrain.data.protocols import MonolingualCorpus, ParallelCorpus
-from xlpretrain.tokenizer import Tokenizer
+from xlpretrain.data.tokenizer import Tokenizer
 
 FIRST_POSITION = Tokenizer.PAD_ID + 1  # fairseq/XLM-R: positions start after the padding index
 MIN_SEGMENT_TOKENS = 2  # stop packing when a new unit could hold fewer real tokens than this

@@ -23,7 +23,7 @@ import numpy as np
 
 from xlpretrain.data.protocols import MonolingualCorpus, ParallelCorpus
 from xlpretrain.data.sources import FileStats, Pair
-from xlpretrain.tokenizer import Tokenizer
+from xlpretrain.data.tokenizer import Tokenizer
 
 BLOCK = 1000  # lines per block: a share is a whole number of thousandths
 DEFAULT_FRACTION = 0.05  # eval.held_out_fraction's default, as transformers' run_mlm holds out

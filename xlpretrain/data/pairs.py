@@ -22,7 +22,7 @@ import os
 import numpy as np
 
 from xlpretrain.data.sources import DataError, FileStats
-from xlpretrain.tokenizer import Tokenizer
+from xlpretrain.data.tokenizer import Tokenizer
 
 Batch = dict[str, np.ndarray]
 TASK = "classify"  # the batches' key: the fine-tuning step's one objective

@@ -42,7 +42,7 @@ from xlpretrain.data.streams import (
     StreamSpec,
     phase_index,
 )
-from xlpretrain.tokenizer import Tokenizer
+from xlpretrain.data.tokenizer import Tokenizer
 
 
 @dataclasses.dataclass
@@ -327,7 +327,7 @@ def make_dataset(
 
 def _ignore_ctrl_c(worker_index: int, worker_count: int) -> None:
     """A worker process ignores Ctrl-C, which a terminal sends to every process of the job: the
-    main process decides what it means (`xlpretrain.preemption`) and stops the workers with
+    main process decides what it means (`xlpretrain.training.preemption`) and stops the workers with
     `close_iterator`, which frees the batches in flight; a worker killed by it mid-batch would
     leave that batch's shared memory behind."""
     del worker_index, worker_count

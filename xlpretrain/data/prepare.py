@@ -38,7 +38,8 @@ import re
 import shutil
 from collections.abc import Sequence
 
-from xlpretrain import programs
+from xlpretrain.core import programs
+from xlpretrain.core.errors import require
 from xlpretrain.data import store as store_lib
 from xlpretrain.data.sources import (
     DataError,
@@ -48,8 +49,7 @@ from xlpretrain.data.sources import (
     skip_counts,
     usable_lines,
 )
-from xlpretrain.errors import require
-from xlpretrain.tokenizer import Tokenizer, train_tokenizer
+from xlpretrain.data.tokenizer import Tokenizer, train_tokenizer
 
 SAMPLE_PIECES = 32  # pieces of a self-labelled TFDS split read for the tokenizer's sample
 RECORD_FILES = (".jsonl", ".parquet")  # inputs whose documents are read from named fields

@@ -17,7 +17,7 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 
 from xlpretrain.data.sources import FileStats, Pair
-from xlpretrain.tokenizer import Tokenizer
+from xlpretrain.data.tokenizer import Tokenizer
 
 
 @runtime_checkable

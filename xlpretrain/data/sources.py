@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO, Generic, TypeVar
 import numpy as np
 
 if TYPE_CHECKING:
-    from xlpretrain.tokenizer import Tokenizer
+    from xlpretrain.data.tokenizer import Tokenizer
 
 __all__ = [
     "DataError",

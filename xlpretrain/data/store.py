@@ -48,7 +48,7 @@ from xlpretrain.data.sources import (
     parse_pair,
 )
 from xlpretrain.data.streams import MONO, PARALLEL
-from xlpretrain.tokenizer import Tokenizer
+from xlpretrain.data.tokenizer import Tokenizer
 
 FORMAT = "xlpretrain-store/2"  # /2: shards carry their size and SHA-256
 BLOCK = 32  # lines per record

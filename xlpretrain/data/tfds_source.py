@@ -39,6 +39,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from xlpretrain.core.errors import require
 from xlpretrain.data.sources import (
     DataError,
     FileStats,
@@ -49,7 +50,6 @@ from xlpretrain.data.sources import (
     _no_string,
     classify,
 )
-from xlpretrain.errors import require
 
 tfds = require("tensorflow_datasets", "a TFDS dataset as input")
 

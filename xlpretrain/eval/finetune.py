@@ -6,7 +6,8 @@
 Trains a `PairClassifier` head on a pre-trained encoder (`init.path`: a training workdir or a
 checkpoint folder) with the pairs of one language (`data.train_language`) and measures accuracy
 on every evaluation language (zero-shot transfer). Runs on pre-training's loop
-(`xlpretrain.finetuning`): running the same command again resumes from DIR's latest checkpoint.
+(`xlpretrain.training.finetuning`): running the same command again resumes from DIR's latest
+checkpoint.
 Writes `DIR/results.json`, the logged steps to `DIR/metrics.jsonl` (and TensorBoard), the
 checkpoints to `DIR/checkpoints/`, the log to `DIR/finetune.log` and the config to
 `DIR/config.json`.
@@ -20,7 +21,7 @@ from collections.abc import Sequence
 from absl import flags
 from ml_collections import config_flags
 
-from xlpretrain import cli, finetuning
+from xlpretrain.training import cli, finetuning
 
 
 def main(argv: Sequence[str]) -> None:

@@ -11,7 +11,7 @@ import sys
 from collections.abc import Sequence
 
 import xlpretrain  # light: `xlpretrain.load` imports JAX on first use
-from xlpretrain import programs
+from xlpretrain.core import programs
 from xlpretrain.data.sources import DataError, ParallelSource
 from xlpretrain.eval.alignment import retrieval_accuracy
 
@@ -71,7 +71,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--batch-size", type=int, default=32, help="sentences per forward pass")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args(argv)
-    from xlpretrain import cli  # imports JAX, which this module does not on import
+    from xlpretrain.training import cli  # imports JAX, which this module does not on import
 
     cli.quiet_libraries()
     source = ParallelSource.from_dir(

@@ -9,9 +9,11 @@ from __future__ import annotations
 import json
 import sys
 
-from xlpretrain import cli, objectives, programs
+from xlpretrain import objectives
+from xlpretrain.core import programs
 from xlpretrain.masks import AttentionMask
 from xlpretrain.masks.show import describe, format_text, plot
+from xlpretrain.training import cli
 
 
 def choices() -> dict[str, tuple[str, AttentionMask]]:

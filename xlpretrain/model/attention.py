@@ -27,11 +27,12 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import PartitionSpec
 
-from xlpretrain import masks, sharding
+from xlpretrain import masks
 from xlpretrain.model import kernels, relative_position
 from xlpretrain.model.config import ModelConfig
 from xlpretrain.model.kernels import flash, splash
 from xlpretrain.model.relative_position import RelativeBias
+from xlpretrain.parallel import sharding
 
 log = logging.getLogger("xlpretrain")
 

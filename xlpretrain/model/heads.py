@@ -8,9 +8,9 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import PartitionSpec
 
-from xlpretrain import sharding
 from xlpretrain.model.config import ModelConfig
 from xlpretrain.model.layers import dense, gelu, layer_norm
+from xlpretrain.parallel import sharding
 
 
 class LMHead(nn.Module):

@@ -8,9 +8,10 @@ its logical axes (``embed``, ``mlp``, ``heads``, ``kv``, ``vocab``, ``positions`
 import flax.linen as nn
 import jax
 
-from xlpretrain import masks, sharding
+from xlpretrain import masks
 from xlpretrain.model.attention import MultiHeadAttention
 from xlpretrain.model.config import ModelConfig
+from xlpretrain.parallel import sharding
 
 
 def dense(config: ModelConfig, features: int, axes: tuple[str, str], name: str) -> nn.Dense:

@@ -18,12 +18,12 @@ import jax.numpy as jnp
 from xlpretrain import masks
 from xlpretrain.data.batch import SIDE_PSEUDO, Batch
 from xlpretrain.data.streams import MONO, PARALLEL, StreamSpec
+from xlpretrain.data.tokenizer import Tokenizer
 from xlpretrain.masks import AttentionMask, ExampleLayout
 from xlpretrain.model.config import ModelFamily
 from xlpretrain.objectives import flops
 from xlpretrain.objectives.declaration import Objective, Requirement, Settings, encoder_config
 from xlpretrain.objectives.mlm import mask_meta, masked_lm, masked_lm_flops, prediction_loss
-from xlpretrain.tokenizer import Tokenizer
 
 if TYPE_CHECKING:  # the model is built by the trainer, not imported by declarations
     from xlpretrain.model.encoder import MaskedLM

@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 
 import jax
 
-from xlpretrain import gpu_targets
+from xlpretrain.parallel import gpu_targets
 
 FLASH_KERNELS = ("_forward_kernel", "_dq_kernel", "_dkv_kernel")
 _THUNK = re.compile(

@@ -19,7 +19,7 @@ still runs, and each step's peak memory is its own.
    store, with 0, 4 and 8 grain workers: whether one host feeds 8 GPUs (5.6 M tokens/s).
 
 DIR gets ``suite.json`` (everything), ``performance.md`` (rows for docs/performance.md) and
-``suite.log`` (the steps' output). ``python -m xlpretrain.bench_gpu UNIT PARAMS RESULTS`` runs
+``suite.log`` (the steps' output). ``python -m xlpretrain.bench.gpu UNIT PARAMS RESULTS`` runs
 one step; the suite starts it so.
 """
 
@@ -43,12 +43,17 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from xlpretrain import bench, bench_attention, bench_peer, cli, gpu_targets, masks
+from xlpretrain import masks
+from xlpretrain.bench import attention as bench_attention
+from xlpretrain.bench import peer as bench_peer
+from xlpretrain.bench import step as bench
 from xlpretrain.model import kernels, relative_position
 from xlpretrain.model.kernels import flash, gpu_compile
 from xlpretrain.model.kernels.block_mask import pad_meta
 from xlpretrain.model.kernels.gpu_compile import FlashCase
 from xlpretrain.model.relative_position import RelativeBias
+from xlpretrain.parallel import gpu_targets
+from xlpretrain.training import cli
 
 # Seconds per step, the child's start-up included; 515 in all leaves the parent's own start-up
 # and reports inside 9 minutes on one H100 (a device call may run 10).
@@ -72,7 +77,6 @@ PIPELINE_GOAL = 5.6e6
 ATTENTION_IMPLS = ("pallas", "cudnn", "xla")
 ATTENTION_LENGTHS = (512, 2048)
 ATTENTION_MASKS = ("unmasked", "mmlm", "tlm", "camlm")
-CONFIG_FILE = pathlib.Path(__file__).resolve().parents[1] / "configs" / "xlmr.py"
 
 # --- 1. kernel check --------------------------------------------------------------------------
 
@@ -380,7 +384,7 @@ def tile_sweep(gpu: str, repeats: int = 20) -> Iterator[dict]:
 def xlmr_base(attention: str, flash_tiles: str = "") -> ml_collections.ConfigDict:
     """``configs/xlmr.py:base`` at the measured shape (32 × 512, bf16) with ``attention``
     (cuDNN's has no dropout, so its run has no attention dropout)."""
-    cfg = cli.load_config(f"{CONFIG_FILE}:base")
+    cfg = cli.load_config("xlmr:base")
     cfg.model.dtype = "bfloat16"
     cfg.data.batch_size, cfg.data.max_length = 32, 512
     cfg.model.attention, cfg.model.flash_tiles = attention, flash_tiles
@@ -421,7 +425,7 @@ def attention_timings(length: int) -> Iterator[dict]:
 def pipeline_config(tokenizer: str) -> ml_collections.ConfigDict:
     """`configs/demo.py` at the shape of docs/performance.md's store benchmark: MMLM only,
     32 rows of 512 tokens, no evaluation."""
-    cfg = cli.load_config(str(CONFIG_FILE.with_name("demo.py")))
+    cfg = cli.load_config("demo")
     cfg.tokenizer.path = tokenizer
     cfg.data.batch_size, cfg.data.max_length = 32, 512
     cfg.objectives.tlm, cfg.eval.every_steps = 0.0, 0
@@ -431,7 +435,7 @@ def pipeline_config(tokenizer: str) -> ml_collections.ConfigDict:
 def pipeline_workers(gigabytes: float, workers: Sequence[int], steps: int) -> Iterator[dict]:
     """Row tokens/s of the input pipeline on a synthetic prepared store, per number of grain
     worker processes: whether this host's CPUs feed its GPUs (a 2-core CI machine cannot say)."""
-    from xlpretrain import bench_store
+    from xlpretrain.bench import store as bench_store
 
     with tempfile.TemporaryDirectory() as scratch:
         tokenizer = bench_store.synthetic_tokenizer(os.path.join(scratch, "tokenizer.model"))
@@ -478,7 +482,7 @@ def run_unit(
         command = [
             sys.executable,
             "-m",
-            "xlpretrain.bench_gpu",
+            "xlpretrain.bench.gpu",
             unit,
             json.dumps(params),
             str(results),
@@ -879,7 +883,7 @@ def summary(suite: Mapping, out_dir: pathlib.Path) -> str:
 
 def gpu_missing() -> str | None:
     """Why the suite cannot run here (one line), or None on a GPU. (JAX's log of a CUDA plugin
-    that finds no driver is `xlpretrain.quiet`'s: the line says what it would, and how to see
+    that finds no driver is `xlpretrain.core.quiet`'s: the line says what it would, and how to see
     it.)"""
     if kernels.host_platform() == "gpu":
         return None

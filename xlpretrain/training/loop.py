@@ -1,5 +1,5 @@
-"""The training loop every task runs on: pre-training (`xlpretrain.trainer`) and fine-tuning
-(`xlpretrain.finetuning`) alike.
+"""The training loop every task runs on: pre-training (`xlpretrain.training.trainer`) and
+fine-tuning (`xlpretrain.training.finetuning`) alike.
 
 It owns what a long run needs whatever the model: resuming from the newest readable checkpoint
 (state and input iterator, so the stream continues exactly), checkpoints on schedule, at the end
@@ -22,10 +22,11 @@ import jax
 import ml_collections
 import numpy as np
 
-from xlpretrain.checkpoint import Checkpointer, abstract_with_shardings
 from xlpretrain.data.pipeline import iterators
-from xlpretrain.divergence import BadStepGuard, DivergenceError
-from xlpretrain.metrics import (
+from xlpretrain.parallel.sharding import global_batch
+from xlpretrain.training.checkpoint import Checkpointer, abstract_with_shardings
+from xlpretrain.training.divergence import BadStepGuard, DivergenceError
+from xlpretrain.training.metrics import (
     MetricsWriter,
     Progress,
     best_held_out,
@@ -33,9 +34,8 @@ from xlpretrain.metrics import (
     progress_line,
     summary_lines,
 )
-from xlpretrain.preemption import Interrupted, PreemptionWatch
-from xlpretrain.sharding import global_batch
-from xlpretrain.step import Training, TrainState
+from xlpretrain.training.preemption import Interrupted, PreemptionWatch
+from xlpretrain.training.step import Training, TrainState
 
 log = logging.getLogger("xlpretrain")
 

@@ -19,16 +19,16 @@ import ml_collections
 import optax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from xlpretrain.config import ConfigError
 from xlpretrain.objectives.declaration import LossFn
-from xlpretrain.optim import (
+from xlpretrain.parallel.sharding import Rules, batch_sharding, logical_shardings, under_mesh
+from xlpretrain.training.config import ConfigError
+from xlpretrain.training.optim import (
     learning_rate_schedule,
     make_optimizer,
     restart_moments,
     trainable_mask,
 )
-from xlpretrain.plan import RunPlan
-from xlpretrain.sharding import Rules, batch_sharding, logical_shardings, under_mesh
+from xlpretrain.training.plan import RunPlan
 
 Batches = dict[str, dict[str, jax.Array]]
 

@@ -3,18 +3,18 @@
 `build` a run from a validated config — the pre-trained model (`init.path`: a training workdir
 or a checkpoint folder), the pairs of one training language and of every evaluation language
 (`xlpretrain.data.pairs`), a `PairClassifier` sharded over the mesh by the logical rules, its
-optimizer — then `run` it on `xlpretrain.loop`, the loop pre-training runs on: gradient
+optimizer — then `run` it on `xlpretrain.training.loop`, the loop pre-training runs on: gradient
 accumulation, checkpoints of the state and the input iterator with exact resume, preemption,
 divergence, metrics, and accuracy on every evaluation language each `eval.every_steps` steps.
 At the end, accuracy on the training pairs and on every evaluation language (zero-shot
 transfer), each beside chance (its file's majority-label share), goes to `WORKDIR/results.json`
 and closes the log. `python -m xlpretrain.eval.finetune` is its command line.
 
-Optimisation: pre-training's clipped AdamW (`xlpretrain.optim.adamw_from`), linear warm-up over the
-first `optim.warmup_fraction` of the steps then linear decay, times a layer-wise learning-rate
-decay (ERNIE-M, ELECTRA): the head learns at the full rate, encoder layer i (0-based) at
-`layer_decay ** (num_layers - i)`, the embeddings at `layer_decay ** (num_layers + 1)`, so the
-lower, more general layers move least.
+Optimisation: pre-training's clipped AdamW (`xlpretrain.training.optim.adamw_from`), linear
+warm-up over the first `optim.warmup_fraction` of the steps then linear decay, times a
+layer-wise learning-rate decay (ERNIE-M, ELECTRA): the head learns at the full rate, encoder
+layer i (0-based) at `layer_decay ** (num_layers - i)`, the embeddings at
+`layer_decay ** (num_layers + 1)`, so the lower, more general layers move least.
 """
 
 from __future__ import annotations
@@ -34,18 +34,6 @@ import optax
 from flax import traverse_util
 from jax.sharding import NamedSharding, PartitionSpec
 
-from xlpretrain import loop
-from xlpretrain.config import (
-    LOOP_RANGES,
-    LOOP_RESUME_NEUTRAL,
-    MESH_RANGES,
-    ConfigError,
-    Ranges,
-    check_keys,
-    check_stop_at,
-    loop_section,
-    mesh_section,
-)
 from xlpretrain.convert import folder
 from xlpretrain.data.pairs import (
     TASK,
@@ -60,10 +48,22 @@ from xlpretrain.data.pipeline import make_dataset
 from xlpretrain.data.sources import DataError, format_stats, parse_pair
 from xlpretrain.model.classifier import PairClassifier
 from xlpretrain.model.config import ATTENTION_IMPLS
-from xlpretrain.optim import adamw_from, parameter_path, warmup_linear_decay
-from xlpretrain.sharding import global_batch, make_mesh, under_mesh
-from xlpretrain.step import Training, TrainState, make_train_step, sharded_training
-from xlpretrain.workdir import check_resume, check_workdir, save_config
+from xlpretrain.parallel.sharding import global_batch, make_mesh, under_mesh
+from xlpretrain.training import loop
+from xlpretrain.training.config import (
+    LOOP_RANGES,
+    LOOP_RESUME_NEUTRAL,
+    MESH_RANGES,
+    ConfigError,
+    Ranges,
+    check_keys,
+    check_stop_at,
+    loop_section,
+    mesh_section,
+)
+from xlpretrain.training.optim import adamw_from, parameter_path, warmup_linear_decay
+from xlpretrain.training.step import Training, TrainState, make_train_step, sharded_training
+from xlpretrain.training.workdir import check_resume, check_workdir, save_config
 
 log = logging.getLogger("xlpretrain")
 
@@ -117,7 +117,7 @@ def default_config() -> ml_collections.ConfigDict:
     return cfg
 
 
-# Keys a resumed fine-tuning run may change (`xlpretrain.workdir.check_resume`).
+# Keys a resumed fine-tuning run may change (`xlpretrain.training.workdir.check_resume`).
 RESUME_NEUTRAL = (
     *LOOP_RESUME_NEUTRAL,
     "data.num_workers",

@@ -1,4 +1,4 @@
-"""What the training command lines share, on top of `xlpretrain.programs` (how every program
+"""What the training command lines share, on top of `xlpretrain.core.programs` (how every program
 ends): absl flags parsed without tracebacks, a config key's error naming the nearest valid key,
 and a log that starts with the run rather than with JAX's start-up chatter.
 
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import difflib
+import importlib.resources
 import importlib.util
 import logging
 import os
@@ -26,14 +27,14 @@ import jax
 import ml_collections
 from absl import app, flags
 
-from xlpretrain import programs
-from xlpretrain.checkpoint import CheckpointError
-from xlpretrain.config import unknown_key
-from xlpretrain.divergence import DivergenceError
-from xlpretrain.errors import ConfigError
-from xlpretrain.preemption import Interrupted
-from xlpretrain.programs import FAILED, INTERRUPTED, exit_with, report, reported
-from xlpretrain.workdir import check_workdir
+from xlpretrain.core import programs
+from xlpretrain.core.errors import ConfigError
+from xlpretrain.core.programs import FAILED, INTERRUPTED, exit_with, report, reported
+from xlpretrain.training.checkpoint import CheckpointError
+from xlpretrain.training.config import unknown_key
+from xlpretrain.training.divergence import DivergenceError
+from xlpretrain.training.preemption import Interrupted
+from xlpretrain.training.workdir import check_workdir
 
 log = logging.getLogger("xlpretrain")
 T = TypeVar("T")
@@ -67,7 +68,7 @@ def setup_logging(level: int = logging.INFO) -> None:
 
 def quiet_libraries() -> None:
     """JAX's, absl's, Orbax's and grain's logs from warnings up (a JAX plugin that cannot start
-    is `xlpretrain.quiet`'s)."""
+    is `xlpretrain.core.quiet`'s)."""
     for name in ("absl", "jax", "orbax", "grain"):
         logging.getLogger(name).setLevel(logging.WARNING)
 
@@ -83,6 +84,27 @@ def _config_argument(argv: Sequence[str], name: str) -> str | None:
     return found
 
 
+def _shipped_configs_as_files(argv: Sequence[str], name: str) -> list[str]:
+    """`argv` with each `--name SPEC` that names a shipped config rather than a file given as
+    that config's file, which absl's config flag loads."""
+
+    def as_file(spec: str) -> str:
+        path, colon, arg = spec.partition(":")
+        shipped = None if os.path.isfile(path) else shipped_config(path)
+        return f"{shipped}{colon}{arg}" if shipped else spec
+
+    out, given = [], False
+    for arg in argv:
+        if given:
+            arg, given = as_file(arg), False
+        elif arg == f"--{name}":
+            given = True
+        elif arg.startswith(f"--{name}="):
+            arg = f"--{name}={as_file(arg.split('=', 1)[1])}"
+        out.append(arg)
+    return out
+
+
 def _overrides(argv: Sequence[str], name: str) -> list[tuple[str, str | None]]:
     """`(key path, value)` of every `--name.a.b[=v]` in `argv`, in order."""
     found = []
@@ -93,8 +115,35 @@ def _overrides(argv: Sequence[str], name: str) -> list[tuple[str, str | None]]:
     return found
 
 
+def shipped_config(name: str) -> str | None:
+    """The file of the shipped config `name` (`xlmr`, as in `--config xlmr:tiny`), or None."""
+    if not re.fullmatch(r"\w+", name):
+        return None
+    path = importlib.resources.files("xlpretrain.configs") / f"{name}.py"
+    return str(path) if path.is_file() else None
+
+
+def shipped_names() -> list[str]:
+    """The names of the shipped configs."""
+    files = importlib.resources.files("xlpretrain.configs").iterdir()
+    return sorted(f.name[:-3] for f in files if f.name.endswith(".py") and f.name[0] != "_")
+
+
+def config_file(spec: str) -> str:
+    """`PATH[:ARG]` or `NAME[:ARG]` (a shipped config) as `PATH[:ARG]`; a spec that is neither
+    is an error naming the closest files and shipped configs."""
+    path, colon, arg = spec.partition(":")
+    if os.path.isfile(path):
+        return spec
+    shipped = shipped_config(path)
+    if shipped is not None:
+        return f"{shipped}{colon}{arg}"
+    raise FileNotFoundError(_missing_file(path))
+
+
 def _missing_file(path: str) -> str:
-    """`--config PATH` names no file: say so, with the config files beside it."""
+    """`--config PATH` names no file and no shipped config: say so, with the config files beside
+    it and the shipped names."""
     folder = os.path.dirname(path) or "."
     files = []
     if os.path.isdir(folder):
@@ -102,14 +151,16 @@ def _missing_file(path: str) -> str:
     close = difflib.get_close_matches(os.path.basename(path), files, n=1)
     hint = f"; did you mean {os.path.join(folder, close[0])}?" if close else ""
     known = f" ({folder} has {', '.join(files)})" if files and not close else ""
-    return f"--config {path}: no such file{hint}{known}"
+    return (
+        f"--config {path}: no such file{hint}{known}, and no shipped config of that name "
+        f"(shipped: {', '.join(shipped_names())})"
+    )
 
 
 def load_config(spec: str) -> ml_collections.ConfigDict:
-    """`configs/x.py[:ARG]` → its `get_config([ARG])`, as `--config` loads it."""
-    path, _, arg = spec.partition(":")
-    if not os.path.isfile(path):
-        raise FileNotFoundError(_missing_file(path))
+    """`configs/x.py[:ARG]` or a shipped config's `NAME[:ARG]` → its `get_config([ARG])`, as
+    `--config` loads it."""
+    path, _, arg = config_file(spec).partition(":")
     module_spec = importlib.util.spec_from_file_location("_xlpretrain_config", path)
     module = importlib.util.module_from_spec(module_spec)
     module_spec.loader.exec_module(module)
@@ -143,6 +194,7 @@ def describe_flag_error(argv: Sequence[str], error: BaseException, config_flag: 
 def parse_flags(argv: list[str], config_flag: str = "config") -> list[str]:
     """absl's flags from `argv`, the config file loaded; a flag error ends the program in one
     line naming the flag or config key, with exit status 2."""
+    argv = _shipped_configs_as_files(argv, config_flag)
     try:
         rest = flags.FLAGS(argv)
         # A config file that fails to load is reported when the config is first read.

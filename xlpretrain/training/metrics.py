@@ -15,7 +15,7 @@ import jax
 import numpy as np
 from tensorboardX import SummaryWriter
 
-from xlpretrain.errors import require
+from xlpretrain.core.errors import require
 
 log = logging.getLogger("xlpretrain")
 

@@ -18,7 +18,7 @@ import jax
 import orbax.checkpoint as ocp
 from jax.experimental import multihost_utils
 
-from xlpretrain.optim import parameter_path
+from xlpretrain.training.optim import parameter_path
 
 log = logging.getLogger("xlpretrain")
 UNREADABLE = "unreadable"  # where damaged steps go, inside the checkpoint folder

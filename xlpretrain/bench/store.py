@@ -29,7 +29,7 @@ MIN_DOC, MAX_DOC = 50, 400
 
 def synthetic_store(path: str, gigabytes: float, tokenizer_path: str, seed: int = 0) -> str:
     """A store of about `gigabytes` GB of int32 token ids (kept if already complete)."""
-    from xlpretrain.tokenizer import Tokenizer
+    from xlpretrain.data.tokenizer import Tokenizer
 
     if os.path.isfile(os.path.join(path, store_lib.MANIFEST)):
         return path
@@ -74,7 +74,7 @@ def synthetic_store(path: str, gigabytes: float, tokenizer_path: str, seed: int 
 def synthetic_tokenizer(path: str, vocab_size: int = 2002, seed: int = 0) -> str:
     """A SentencePiece model of `vocab_size` ids, trained on random syllables: a synthetic
     store's ids need only a tokenizer of the right size (its fingerprint, its special ids)."""
-    from xlpretrain.tokenizer import train_tokenizer
+    from xlpretrain.data.tokenizer import train_tokenizer
 
     rng = np.random.default_rng(seed)
     syllables = [c + v for c in "bcdfghjklmnprstvwz" for v in "aeiou"]
@@ -97,13 +97,13 @@ def measure(config_json: str, store: str, steps: int) -> dict:
     """Start-up, memory and row tokens/s of the pipeline on `store` (run in a fresh process)."""
     import ml_collections
 
-    from xlpretrain import cli
-    from xlpretrain import trainer as trainer_lib
-    from xlpretrain.config import validate
     from xlpretrain.data import corpus as corpus_lib
     from xlpretrain.data.pipeline import iterators, make_dataset
-    from xlpretrain.plan import RunPlan
-    from xlpretrain.tokenizer import Tokenizer
+    from xlpretrain.data.tokenizer import Tokenizer
+    from xlpretrain.training import cli
+    from xlpretrain.training import trainer as trainer_lib
+    from xlpretrain.training.config import validate
+    from xlpretrain.training.plan import RunPlan
 
     cli.quiet_libraries()
     cfg = ml_collections.ConfigDict(json.loads(config_json))

@@ -22,7 +22,7 @@ import jax
 import ml_collections
 import optax
 
-from xlpretrain.errors import ConfigError
+from xlpretrain.core.errors import ConfigError
 
 log = logging.getLogger("xlpretrain")
 CONFIG = "config.json"

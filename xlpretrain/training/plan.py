@@ -16,10 +16,10 @@ import jax
 import ml_collections
 
 from xlpretrain import objectives as objectives_lib
-from xlpretrain.config import Stage, stages
 from xlpretrain.data.anneal import Anneal
 from xlpretrain.data.streams import MONO, SEGMENT_PAIRS, Phase, StreamSpec, phase_index
 from xlpretrain.objectives.declaration import Objective
+from xlpretrain.training.config import Stage, stages
 
 FieldShapes = dict[str, tuple[tuple[int, ...], type]]
 

@@ -1,10 +1,5 @@
-"""Step throughput: `python -m xlpretrain.bench --config configs/X.py [--steps N] [--json]`.
-
-`--peer` also times Hugging Face's PyTorch XLM-R step on the same shapes (`bench_peer`);
-`--pipeline` times the input pipeline alone on the config's corpus, so the step's tokens/s can be
-checked against what the data can feed; `--attention` runs the per-mask attention
-micro-benchmark instead (`bench_attention`); `--suite gpu --out DIR` runs everything a GPU
-session measures, on `configs/xlmr.py:base`, and writes DIR (`bench_gpu`; no `--config`).
+"""Training-step throughput of a config: its jitted step on synthetic full rows, tokens/s,
+model FLOPs and MFU (`python -m xlpretrain.bench`), and the input pipeline alone.
 
 Times the jitted step of the config's model, objectives, batch and mesh on synthetic full rows
 (no padding, the configured masking rate), so the number is the step's, not the input
@@ -23,23 +18,13 @@ model FLOPs utilisation. Peak FLOP/s comes from a table of accelerators (dense b
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
-import sys
-import tempfile
 import time
 
 import jax
 import numpy as np
-from absl import flags
-from ml_collections import config_flags
 
-from xlpretrain import cli
 from xlpretrain import objectives as objectives_lib
-from xlpretrain import trainer as trainer_lib
-from xlpretrain.bench_attention import attention_benchmark, format_attention
-from xlpretrain.bench_peer import format_peer, peer_benchmark
-from xlpretrain.config import validate
 from xlpretrain.data import corpus as corpus_lib
 from xlpretrain.data.batch import (
     PREDICTION_FIELDS,
@@ -50,11 +35,13 @@ from xlpretrain.data.batch import (
 )
 from xlpretrain.data.pipeline import iterators, make_dataset
 from xlpretrain.data.streams import SEGMENT_PAIRS, StreamSpec, max_predictions
+from xlpretrain.data.tokenizer import Tokenizer
 from xlpretrain.objectives.flops import FLOP_FORMULA, StepShape
-from xlpretrain.plan import RunPlan
-from xlpretrain.sharding import global_batch, make_mesh
-from xlpretrain.step import setup_training
-from xlpretrain.tokenizer import Tokenizer
+from xlpretrain.parallel.sharding import global_batch, make_mesh
+from xlpretrain.training import trainer as trainer_lib
+from xlpretrain.training.config import validate
+from xlpretrain.training.plan import RunPlan
+from xlpretrain.training.step import setup_training
 
 # Dense bf16 peak FLOP/s per chip, by `device_kind` prefix.
 PEAK_TFLOPS = {
@@ -244,142 +231,3 @@ def benchmark(cfg, steps: int, warmup: int, peak_tflops: float = 0.0) -> dict:
         "peak_memory_gib": memory.get("peak_bytes_in_use", 0) / 2**30 or None,
         "final_loss": float(metrics["loss"]),
     }
-
-
-def main(argv: list[str]) -> None:
-    del argv
-    cli.quiet_libraries()
-    if FLAGS.suite:
-        from xlpretrain import bench_gpu  # it imports this module
-
-        sys.exit(bench_gpu.main(FLAGS.out, FLAGS.steps, FLAGS.warmup))
-    if FLAGS.attention:
-        model = FLAGS.config.model
-        report = attention_benchmark(
-            FLAGS.attention_impls or default_attention_impls(),
-            [int(length) for length in FLAGS.attention_lengths],
-            FLAGS.attention_batch,
-            model.num_heads,
-            model.hidden_size // model.num_heads,
-            model.dtype,
-            FLAGS.attention_repeats,
-        )
-        print(json.dumps(report) if FLAGS.json else format_attention(report))
-        return
-    if FLAGS.store_gb:
-        from xlpretrain import bench_store
-
-        if not (FLAGS.workdir and FLAGS.config.tokenizer.path):
-            raise ValueError(
-                "--store_gb needs --workdir (the stores are kept there) and "
-                "--config.tokenizer.path (the ids' tokenizer, e.g. a run's tokenizer.model)"
-            )
-        sizes = [float(size) for size in FLAGS.store_gb]
-        rows = bench_store.store_benchmark(
-            FLAGS.config, sizes, FLAGS.workdir, FLAGS.config.tokenizer.path, FLAGS.steps
-        )
-        print(json.dumps(rows) if FLAGS.json else "\n".join(bench_store.format_rows(rows)))
-        return
-    result = benchmark(FLAGS.config, FLAGS.steps, FLAGS.warmup, FLAGS.peak_tflops)
-    if FLAGS.pipeline:
-        with tempfile.TemporaryDirectory() as scratch:  # a tokenizer trained for the run
-            result.update(pipeline_benchmark(FLAGS.config, FLAGS.steps, FLAGS.workdir or scratch))
-        result["pipeline_vs_step"] = result["pipeline_tokens_per_s"] / result["tokens_per_s"]
-    if FLAGS.peer:
-        result["peer"] = peer_benchmark(FLAGS.config, FLAGS.steps, FLAGS.warmup, FLAGS.peer_modes)
-        result["peer_ratio"] = {
-            mode: result["tokens_per_s"] / run["tokens_per_s"]
-            for mode, run in result["peer"]["modes"].items()
-            if "tokens_per_s" in run
-        }
-    if FLAGS.json:
-        print(json.dumps(result))
-        return
-    mfu = f"{result['mfu']:.1%}" if result["mfu"] is not None else "n/a (unknown peak)"
-    memory = result["peak_memory_gib"]
-    print(
-        f"device: {result['device']}\n"
-        f"batch {result['batch_size']} x length {result['max_length']} ({result['dtype']}), "
-        f"objectives {', '.join(result['config_objectives'])}\n"
-        f"step time: {result['step_time_s'] * 1e3:.1f} ms ({result['steps_per_s']:.2f} steps/s), "
-        f"compile + warm-up {result['compile_and_warmup_s']:.1f} s\n"
-        f"tokens/s: {result['tokens_per_s']:,.0f}\n"
-        f"model FLOPs/step: {result['model_tflops_per_step']:.3f} TFLOP "
-        f"= {FLOP_FORMULA}\n"
-        f"achieved: {result['achieved_tflops_per_s']:.2f} TFLOP/s, MFU {mfu}\n"
-        f"peak memory: {f'{memory:.2f} GiB' if memory else 'n/a'}"
-    )
-    if FLAGS.pipeline:
-        print(
-            f"input pipeline alone: {result['pipeline_tokens_per_s']:,.0f} row tokens/s "
-            f"({result['pipeline_vs_step']:.1f}x the step; {result['pipeline_fill']:.0%} of "
-            f"slots are real tokens; data.num_workers={result['num_workers']})"
-        )
-    if FLAGS.peer:
-        print(format_peer(result["tokens_per_s"], result["peer"]))
-
-
-def default_attention_impls() -> list[str]:
-    """Every implementation this backend runs for real (a CPU runs the kernel only interpreted)."""
-    native = {"gpu": ["xla", "cudnn", "pallas"], "tpu": ["xla", "splash"]}
-    return native.get(jax.default_backend(), ["xla"])
-
-
-def define_flags() -> None:
-    """The CLI's flags, defined only when run as a program."""
-    config_flags.DEFINE_config_file("config", None, "Config file (configs/NAME.py[:ARG]).")
-    flags.DEFINE_integer("steps", 10, "Timed steps.")
-    flags.DEFINE_integer("warmup", 2, "Untimed steps first (compilation included).")
-    flags.DEFINE_float("peak_tflops", 0.0, "Peak TFLOP/s per device (overrides the table).")
-    flags.DEFINE_bool("json", False, "Print one JSON object.")
-    flags.DEFINE_bool(
-        "pipeline", False, "Also time the input pipeline alone on the config's corpus."
-    )
-    flags.DEFINE_string(
-        "workdir",
-        "",
-        "--pipeline: where the tokenizer is read or trained (default: a temp dir); "
-        "--store_gb: where the synthetic stores are written and kept.",
-    )
-    flags.DEFINE_list(
-        "store_gb",
-        [],
-        "Instead of the step: the pipeline's start-up, memory and tokens/s on synthetic "
-        "prepared stores of these sizes in GB (xlpretrain/bench_store.py).",
-    )
-    flags.DEFINE_bool(
-        "peer", False, "Also time Hugging Face XLMRobertaForMaskedLM (PyTorch) on the same shapes."
-    )
-    flags.DEFINE_list("peer_modes", ["eager", "compile"], "PyTorch modes for --peer.")
-    flags.DEFINE_bool(
-        "attention", False, "Attention micro-benchmark per objective mask instead of the step."
-    )
-    flags.DEFINE_list(
-        "attention_impls", [], "Implementations (default: all this backend runs natively)."
-    )
-    flags.DEFINE_list("attention_lengths", ["512", "2048"], "Row lengths for --attention.")
-    flags.DEFINE_integer("attention_batch", 8, "Rows for --attention.")
-    flags.DEFINE_integer("attention_repeats", 10, "Timed calls per --attention row.")
-    flags.DEFINE_enum(
-        "suite",
-        None,
-        ["gpu"],
-        "Run a whole suite instead (gpu: kernel check, tile sweep, step, "
-        "peer and attention timings on configs/xlmr.py:base; xlpretrain/bench_gpu.py).",
-    )
-    flags.DEFINE_string("out", "", "--suite: the folder for suite.json, performance.md, suite.log.")
-    flags.register_multi_flags_validator(
-        ["config", "suite"],
-        lambda f: f["config"] is not None or f["suite"] is not None,
-        "--config is required (unless --suite is given)",
-    )
-    flags.register_multi_flags_validator(
-        ["suite", "out"], lambda f: f["suite"] is None or bool(f["out"]), "--suite needs --out DIR"
-    )
-
-
-FLAGS = flags.FLAGS
-
-if __name__ == "__main__":
-    define_flags()
-    cli.run(main)

@@ -17,11 +17,9 @@ import shutil
 import jax
 import ml_collections
 
-from xlpretrain import loop, warm_start
 from xlpretrain import objectives as objectives_lib
-from xlpretrain.checkpoint import Checkpointer
-from xlpretrain.config import RESUME_NEUTRAL, check_batch_divides, validate
 from xlpretrain.convert import folder as convert_folder
+from xlpretrain.core.errors import ConfigError
 from xlpretrain.data.corpus import (
     held_out_shares,
     held_out_splits,
@@ -32,14 +30,16 @@ from xlpretrain.data.corpus import (
 )
 from xlpretrain.data.pipeline import Corpus, StepBatchBuilder, make_dataset
 from xlpretrain.data.sampling import format_sampling_table
-from xlpretrain.errors import ConfigError
-from xlpretrain.evaluation import Evaluator, build_evaluator
-from xlpretrain.optim import learning_rate_schedule
-from xlpretrain.plan import RunPlan
-from xlpretrain.sharding import make_mesh
-from xlpretrain.step import Training, TrainState, setup_training
-from xlpretrain.tokenizer import Tokenizer
-from xlpretrain.workdir import WorkdirError, check_resume, check_workdir, save_config
+from xlpretrain.data.tokenizer import Tokenizer
+from xlpretrain.parallel.sharding import make_mesh
+from xlpretrain.training import loop, warm_start
+from xlpretrain.training.checkpoint import Checkpointer
+from xlpretrain.training.config import RESUME_NEUTRAL, check_batch_divides, validate
+from xlpretrain.training.evaluation import Evaluator, build_evaluator
+from xlpretrain.training.optim import learning_rate_schedule
+from xlpretrain.training.plan import RunPlan
+from xlpretrain.training.step import Training, TrainState, setup_training
+from xlpretrain.training.workdir import WorkdirError, check_resume, check_workdir, save_config
 
 log = logging.getLogger("xlpretrain")
 
@@ -202,7 +202,7 @@ def next_steps(workdir: str) -> list[str]:
 
 def run(trainer: Trainer) -> TrainState:
     """Trains from the newest readable checkpoint (or step 0) to `train.stop_at` or
-    `train.steps` on the shared loop (`xlpretrain.loop`)."""
+    `train.steps` on the shared loop (`xlpretrain.training.loop`)."""
     cfg = trainer.cfg
     dataset = make_dataset(
         trainer.builder,

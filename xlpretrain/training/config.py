@@ -16,8 +16,8 @@ from typing import Any
 
 import ml_collections
 
+from xlpretrain.core.errors import INSTALL, ConfigError
 from xlpretrain.data import held_out
-from xlpretrain.errors import INSTALL, ConfigError
 from xlpretrain.model.config import ATTENTION_IMPLS
 from xlpretrain.model.kernels.tiles import Tiles
 from xlpretrain.objectives import REGISTRY
@@ -26,7 +26,7 @@ from xlpretrain.objectives.declaration import Settings
 # Objectives a config may name: each objective's declaration is the one place that says so.
 KNOWN_OBJECTIVES = tuple(REGISTRY)
 
-# Logical axis → mesh axes, for parameters and activations alike (xlpretrain.sharding).
+# Logical axis → mesh axes, for parameters and activations alike (xlpretrain.parallel.sharding).
 DEFAULT_LOGICAL_AXIS_RULES = (
     ("batch", ("data", "fsdp")),
     ("length", None),
@@ -45,8 +45,9 @@ DEFAULT_LOGICAL_AXIS_RULES = (
 def loop_section(
     *, steps: int, log_every: int, checkpoint_every: int, keep: int
 ) -> ml_collections.ConfigDict:
-    """The `train` keys the training loop reads (`xlpretrain.loop`), shared by pre-training and
-    fine-tuning so a run is steered, resumed and stopped the same way whatever the task."""
+    """The `train` keys the training loop reads (`xlpretrain.training.loop`), shared by
+    pre-training and fine-tuning so a run is steered, resumed and stopped the same way whatever
+    the task."""
     train = ml_collections.ConfigDict()
     train.steps = steps  # the run's length: the LR schedule is built from it
     train.stop_at = -1  # halt after this step with a checkpoint (-1: run to `steps`)
@@ -63,7 +64,7 @@ def loop_section(
     # (nothing is silently thrown away), True starts again from step 0.
     train.allow_fresh_start = False
     # A resumed run whose config changes keys outside `RESUME_NEUTRAL` (the schedule, the
-    # objectives, the data, the model) stops unless this is True (xlpretrain/workdir.py).
+    # objectives, the data, the model) stops unless this is True (xlpretrain/training/workdir.py).
     train.resume_with_changes = False
     # Weights & Biases: also log every record to this project ("": off; the wandb extra).
     # The run is named after the workdir and resumed with it; WANDB_MODE=offline works.
@@ -121,8 +122,8 @@ def default_config() -> ml_collections.ConfigDict:
     # only matching parameters are updated; "" trains all. A schedule stage may override it.
     cfg.train.trainable = ""
 
-    # Evaluation during training (xlpretrain/evaluation.py): every `every_steps` steps, each
-    # active objective's loss and accuracy on `batches` held-out batches (dropout off), and
+    # Evaluation during training (xlpretrain/training/evaluation.py): every `every_steps` steps,
+    # each active objective's loss and accuracy on `batches` held-out batches (dropout off), and
     # retrieval accuracy@1 on the first `retrieval_lines` held-out pairs of each language pair;
     # logged as eval/* with that step's metrics, and at the last step. Held-out data comes from
     # these folders (same layout as data.*_dir); where one is empty, `held_out_fraction` of

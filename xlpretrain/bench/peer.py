@@ -17,8 +17,8 @@ from collections.abc import Sequence
 
 import ml_collections
 
+from xlpretrain.core.errors import require
 from xlpretrain.data.streams import max_predictions
-from xlpretrain.errors import require
 
 PEER = "transformers XLMRobertaForMaskedLM (sdpa attention)"
 MODES = ("eager", "compile")

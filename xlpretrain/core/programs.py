@@ -13,7 +13,7 @@ import sys
 from collections.abc import Callable, Iterator
 from typing import NoReturn
 
-from xlpretrain.errors import MissingExtra
+from xlpretrain.core.errors import MissingExtra
 
 USAGE, FAILED, INTERRUPTED = 2, 1, 130  # 130: 128 + SIGINT, as shells report Ctrl-C
 # What a user can fix: a bad value or flag, a missing or unreadable file or folder, a missing

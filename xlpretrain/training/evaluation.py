@@ -30,17 +30,17 @@ import numpy as np
 from jax.experimental import multihost_utils
 
 from xlpretrain.convert.folder import DISCRIMINATOR, MASKED_LM, Pretrained
+from xlpretrain.core.errors import ConfigError
 from xlpretrain.data.corpus import configured_folder, held_out_folders
 from xlpretrain.data.pipeline import Corpus, StepBatchBuilder
 from xlpretrain.data.protocols import ParallelCorpus
 from xlpretrain.data.sources import MonolingualSource, ParallelSource
 from xlpretrain.data.streams import MONO, PARALLEL, Phase
-from xlpretrain.errors import ConfigError
+from xlpretrain.data.tokenizer import Tokenizer
 from xlpretrain.model.config import ModelConfig, ModelFamily
-from xlpretrain.plan import RunPlan
-from xlpretrain.sharding import global_batch, under_mesh
-from xlpretrain.step import Training
-from xlpretrain.tokenizer import Tokenizer
+from xlpretrain.parallel.sharding import global_batch, under_mesh
+from xlpretrain.training.plan import RunPlan
+from xlpretrain.training.step import Training
 
 log = logging.getLogger("xlpretrain")
 EVAL_SEED_OFFSET = 7919  # held-out rows never repeat the training stream's draws
