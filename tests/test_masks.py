@@ -66,26 +66,50 @@ def test_get_unknown_lists_known_names():
 
 
 def test_masks_cli_shows_what_the_objective_declarations_declare(monkeypatch, capsys):
-    """The CLI's names are the registry's objectives and their masks: registering an
-    objective is all it takes to show its masks, laid out by their declared layout."""
-    import dataclasses
+    """One table (`masks.catalog`) says which masks each objective runs: the objectives'
+    declarations read it and the CLI shows it, each mask laid out by its declared layout."""
     import json
 
     from xlpretrain import objectives
-    from xlpretrain.masks import AttentionMask, ExampleLayout
+    from xlpretrain.masks import AttentionMask, ExampleLayout, catalog
     from xlpretrain.masks import __main__ as cli
 
+    assert set(catalog.BY_OBJECTIVE) == set(objectives.REGISTRY)
+    for name, objective in objectives.REGISTRY.items():
+        assert objective.masks == catalog.BY_OBJECTIVE[name], name
     declared = {m.name for o in objectives.REGISTRY.values() for m in o.masks}
-    assert set(cli.choices()) == set(objectives.REGISTRY) | declared
-    assert cli.choices()["btmlm"][1].name == "btmlm"  # the mask named like the objective
-    assert cli.choices()["veco"][1].name == "veco_cross"  # else the objective's first mask
+    assert set(catalog.choices()) == set(objectives.REGISTRY) | declared
+    assert catalog.choices()["btmlm"][1].name == "btmlm"  # the mask named like the objective
+    assert catalog.choices()["veco"][1].name == "veco_cross"  # else the objective's first mask
     causal = AttentionMask("toy_causal", masks.veco_causal, ExampleLayout.SEGMENTS)
-    toy = dataclasses.replace(objectives.get("mmlm"), name="toy", masks=(causal,))
-    monkeypatch.setitem(objectives.REGISTRY, "toy", toy)
+    monkeypatch.setitem(catalog.BY_OBJECTIVE, "toy", (causal,))
     cli.main(["--objective", "toy", "--example", "a b", "--json"])
     info = json.loads(capsys.readouterr().out)
     assert (info["objective"], info["mask"]) == ("toy", "toy_causal")
     assert info["allowed"] == [[1, 0, 0, 0], [1, 1, 0, 0], [1, 1, 1, 0], [1, 1, 1, 1]]
+
+
+def test_the_masks_cli_imports_no_objective_and_no_model():
+    """Showing a mask needs the mask functions alone: not the objectives' losses, the model
+    (Flax) or the training code."""
+    import subprocess
+    import sys
+
+    script = (
+        "import runpy, sys\n"
+        "sys.argv = ['masks', '--objective', 'btmlm', '--example', 'a b ||| c', '--json']\n"
+        "try:\n"
+        "    runpy.run_module('xlpretrain.masks', run_name='__main__')\n"
+        "except SystemExit as stop:\n"
+        "    assert not stop.code, stop.code\n"
+        "heavy = ('xlpretrain.objectives', 'xlpretrain.model', 'xlpretrain.training', 'flax')\n"
+        "print(sorted(m for m in sys.modules if m.startswith(heavy)))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.splitlines()[-1] == "[]"
 
 
 def test_masks_cli_labels_its_axes_and_says_where_the_picture_went(tmp_path, capsys):

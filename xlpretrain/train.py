@@ -13,6 +13,7 @@ import os
 from absl import flags
 from ml_collections import config_flags
 
+from xlpretrain.core import programs
 from xlpretrain.parallel import distributed
 from xlpretrain.training import cli
 from xlpretrain.training.config import validate
@@ -21,7 +22,7 @@ from xlpretrain.training.trainer import Trainer, build, finished, run
 
 def main(argv: list[str]) -> None:
     del argv
-    cli.setup_logging()
+    programs.setup_logging()
     if FLAGS.distributed:
         distributed.initialize()
     cfg, workdir = FLAGS.config, os.path.abspath(FLAGS.workdir)

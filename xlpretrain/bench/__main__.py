@@ -22,13 +22,14 @@ from ml_collections import config_flags
 from xlpretrain.bench.attention import attention_benchmark, format_attention
 from xlpretrain.bench.peer import format_peer, peer_benchmark
 from xlpretrain.bench.step import benchmark, pipeline_benchmark
+from xlpretrain.core import programs
 from xlpretrain.objectives.flops import FLOP_FORMULA
 from xlpretrain.training import cli
 
 
 def main(argv: list[str]) -> None:
     del argv
-    cli.quiet_libraries()
+    programs.quiet_libraries()
     if FLAGS.suite:
         from xlpretrain.bench import gpu as bench_gpu
 

@@ -19,6 +19,7 @@ import time
 
 import numpy as np
 
+from xlpretrain.core import programs
 from xlpretrain.data import store as store_lib
 from xlpretrain.data.streams import MONO
 
@@ -100,12 +101,11 @@ def measure(config_json: str, store: str, steps: int) -> dict:
     from xlpretrain.data import corpus as corpus_lib
     from xlpretrain.data.pipeline import iterators, make_dataset
     from xlpretrain.data.tokenizer import Tokenizer
-    from xlpretrain.training import cli
     from xlpretrain.training import trainer as trainer_lib
     from xlpretrain.training.config import validate
     from xlpretrain.training.plan import RunPlan
 
-    cli.quiet_libraries()
+    programs.quiet_libraries()
     cfg = ml_collections.ConfigDict(json.loads(config_json))
     cfg.data.store = store
     validate(cfg)

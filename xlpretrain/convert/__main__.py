@@ -8,7 +8,6 @@ import logging
 from xlpretrain.convert import from_hf, to_hf, to_hf_seq2seq
 from xlpretrain.convert.seq2seq import decoder_layers_of
 from xlpretrain.core import programs
-from xlpretrain.training import cli
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -59,7 +58,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
-    cli.quiet_libraries()
+    programs.quiet_libraries()
     if args.command == "from-hf":
         model = from_hf(args.src, args.dst, allow_missing_head=args.allow_missing_head)
     elif args.command == "to-hf":

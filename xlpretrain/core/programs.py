@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import logging
 import os
 import sys
 from collections.abc import Callable, Iterator
@@ -19,6 +20,25 @@ USAGE, FAILED, INTERRUPTED = 2, 1, 130  # 130: 128 + SIGINT, as shells report Ct
 # What a user can fix: a bad value or flag, a missing or unreadable file or folder, a missing
 # optional package.
 USER_ERRORS: tuple[type[BaseException], ...] = (ValueError, OSError, MissingExtra)
+
+
+def setup_logging(level: int = logging.INFO) -> None:
+    """Our log to stdout; JAX's and absl's only from warnings up (JAX logs at INFO that no TPU
+    backend was found, which reads as an error on every CPU or GPU host)."""
+    logging.basicConfig(
+        level=level,
+        format="%(asctime)s %(levelname)s %(message)s",
+        stream=sys.stdout,
+        force=True,  # absl.app has installed its own handler by now
+    )
+    quiet_libraries()
+
+
+def quiet_libraries() -> None:
+    """JAX's, absl's, Orbax's and grain's logs from warnings up (a JAX plugin that cannot start
+    is `xlpretrain.core.quiet`'s)."""
+    for library in ("absl", "jax", "orbax", "grain"):
+        logging.getLogger(library).setLevel(logging.WARNING)
 
 
 def name() -> str:

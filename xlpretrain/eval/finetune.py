@@ -21,12 +21,13 @@ from collections.abc import Sequence
 from absl import flags
 from ml_collections import config_flags
 
+from xlpretrain.core import programs
 from xlpretrain.training import cli, finetuning
 
 
 def main(argv: Sequence[str]) -> None:
     del argv
-    cli.setup_logging()
+    programs.setup_logging()
     cfg, workdir = FLAGS.config, os.path.abspath(FLAGS.workdir)
     cli.run_task(
         workdir,

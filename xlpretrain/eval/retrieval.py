@@ -71,9 +71,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--batch-size", type=int, default=32, help="sentences per forward pass")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args(argv)
-    from xlpretrain.training import cli  # imports JAX, which this module does not on import
 
-    cli.quiet_libraries()
+    programs.quiet_libraries()
     source = ParallelSource.from_dir(
         parallel_dir(args.data), pairs=args.pairs.split(",") if args.pairs else None
     )

@@ -9,27 +9,14 @@ from __future__ import annotations
 import json
 import sys
 
-from xlpretrain import objectives
 from xlpretrain.core import programs
-from xlpretrain.masks import AttentionMask
+from xlpretrain.masks import catalog
 from xlpretrain.masks.show import describe, format_text, plot
-from xlpretrain.training import cli
-
-
-def choices() -> dict[str, tuple[str, AttentionMask]]:
-    """Every name the CLI accepts → (the objective, the mask): mask names first, so an
-    objective named like one of its masks (btmlm) shows that mask."""
-    by_objective = {name: (name, o.masks[0]) for name, o in objectives.REGISTRY.items()}
-    by_mask: dict[str, tuple[str, AttentionMask]] = {}
-    for name, objective in objectives.REGISTRY.items():
-        for mask in objective.masks:
-            by_mask.setdefault(mask.name, (name, mask))  # the first objective that runs it
-    return {**by_objective, **by_mask}
 
 
 def main(argv: list[str] | None = None) -> None:
-    cli.quiet_libraries()
-    known = choices()
+    programs.quiet_libraries()
+    known = catalog.choices()
     parser = programs.ArgumentParser(
         prog="python -m xlpretrain.masks", description="Show an objective's attention mask."
     )

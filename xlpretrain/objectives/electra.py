@@ -20,7 +20,7 @@ from xlpretrain import masks
 from xlpretrain.data.batch import Batch
 from xlpretrain.data.masking import MASK_ONLY
 from xlpretrain.data.streams import MONO, PARALLEL, StreamSpec
-from xlpretrain.masks import AttentionMask, ExampleLayout
+from xlpretrain.masks import catalog
 from xlpretrain.model.config import ModelFamily, generator_config
 from xlpretrain.objectives import flops
 from xlpretrain.objectives.declaration import Objective, Settings, encoder_config
@@ -150,7 +150,7 @@ MRTD = Objective(
     ModelFamily.ELECTRA,
     lambda cfg: StreamSpec(MONO, cfg.data.mono_mask_rate, corruption=MASK_ONLY),
     lambda cfg: make_mrtd(cfg.xlm_e.disc_weight, cfg.xlm_e.temperature),
-    (AttentionMask("mmlm", masks.mmlm, ExampleLayout.SEGMENTS),),
+    catalog.BY_OBJECTIVE["mrtd"],
     rtd_flops,
     settings=XLM_E_SETTINGS,
 )
@@ -159,7 +159,7 @@ TRTD = Objective(
     ModelFamily.ELECTRA,
     lambda cfg: StreamSpec(PARALLEL, cfg.data.parallel_mask_rate, corruption=MASK_ONLY),
     lambda cfg: make_trtd(cfg.xlm_e.disc_weight, cfg.xlm_e.temperature),
-    (AttentionMask("tlm", masks.tlm, ExampleLayout.PAIR),),
+    catalog.BY_OBJECTIVE["trtd"],
     rtd_flops,
     settings=XLM_E_SETTINGS,
 )

@@ -19,7 +19,7 @@ from xlpretrain import masks
 from xlpretrain.data.batch import SIDE_PSEUDO, Batch
 from xlpretrain.data.streams import MONO, PARALLEL, StreamSpec
 from xlpretrain.data.tokenizer import Tokenizer
-from xlpretrain.masks import AttentionMask, ExampleLayout
+from xlpretrain.masks import catalog
 from xlpretrain.model.config import ModelFamily
 from xlpretrain.objectives import flops
 from xlpretrain.objectives.declaration import Objective, Requirement, Settings, encoder_config
@@ -168,7 +168,7 @@ CAMLM = Objective(
     ModelFamily.MASKED_LM,
     lambda cfg: StreamSpec(PARALLEL, cfg.data.camlm_mask_rate),
     lambda cfg: camlm,
-    (AttentionMask("camlm", masks.camlm, ExampleLayout.PAIR),),
+    catalog.BY_OBJECTIVE["camlm"],
     masked_lm_flops,
 )
 BTMLM = Objective(
@@ -176,10 +176,7 @@ BTMLM = Objective(
     ModelFamily.MASKED_LM,
     btmlm_stream,
     lambda cfg: make_btmlm(cfg.btmlm.decode, cfg.btmlm.temperature),
-    (
-        AttentionMask("btmlm_generate", masks.btmlm_generate, ExampleLayout.PLACEHOLDERS),
-        AttentionMask("btmlm", masks.btmlm, ExampleLayout.PSEUDO_TOKENS),
-    ),
+    catalog.BY_OBJECTIVE["btmlm"],
     btmlm_flops,
     requires=(
         Requirement(

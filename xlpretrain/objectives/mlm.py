@@ -14,7 +14,7 @@ import jax.numpy as jnp
 from xlpretrain import masks
 from xlpretrain.data.batch import Batch
 from xlpretrain.data.streams import MONO, PARALLEL, StreamSpec
-from xlpretrain.masks import AttentionMask, ExampleLayout
+from xlpretrain.masks import catalog
 from xlpretrain.model.config import ModelFamily
 from xlpretrain.objectives import flops
 from xlpretrain.objectives.declaration import Objective, encoder_config
@@ -90,7 +90,7 @@ MMLM = Objective(
     ModelFamily.MASKED_LM,
     lambda cfg: StreamSpec(MONO, cfg.data.mono_mask_rate),
     lambda cfg: mmlm,
-    (AttentionMask("mmlm", masks.mmlm, ExampleLayout.SEGMENTS),),
+    catalog.BY_OBJECTIVE["mmlm"],
     masked_lm_flops,
 )
 TLM = Objective(
@@ -98,6 +98,6 @@ TLM = Objective(
     ModelFamily.MASKED_LM,
     lambda cfg: StreamSpec(PARALLEL, cfg.data.parallel_mask_rate),
     lambda cfg: tlm,
-    (AttentionMask("tlm", masks.tlm, ExampleLayout.PAIR),),
+    catalog.BY_OBJECTIVE["tlm"],
     masked_lm_flops,
 )

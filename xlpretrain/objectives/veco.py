@@ -20,7 +20,7 @@ import jax
 from xlpretrain import masks
 from xlpretrain.data.batch import Batch
 from xlpretrain.data.streams import SEGMENT_PAIRS, StreamSpec
-from xlpretrain.masks import AttentionMask, ExampleLayout
+from xlpretrain.masks import catalog
 from xlpretrain.model.config import ModelFamily
 from xlpretrain.objectives import flops
 from xlpretrain.objectives.declaration import Objective, Requirement, Settings, encoder_config
@@ -83,13 +83,6 @@ def veco_flops(cfg, stream: StreamSpec, shape: flops.StepShape) -> float:
     return 2 * flops.masked_lm(config, shape) + cross
 
 
-# The masks, in the layout of a pair (x, y): the s stream reads the other sequence's h; its
-# self-attention is the h stream's (acl) or causal (iclr, CS-MLM).
-VECO_MASKS = (
-    AttentionMask("veco_cross", masks.veco_cross, ExampleLayout.SEGMENT_PAIR),
-    AttentionMask("veco_self", masks.mmlm, ExampleLayout.SEGMENT_PAIR),
-    AttentionMask("veco_causal", masks.veco_causal, ExampleLayout.SEGMENT_PAIR),
-)
 VECO_SETTINGS = Settings(
     "veco",
     {"variant": "acl"},  # acl: bidirectional s stream | iclr: causal s stream (CS-MLM)
@@ -106,7 +99,7 @@ VECO = Objective(
     ModelFamily.MASKED_LM,
     lambda cfg: StreamSpec(SEGMENT_PAIRS, cfg.data.parallel_mask_rate),
     lambda cfg: make_veco("veco", cfg.veco.variant),
-    VECO_MASKS,
+    catalog.BY_OBJECTIVE["veco"],
     veco_flops,
     requires=(NEEDS_CROSS_ATTENTION,),
     settings=VECO_SETTINGS,
@@ -122,7 +115,7 @@ VECO_MONO = Objective(
         mono_mask_rate=cfg.data.mono_mask_rate,
     ),
     lambda cfg: make_veco("veco_mono", cfg.veco.variant),
-    VECO_MASKS,
+    catalog.BY_OBJECTIVE["veco_mono"],
     veco_flops,
     requires=(NEEDS_CROSS_ATTENTION,),
     settings=VECO_SETTINGS,

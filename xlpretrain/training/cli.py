@@ -18,7 +18,6 @@ import logging
 import os
 import re
 import shutil
-import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import TypeVar
@@ -52,25 +51,6 @@ def _aborted_on_ctrl_c() -> Iterator[None]:
             INTERRUPTED,
             kind="stopped",
         )
-
-
-def setup_logging(level: int = logging.INFO) -> None:
-    """Our log to stdout; JAX's and absl's only from warnings up (JAX logs at INFO that no TPU
-    backend was found, which reads as an error on every CPU or GPU host)."""
-    logging.basicConfig(
-        level=level,
-        format="%(asctime)s %(levelname)s %(message)s",
-        stream=sys.stdout,
-        force=True,  # absl.app has installed its own handler by now
-    )
-    quiet_libraries()
-
-
-def quiet_libraries() -> None:
-    """JAX's, absl's, Orbax's and grain's logs from warnings up (a JAX plugin that cannot start
-    is `xlpretrain.core.quiet`'s)."""
-    for name in ("absl", "jax", "orbax", "grain"):
-        logging.getLogger(name).setLevel(logging.WARNING)
 
 
 def _config_argument(argv: Sequence[str], name: str) -> str | None:
