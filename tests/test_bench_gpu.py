@@ -8,11 +8,11 @@ import sys
 import pytest
 
 from xlpretrain import masks
-from xlpretrain.bench import gpu as bench_gpu
+from xlpretrain.bench import gpu_report, gpu_suite, kernel_check, tile_sweep
 from xlpretrain.model.kernels import flash
 from xlpretrain.model.kernels.gpu_compile import FlashCase
 
-BIASES = list(bench_gpu.USED_PARAMS)  # none, bucketed, gated
+BIASES = list(kernel_check.USED_PARAMS)  # none, bucketed, gated
 # A length no tile divides; every mask, the three biases in turn, and dropout: 8 of the GPU's 23.
 TINY = {"dtype": "float32", "batch": 2, "length": 45, "heads": 2, "head_dim": 16}
 CASES = [
@@ -22,25 +22,25 @@ CASES = [
 
 
 def test_kernel_check_passes_for_every_mask_and_bias():
-    records = list(bench_gpu.kernel_check("cpu", CASES))
+    records = list(kernel_check.kernel_check("cpu", CASES))
     assert [r["case"] for r in records] == [str(c) for c in CASES]
     for record, case in zip(records, CASES, strict=True):
         assert record["passed"], record
-        used = bench_gpu.PARAMS[: bench_gpu.USED_PARAMS[case.bias]]
+        used = kernel_check.PARAMS[: kernel_check.USED_PARAMS[case.bias]]
         assert list(record["errors"]) == ["out", *used]
         assert record["max_abs_error"] < 1e-5
 
 
 def test_kernel_check_fails_when_the_reference_has_another_mask(monkeypatch):
     """The check can fail: a reference that runs MMLM's mask for CAMLM's disagrees."""
-    reference = bench_gpu.reference_attention
+    reference = kernel_check.reference_attention
 
     def wrong_mask(q, k, v, mask_fn, meta, *args):
         return reference(q, k, v, masks.mmlm if mask_fn is masks.camlm else mask_fn, meta, *args)
 
-    monkeypatch.setattr(bench_gpu, "reference_attention", wrong_mask)
+    monkeypatch.setattr(kernel_check, "reference_attention", wrong_mask)
     cases = [FlashCase("camlm", bias, **TINY) for bias in ("none", "bucketed")]
-    for record in bench_gpu.kernel_check("cpu", cases):
+    for record in kernel_check.kernel_check("cpu", cases):
         assert not record["passed"], record
         assert record["max_abs_error"] > 1e-2
 
@@ -81,16 +81,16 @@ SWEEP_RECORDS = [
 
 
 def test_the_gpu_check_covers_every_mask_and_bias_and_the_budgets_fit_9_minutes():
-    cases = {(c.mask, c.bias, c.dropout > 0) for c in bench_gpu.check_cases()}
+    cases = {(c.mask, c.bias, c.dropout > 0) for c in kernel_check.check_cases()}
     assert {(m, b, False) for m in masks.MASKS for b in BIASES} < cases
-    assert sum(bench_gpu.BUDGETS.values()) <= 520  # a device call may run 600 s
+    assert sum(gpu_suite.BUDGETS.values()) <= 520  # a device call may run 600 s
 
 
 def test_pick_takes_the_fastest_spill_free_candidate_per_kernel():
-    picked = bench_gpu.pick_tiles(SWEEP_RECORDS, DEFAULT)
+    picked = tile_sweep.pick_tiles(SWEEP_RECORDS, DEFAULT)
     assert str(picked) == "forward=128x64:w8:s2 dq=32x32:w4:s2 dkv=64x32:w4:s2"
-    assert bench_gpu.pick_tiles([], DEFAULT) == DEFAULT  # nothing measured: the default
-    free = bench_gpu.spill_free(SWEEP_RECORDS)
+    assert tile_sweep.pick_tiles([], DEFAULT) == DEFAULT  # nothing measured: the default
+    free = tile_sweep.spill_free(SWEEP_RECORDS)
     assert free == {
         "forward": ["64x64:w4:s2", "128x64:w8:s2"],
         "dq": ["32x32:w4:s2", "64x64:w8:s2"],
@@ -172,16 +172,16 @@ def fake_suite() -> dict:
             "transformers": "5.17.0",
         },
         "steps": steps,
-        "flash_tiles": str(bench_gpu.pick_tiles(SWEEP_RECORDS, DEFAULT)),
+        "flash_tiles": str(tile_sweep.pick_tiles(SWEEP_RECORDS, DEFAULT)),
     }
-    suite["peer_ratio"] = bench_gpu.peer_ratios(steps)
+    suite["peer_ratio"] = gpu_report.peer_ratios(steps)
     return suite
 
 
 def test_markdown_rows_for_the_measured_table(tmp_path):
     suite = fake_suite()
     assert suite["peer_ratio"] == {"pallas": {"eager": 1.5}, "xla": {"eager": 1.2}}
-    rows = bench_gpu.measured_rows(suite)
+    rows = gpu_report.measured_rows(suite)
     versions = "2026-11-25, NVIDIA H100 80GB HBM3, JAX 0.11.2, Flax 0.12.8 |"
     assert rows[0] == (
         '| xlpretrain `xlmr.py:base`, `attention=pallas`, `model.flash_tiles="forward=128x64:w8:s2 '
@@ -198,7 +198,7 @@ def test_markdown_rows_for_the_measured_table(tmp_path):
     assert "L = 512: camlm 0.75x; L = 512: tlm 0.60x" in rows[5]
     assert all(row.count("|") == 5 for row in rows)
 
-    text = bench_gpu.performance_markdown(suite)
+    text = gpu_report.performance_markdown(suite)
     assert "| mmlm/none/float32/L300/dropout0.0/d64 | 1.50e-06 | yes |" in text
     assert "| forward | 128x64:w8:s2 | 200 | 0 B | 32 KiB | 4.00 | yes |" in text
     assert "| forward | 128x128:w8:s2 | 200 | 96 B | 32 KiB | 1.00 |  |" in text
@@ -212,8 +212,8 @@ def test_markdown_rows_for_the_measured_table(tmp_path):
     assert "on 16 CPUs; the goal is 5.6 M row tokens/s a host" in text
     assert "| 0 | 2.00 s | 2,000,000 | not met |" in text
     assert "| 4 | 2.00 s | 6,100,000 | met |" in text
-    assert not bench_gpu.suite_passed(suite)
-    lines = bench_gpu.summary(suite, tmp_path).splitlines()
+    assert not gpu_suite.suite_passed(suite)
+    lines = gpu_report.summary(suite, tmp_path).splitlines()
     assert "peer (eager): 100,000 tokens/s, ours / peer: pallas 1.50x, xla 1.20x" in lines
     assert (
         "input pipeline, row tokens/s by data.num_workers: 0: 2.00 M, 4: 6.10 M (goal 5.6 M)"
@@ -222,9 +222,13 @@ def test_markdown_rows_for_the_measured_table(tmp_path):
     assert lines[-1].startswith("did not finish: step_cudnn (failed), attention_2048 (timed out)")
 
 
-def test_the_pipeline_step_measures_a_synthetic_store_per_worker_count():
-    """The suite's input-pipeline step, run here at a tiny size: a row per worker count."""
-    records = list(bench_gpu.pipeline_workers(0.002, [0], 3))
+def test_the_pipeline_step_measures_a_synthetic_store_per_worker_count(tmp_path):
+    """The suite's input-pipeline step, run here at a tiny size as the suite runs it (a child
+    process finds the unit by name): a row per worker count."""
+    params = {"gigabytes": 0.002, "workers": [0], "steps": 3}
+    step = gpu_suite.run_unit("pipeline_workers", params, 300, tmp_path / "suite.log")
+    assert step["status"] == "ok", step
+    records = step["records"]
     assert [r["num_workers"] for r in records] == [0]
     assert records[0]["tokens_per_s"] > 0 and records[0]["documents"] > 0
     assert records[0]["cpus"] >= 1 and records[0]["store_gb"] == 0.002
@@ -232,10 +236,10 @@ def test_the_pipeline_step_measures_a_synthetic_store_per_worker_count():
 
 def test_a_step_that_fails_or_overruns_is_recorded(tmp_path):
     log = tmp_path / "suite.log"
-    failed = bench_gpu.run_unit("no_such_unit", {}, 60, log)
+    failed = gpu_suite.run_unit("no_such_unit", {}, 60, log)
     assert failed["status"] == "failed" and failed["records"] == []
     assert failed["error"] == "KeyError: 'no_such_unit'"
-    slow = bench_gpu.run_unit("kernel_check", {"platform": "cpu"}, 1, log)
+    slow = gpu_suite.run_unit("kernel_check", {"platform": "cpu"}, 1, log)
     assert slow["status"] == "timed out" and slow["error"] == "timed out after 1 s"
     assert "== kernel_check" in log.read_text()
 

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from xlpretrain import masks
-from xlpretrain.bench import gpu as bench_gpu
+from xlpretrain.bench import kernel_check
 from xlpretrain.model import kernels, relative_position
 from xlpretrain.model.kernels import block_mask, flash
 from xlpretrain.model.relative_position import RelativeBias
@@ -55,7 +55,7 @@ def qkv(seed: int = 1):
 
 
 # Plain XLA with the mask, bias and dropout materialised (the GPU suite checks against it too).
-reference = bench_gpu.reference_attention
+reference = kernel_check.reference_attention
 
 
 def fused(q, k, v, mask_fn, meta, tiles=TILES, **kwargs):

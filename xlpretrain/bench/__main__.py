@@ -6,7 +6,7 @@ throughput, model FLOPs and MFU (`bench.step`).
 checked against what the data can feed; `--attention` runs the per-mask attention
 micro-benchmark instead (`bench.attention`); `--store_gb` the pipeline on synthetic prepared
 stores (`bench.store`); `--suite gpu --out DIR` runs everything a GPU session measures, on
-`configs/xlmr.py:base`, and writes DIR (`bench.gpu`; no `--config`).
+`configs/xlmr.py:base`, and writes DIR (`bench.gpu_suite`; no `--config`).
 """
 
 from __future__ import annotations
@@ -31,9 +31,9 @@ def main(argv: list[str]) -> None:
     del argv
     programs.quiet_libraries()
     if FLAGS.suite:
-        from xlpretrain.bench import gpu as bench_gpu
+        from xlpretrain.bench import gpu_suite
 
-        sys.exit(bench_gpu.main(FLAGS.out, FLAGS.steps, FLAGS.warmup))
+        sys.exit(gpu_suite.main(FLAGS.out, FLAGS.steps, FLAGS.warmup))
     if FLAGS.attention:
         model = FLAGS.config.model
         report = attention_benchmark(
@@ -146,7 +146,7 @@ def define_flags() -> None:
         None,
         ["gpu"],
         "Run a whole suite instead (gpu: kernel check, tile sweep, step, "
-        "peer and attention timings on configs/xlmr.py:base; xlpretrain/bench/gpu.py).",
+        "peer and attention timings on configs/xlmr.py:base; xlpretrain/bench/gpu_suite.py).",
     )
     flags.DEFINE_string("out", "", "--suite: the folder for suite.json, performance.md, suite.log.")
     flags.register_multi_flags_validator(
