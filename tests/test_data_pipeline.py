@@ -12,6 +12,7 @@ from xlpretrain.data import batch as batch_lib
 from xlpretrain.data import corpus as corpus_lib
 from xlpretrain.data.anneal import Anneal
 from xlpretrain.data.examples import FIRST_POSITION, monolingual_row, translation_pair_row
+from xlpretrain.data.folders import MonolingualSource, ParallelSource
 from xlpretrain.data.pipeline import (
     Corpus,
     language_vocabulary,
@@ -19,7 +20,6 @@ from xlpretrain.data.pipeline import (
     process_rows,
 )
 from xlpretrain.data.sampling import language_probabilities
-from xlpretrain.data.sources import MonolingualSource, ParallelSource
 from xlpretrain.data.streams import MONO, PARALLEL, Phase, StreamSpec
 from xlpretrain.data.tokenizer import Tokenizer
 from xlpretrain.training import trainer as trainer_lib

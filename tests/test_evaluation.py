@@ -12,7 +12,7 @@ from tests.tiny import STEPS
 from xlpretrain import objectives
 from xlpretrain.api import Model
 from xlpretrain.convert.folder import Pretrained
-from xlpretrain.data.sources import ParallelSource
+from xlpretrain.data.folders import ParallelSource
 from xlpretrain.eval.alignment import retrieval_accuracy
 from xlpretrain.training import trainer as trainer_lib
 from xlpretrain.training.evaluation import training_unigram, unigram_baseline, without_dropout

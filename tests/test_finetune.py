@@ -19,7 +19,8 @@ import pytest
 from xlpretrain.convert import folder
 from xlpretrain.data import demo_corpus, translation_pairs
 from xlpretrain.data import pairs as pairs_lib
-from xlpretrain.data.sources import DataError, ParallelSource
+from xlpretrain.data.folders import ParallelSource
+from xlpretrain.data.sources import DataError
 from xlpretrain.data.tokenizer import Tokenizer
 from xlpretrain.model import ModelConfig, init_params
 from xlpretrain.training import config as config_lib

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from xlpretrain.data import prepare as prepare_lib
+from xlpretrain.data.folders import MonolingualSource, ParallelSource
 from xlpretrain.data.held_out import BLOCK, LineSplit, MonolingualPart, ParallelPart
-from xlpretrain.data.sources import MonolingualSource, ParallelSource
 from xlpretrain.data.store import StoreMonolingual, StoreParallel
 from xlpretrain.training import evaluation
 from xlpretrain.training import trainer as trainer_lib

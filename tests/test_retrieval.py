@@ -15,7 +15,8 @@ import xlpretrain
 from tests.test_train import run as pretrain
 from xlpretrain.api import Model
 from xlpretrain.convert import folder
-from xlpretrain.data.sources import DataError, ParallelSource
+from xlpretrain.data.folders import ParallelSource
+from xlpretrain.data.sources import DataError
 from xlpretrain.eval import alignment, retrieval
 
 REPO = pathlib.Path(__file__).resolve().parents[1]

@@ -12,14 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from xlpretrain.data import sources
-from xlpretrain.data.sources import (
-    DataError,
-    FileStats,
-    MonolingualSource,
-    ParallelSource,
-    format_stats,
-)
+from xlpretrain.data import folders, sources
+from xlpretrain.data.folders import MonolingualSource, ParallelSource
+from xlpretrain.data.sources import DataError, FileStats, format_stats
 
 # A monolingual file with every kind of problem, scanned with max_line_bytes=32.
 MESSY_TXT = b"".join(
@@ -151,7 +146,7 @@ def test_monolingual_classifies_every_line(tmp_path):
 def test_chunked_scan_gives_the_same_result(tmp_path, monkeypatch, chunk_bytes):
     # Chunks are at least max_line_bytes + 2 = 34 bytes; 1 and 40 put line 13 (201 bytes) in
     # a chunk of its own, read as too long without being decoded.
-    monkeypatch.setattr(sources, "_CHUNK_BYTES", chunk_bytes)
+    monkeypatch.setattr(folders, "_CHUNK_BYTES", chunk_bytes)
     write(tmp_path, "xx.txt", (MESSY_TXT + b"\n") * 3)
     source = MonolingualSource.from_dir(tmp_path, max_line_bytes=32)
     stats = source.stats["xx"]
@@ -478,7 +473,8 @@ def test_file_rewritten_in_place_is_an_error(tmp_path, reopen):
 
 TRUNCATE = """
 import sys
-from xlpretrain.data.sources import DataError, MonolingualSource
+from xlpretrain.data.folders import MonolingualSource
+from xlpretrain.data.sources import DataError
 
 source = MonolingualSource.from_dir(sys.argv[1])
 fresh = MonolingualSource.from_dir(sys.argv[1])
@@ -522,7 +518,7 @@ def test_every_backend_implements_its_corpus_protocol(backend, protocol):
     forgets one fails here); `stats` is set per instance by the shared base."""
     from xlpretrain.data import protocols, store, tfds_source
 
-    cls = next(c for m in (sources, tfds_source, store) if (c := getattr(m, backend, None)))
+    cls = next(c for m in (folders, tfds_source, store) if (c := getattr(m, backend, None)))
     wanted = getattr(protocols, protocol)
     members = {n for n in vars(wanted) if not n.startswith("_")} | set(wanted.__annotations__)
     missing = sorted(m for m in members - {"stats"} if not hasattr(cls, m))
@@ -537,8 +533,8 @@ def test_folder_sources_are_corpora(tmp_path):
     (tmp_path / "mono" / "eng.txt").write_text("one\ntwo\n")
     (tmp_path / "par").mkdir()
     (tmp_path / "par" / "eng-deu.tsv").write_text("one\teins\n")
-    mono = sources.MonolingualSource.from_dir(tmp_path / "mono")
-    parallel = sources.ParallelSource.from_dir(tmp_path / "par")
+    mono = folders.MonolingualSource.from_dir(tmp_path / "mono")
+    parallel = folders.ParallelSource.from_dir(tmp_path / "par")
     assert isinstance(mono, MonolingualCorpus) and not isinstance(mono, ParallelCorpus)
     assert isinstance(parallel, ParallelCorpus)
     assert parallel.line(("eng", "deu"), 0) == ("one", "eins") and mono.num_lines("eng") == 2

@@ -17,8 +17,10 @@ import pytest
 from tests.tiny import run_config, step_batch_builder
 from xlpretrain.data import prepare as prepare_lib
 from xlpretrain.data import store as store_lib
+from xlpretrain.data.folders import MonolingualSource, ParallelSource
 from xlpretrain.data.pipeline import Corpus, language_vocabulary
-from xlpretrain.data.sources import DataError, MonolingualSource, ParallelSource
+from xlpretrain.data.prepare import __main__ as prepare_cli
+from xlpretrain.data.sources import DataError
 from xlpretrain.data.streams import MONO, PARALLEL, SEGMENT_PAIRS, StreamSpec
 from xlpretrain.data.tokenizer import Tokenizer
 from xlpretrain.training import trainer as trainer_lib
@@ -235,7 +237,7 @@ def test_verify_says_what_repairs_the_store_and_it_does(store, folders, udhr_tok
 
     def verify() -> tuple[list[str], str]:
         with pytest.raises(SystemExit) as stop:
-            prepare_lib.main(["--verify", f"--out={copy}"])
+            prepare_cli.main(["--verify", f"--out={copy}"])
         out, err = capsys.readouterr()
         assert stop.value.code == 1 and err.count("\n") == 1, err
         return out.splitlines(), err

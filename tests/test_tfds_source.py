@@ -421,7 +421,7 @@ def test_prepare_names_what_is_wrong_with_a_tfds_input(
     [(MONO, "../etc"), (MONO, "en/us"), (MONO, "zh Hans"), (PARALLEL, ("en", "zh-Hant"))],
 )
 def test_a_record_language_that_cannot_name_a_store_folder_is_refused(kind, label):
-    from xlpretrain.data.prepare import _record_key
+    from xlpretrain.data.prepare.readers import _record_key
 
     with pytest.raises(DataError, match="tfds:x/train record 3: language .* cannot name a store"):
         _record_key(kind, label, "tfds:x/train", 3)
@@ -431,14 +431,14 @@ def test_a_record_language_that_cannot_name_a_store_folder_is_refused(kind, labe
 def test_the_tokenizer_sample_of_a_split_grouped_by_language_has_every_language(data_dir):
     """Records naming their own language may come grouped: the sample reads pieces spread over
     the split (the first piece alone would be all 'aa')."""
-    from xlpretrain.data import prepare as prepare_lib
+    from xlpretrain.data.prepare import inputs, readers, vocabulary
 
-    spec = prepare_lib.tfds_input(
+    spec = inputs.tfds_input(
         MONO, "xlpretrain_test_grouped", text_fields=("text",), language_fields=("language",),
         data_dir=str(data_dir),
     )  # fmt: skip
-    assert len(prepare_lib.plan({}, [spec], 2000)) > prepare_lib.SAMPLE_PIECES
-    sample = prepare_lib.tokenizer_sample({}, [spec], 1, prepare_lib.Reading())
+    assert len(inputs.plan({}, [spec], 2000)) > vocabulary.SAMPLE_PIECES
+    sample = vocabulary.tokenizer_sample({}, [spec], 1, readers.Reading())
     assert sorted(sample) == ["aa", "bb", "cc"] and all(len(v) == 1 for v in sample.values())
 
 

@@ -14,8 +14,8 @@ import pytest
 from tests.tiny import model_config, step_batch_builder
 from xlpretrain import masks
 from xlpretrain.data.batch import SIDE_SOURCE, SIDE_TARGET
+from xlpretrain.data.folders import MonolingualSource, ParallelSource
 from xlpretrain.data.pipeline import Corpus
-from xlpretrain.data.sources import MonolingualSource, ParallelSource
 from xlpretrain.data.streams import SEGMENT_PAIRS, StreamSpec
 from xlpretrain.data.tokenizer import Tokenizer
 from xlpretrain.model import MaskedLM, ModelConfig, init_params

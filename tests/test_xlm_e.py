@@ -11,9 +11,9 @@ import pytest
 
 from tests.tiny import model_config, step_batch_builder
 from xlpretrain import masks, objectives
+from xlpretrain.data.folders import MonolingualSource, ParallelSource
 from xlpretrain.data.masking import BERT_CORRUPTION, MASK_ONLY
 from xlpretrain.data.pipeline import Corpus, language_vocabulary
-from xlpretrain.data.sources import MonolingualSource, ParallelSource
 from xlpretrain.data.tokenizer import Tokenizer
 from xlpretrain.model import ModelConfig
 from xlpretrain.model.config import ModelFamily, generator_config

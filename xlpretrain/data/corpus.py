@@ -15,9 +15,10 @@ from jax.experimental import multihost_utils
 from xlpretrain.core.errors import ConfigError
 from xlpretrain.data import demo_corpus
 from xlpretrain.data import store as store_lib
+from xlpretrain.data.folders import MonolingualSource, ParallelSource
 from xlpretrain.data.held_out import DEFAULT_FRACTION, LineSplit, MonolingualPart, ParallelPart
 from xlpretrain.data.pipeline import Corpus, language_vocabulary
-from xlpretrain.data.sources import MonolingualSource, ParallelSource, format_stats
+from xlpretrain.data.sources import format_stats
 from xlpretrain.data.streams import MONO, PARALLEL
 from xlpretrain.data.tokenizer import Tokenizer, VocabularySizeError, train_tokenizer
 

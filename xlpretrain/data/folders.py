@@ -1,4 +1,5 @@
-"""Random-access corpora: folders of monolingual `<lang>.txt` or parallel `<l1>-<l2>.tsv` files.
+"""The folder backend: monolingual `<lang>.txt` and parallel `<l1>-<l2>.tsv` files, read by
+random access.
 
 The grain pipeline reads examples by (language, line index) from worker processes, so a source
 is an index, not the text: each file is scanned once at load time into numpy arrays of byte
@@ -6,12 +7,14 @@ offsets and lengths of its usable lines, and a line is read by slicing a lazily 
 read-only mmap. Pickling a source copies only paths and these arrays; every process reopens
 the files itself.
 
-Bad data never crashes a run and is never dropped silently: every line is classified, the
-counts (with the first few line numbers of each problem) are kept per file in `FileStats`
-for the training log (`format_stats`), and `strict=True` turns the first bad line into a
-`DataError` naming the file and line. A file with no usable line (empty, or only bad lines)
-is left out of the source, so it is never sampled, and reported as such; in strict mode, or
-when it was asked for by name, it is a `DataError`.
+Bad data never crashes a run and is never dropped silently: every line is classified (the
+kinds and their precedence are in `sources`), the counts (with the first few line numbers of
+each problem) are kept per file in `FileStats` for the training log (`format_stats`), and
+`strict=True` turns the first bad line into a `DataError` naming the file and line. A file
+with no usable line (empty, or only bad lines) is left out of the source, so it is never
+sampled, and reported as such; in strict mode, or when it was asked for by name, it is a
+`DataError`. In a `.tsv` file, `bad_fields` is a line that is not exactly two tab-separated
+fields, or has a blank one.
 
 Files must not change while a run reads them: the index would no longer match, and reading a
 truncated file through an mmap kills the process with SIGBUS. So every read first checks the
@@ -20,12 +23,6 @@ a process (re)opening a file checks that the path still leads to the file that w
 any change is a `DataError` naming the file. A file removed or renamed over after it was
 opened stays readable, and correct, in that process (the mapping keeps the scanned file alive).
 
-Line classification, in order of precedence (a line counts under one kind only):
-  too_long      more than `max_line_bytes` bytes (without the line end); never decoded
-  invalid_utf8  not valid UTF-8
-  empty         empty or whitespace only
-  bad_fields    parallel files only: not exactly two tab-separated fields, or a field that is
-                empty or whitespace only
 Lines end with `\\n`; a `\\r` before it (`\\r\\n` files) is not part of the line, and a final
 line without a line end counts as a line.
 """
@@ -33,46 +30,41 @@ line without a line end counts as a line.
 from __future__ import annotations
 
 import codecs
-import dataclasses
 import mmap
 import os
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import nullcontext
-from typing import TYPE_CHECKING, Any, BinaryIO, Generic, TypeVar
+from typing import Any, BinaryIO, TypeVar
 
 import numpy as np
 
-if TYPE_CHECKING:
-    from xlpretrain.data.tokenizer import Tokenizer
+from xlpretrain.data.sources import (
+    KINDS,
+    MAX_EXAMPLES,
+    DataError,
+    FileStats,
+    MonolingualBase,
+    Pair,
+    ParallelBase,
+    as_pair,
+    parse_pair,
+    reject_string,
+    skip_counts,
+)
 
-__all__ = [
-    "DataError",
-    "FileStats",
-    "MonolingualSource",
-    "ParallelSource",
-    "format_stats",
-    "parse_pair",
-]
+__all__ = ["MonolingualSource", "ParallelSource", "pair_fields_ok", "usable_lines"]
 
-Pair = tuple[str, str]
 K = TypeVar("K")
 
-# Problem kinds, in order of precedence; their index + 1 is the code used while scanning.
-_KINDS = ("too_long", "invalid_utf8", "empty", "bad_fields")
-_TOO_LONG, _INVALID_UTF8, _EMPTY, _BAD_FIELDS = range(1, len(_KINDS) + 1)
-_LABELS = {
-    "too_long": "too long",
-    "invalid_utf8": "invalid UTF-8",
-    "empty": "empty",
-    "bad_fields": "bad fields",
-}
+# A line's code while scanning: 0 if usable, else its problem kind's index in KINDS + 1.
+_TOO_LONG, _INVALID_UTF8, _EMPTY, _BAD_FIELDS = range(1, len(KINDS) + 1)
 _DESCRIPTIONS = {
     "too_long": "line longer than max_line_bytes={max_line_bytes}",
     "invalid_utf8": "invalid UTF-8",
     "empty": "empty or whitespace-only line",
     "bad_fields": "not exactly two non-empty tab-separated fields",
 }
-_MAX_EXAMPLES = 5
+
 # Files are scanned in chunks of about this many bytes (cut at line ends), so that memory stays
 # bounded on multi-GB corpora (the scan needs a few times a chunk's size).
 _CHUNK_BYTES = 16 << 20
@@ -84,68 +76,6 @@ _UNICODE_SPACES = (
 )
 _IS_SPACE = np.zeros(0x10000, dtype=bool)
 _IS_SPACE[[ord(c) for c in _UNICODE_SPACES]] = True
-
-
-class DataError(ValueError):
-    """A corpus folder or file cannot be used; the message names the path (and line)."""
-
-
-@dataclasses.dataclass
-class FileStats:
-    """What the load-time scan found in one file, for the training log."""
-
-    path: str
-    total: int
-    used: int
-    empty: int = 0
-    invalid_utf8: int = 0
-    too_long: int = 0
-    bad_fields: int = 0
-    # First few (at most 5) 1-based line numbers per problem kind with a nonzero count.
-    examples: dict[str, list[int]] = dataclasses.field(default_factory=dict)
-
-    @property
-    def skipped(self) -> int:
-        return self.total - self.used
-
-    def problems(self) -> str:
-        """E.g. '12 empty (lines 3, 8, 9, 10, 11, …), 1 invalid UTF-8 (line 7)'."""
-        parts = []
-        for kind in _KINDS:
-            count = getattr(self, kind)
-            if count:
-                lines = self.examples.get(kind, [])
-                where = ", ".join(map(str, lines)) + (", …" if count > len(lines) else "")
-                parts.append(f"{count} {_LABELS[kind]} (line{'s' * (count > 1)} {where})")
-        return ", ".join(parts)
-
-
-def _unusable(stats: FileStats) -> str:
-    """Why a file with no usable line has none."""
-    return stats.problems() or "the file is empty"
-
-
-def format_stats(stats: Mapping[Any, FileStats]) -> list[str]:
-    """Log lines: one per file with skipped lines, then one total line.
-
-    A file with no usable line is left out of its source (see `MonolingualSource`).
-    """
-    out = []
-    for s in stats.values():
-        if not s.used:
-            out.append(f"{s.path}: no usable lines, file left out ({_unusable(s)})")
-        elif s.skipped:
-            out.append(f"{s.path}: skipped {s.skipped} of {s.total} lines: {s.problems()}")
-    total = sum(s.total for s in stats.values())
-    used = sum(s.used for s in stats.values())
-    counts = [(sum(getattr(s, kind) for s in stats.values()), kind) for kind in _KINDS]
-    skipped = ", ".join(f"{n} {_LABELS[kind]}" for n, kind in counts if n) or "nothing"
-    summary = f"{len(stats)} files: {used} of {total} lines used; skipped {skipped}"
-    left_out = sum(not s.used for s in stats.values())
-    if left_out:
-        summary += f"; {left_out} file{'s' * (left_out > 1)} with no usable lines left out"
-    out.append(summary)
-    return out
 
 
 class _IndexedFile:
@@ -310,7 +240,7 @@ class _Chunk:
 def _line_codes(
     chunk: _Chunk, max_line_bytes: int, fields_ok: Callable[[_Chunk], np.ndarray] | None
 ) -> np.ndarray:
-    """Per line of `chunk`: 0 if usable, else 1 + its problem's index in `_KINDS`."""
+    """Per line of `chunk`: 0 if usable, else 1 + its problem's index in `KINDS`."""
     lengths = chunk.ends - chunk.starts
     # Assigned in reverse order of precedence, so that the strongest kind wins.
     codes = np.zeros(len(lengths), dtype=np.int8)
@@ -320,25 +250,6 @@ def _line_codes(
     if fields_ok is not None:
         codes[(codes == 0) & ~fields_ok(chunk)] = _BAD_FIELDS
     return codes
-
-
-def skip_counts() -> dict[str, int]:
-    """Zero skipped lines of every problem kind, in the sources' order of precedence."""
-    return dict.fromkeys(_KINDS, 0)
-
-
-def classify(texts: Sequence[bytes], max_line_bytes: int) -> str | None:
-    """The problem kind of a record's texts (a document's one, a pair's two; None when usable),
-    with the line rules' precedence: for records that are not lines (TFDS, JSON, Parquet)."""
-    if sum(map(len, texts)) > max_line_bytes:
-        return "too_long"
-    try:
-        blank = [not text.decode("utf-8").strip() for text in texts]
-    except UnicodeDecodeError:
-        return "invalid_utf8"
-    if all(blank):
-        return "empty"
-    return "bad_fields" if any(blank) else None
 
 
 def usable_lines(
@@ -354,8 +265,8 @@ def usable_lines(
             continue
         chunk = _Chunk(raw[start:end])
         codes = _line_codes(chunk, max_line_bytes, fields_ok)
-        for code in np.flatnonzero(np.bincount(codes, minlength=len(_KINDS) + 1)[1:]).tolist():
-            counts[_KINDS[code]] += int(np.count_nonzero(codes == code + 1))
+        for code in np.flatnonzero(np.bincount(codes, minlength=len(KINDS) + 1)[1:]).tolist():
+            counts[KINDS[code]] += int(np.count_nonzero(codes == code + 1))
         for i in np.flatnonzero(codes == 0).tolist():
             lines.append(chunk.raw[chunk.starts[i] : chunk.ends[i]].decode("utf-8"))
     return lines, counts
@@ -373,7 +284,7 @@ def _scan_file(
     `fields_ok` checks the format of every line of a chunk at once (failures of otherwise
     usable lines count as `bad_fields`); `strict` raises on the first bad line instead.
     """
-    counts = np.zeros(len(_KINDS) + 1, dtype=np.int64)
+    counts = np.zeros(len(KINDS) + 1, dtype=np.int64)
     examples: dict[str, list[int]] = {}
     offsets, lengths = [], []
     lines_before = 0
@@ -392,14 +303,14 @@ def _scan_file(
                 codes = _line_codes(chunk, max_line_bytes, fields_ok)
             bad = np.flatnonzero(codes)
             if strict and len(bad):
-                kind = _KINDS[int(codes[bad[0]]) - 1]
+                kind = KINDS[int(codes[bad[0]]) - 1]
                 description = _DESCRIPTIONS[kind].format(max_line_bytes=max_line_bytes)
                 line_number = lines_before + int(bad[0]) + 1
                 raise DataError(f"{path}:{line_number}: {description} (strict mode)")
             counts += np.bincount(codes, minlength=len(counts))
             for code in np.unique(codes[bad]).tolist():
-                seen = examples.setdefault(_KINDS[code - 1], [])
-                first = np.flatnonzero(codes == code)[: _MAX_EXAMPLES - len(seen)]
+                seen = examples.setdefault(KINDS[code - 1], [])
+                first = np.flatnonzero(codes == code)[: MAX_EXAMPLES - len(seen)]
                 seen.extend((first + lines_before + 1).tolist())
             ok = codes == 0
             offsets.append(chunk_offsets[ok] + start)
@@ -415,7 +326,7 @@ def _scan_file(
         path=path,
         total=lines_before,
         used=len(index),
-        **{kind: int(counts[code + 1]) for code, kind in enumerate(_KINDS)},
+        **{kind: int(counts[code + 1]) for code, kind in enumerate(KINDS)},
         examples=examples,
     )
     return index, stats
@@ -480,82 +391,14 @@ def _load_dir(
         elif strict or wanted is not None:
             why = "strict mode" if strict else "it was asked for by name"
             raise DataError(
-                f"{describe(key)}: no usable lines in {stat.path} ({_unusable(stat)}; {why})"
+                f"{describe(key)}: no usable lines in {stat.path} ({stat.why_unusable()}; {why})"
             )
     if not indexes:
         raise DataError(
             f"no usable lines in any of the {len(stats)} *{suffix} files in data folder {folder}"
-            f" (e.g. {stat.path}: {_unusable(stat)})"
+            f" (e.g. {stat.path}: {stat.why_unusable()})"
         )
     return folder, indexes, stats
-
-
-class _Source(Generic[K]):
-    """Shared by every source: per-key line indexes and their scan statistics.
-
-    `stats` covers every scanned file, also those left out for having no usable line.
-    """
-
-    _UNITS = ("files", "lines")  # what a key and an index are, for the repr
-
-    def __init__(self, path: str, files: dict[K, _IndexedFile], stats: dict[K, FileStats]):
-        self.path = path
-        self._files = files
-        self.stats = stats
-
-    def num_lines(self, key: K) -> int:
-        return len(self._file(key))
-
-    def summary(self) -> list[str]:
-        """Log lines about skipped data (see `format_stats`)."""
-        return format_stats(self.stats)
-
-    def _file(self, key: K) -> _IndexedFile:
-        try:
-            return self._files[key]
-        except KeyError:
-            raise KeyError(f"{key!r} is not in this source (from {self.path})") from None
-
-    def __repr__(self) -> str:
-        total = sum(len(f) for f in self._files.values())
-        keys, lines = self._UNITS
-        return f"{type(self).__name__}({len(self._files)} {keys}, {total} {lines}, {self.path})"
-
-
-class MonolingualBase(_Source[str]):
-    """A monolingual source of any backend: keyed by language."""
-
-    @property
-    def languages(self) -> list[str]:
-        return list(self._files)
-
-    def tokens(self, lang: str, index: int, tokenizer: Tokenizer) -> np.ndarray:
-        """The line's token ids (a text backend encodes it; a prepared store has them)."""
-        return tokenizer.encode(self.line(lang, index))
-
-
-class ParallelBase(_Source[Pair]):
-    """A parallel source of any backend: keyed by language pair."""
-
-    @property
-    def pairs(self) -> list[Pair]:
-        return list(self._files)
-
-    @property
-    def languages(self) -> list[str]:
-        return sorted({lang for pair in self._files for lang in pair})
-
-    def token_pair(
-        self, pair: Pair, index: int, tokenizer: Tokenizer
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """The pair's token ids, side by side (a prepared store has them)."""
-        first, second = self.line(pair, index)
-        return tokenizer.encode(first), tokenizer.encode(second)
-
-
-def _no_string(names: Any, what: str) -> None:
-    if isinstance(names, str):
-        raise TypeError(f"{what} must be a sequence, not the string {names!r}")
 
 
 class MonolingualSource(MonolingualBase):
@@ -575,7 +418,7 @@ class MonolingualSource(MonolingualBase):
         languages: Sequence[str] | None = None,
     ) -> MonolingualSource:
         """Scans the folder; `languages` selects a subset (each must have a file)."""
-        _no_string(languages, "languages")
+        reject_string(languages, "languages")
         folder, files, stats = _load_dir(
             path,
             suffix=".txt",
@@ -591,31 +434,6 @@ class MonolingualSource(MonolingualBase):
 
     def line(self, lang: str, index: int) -> str:
         return self._file(lang).read(index)
-
-
-def parse_pair(name: str, path: str | None = None) -> Pair:
-    """'eng-deu' -> ('eng', 'deu').
-
-    The rule: exactly one '-', between two non-empty codes. Codes with subtags therefore write
-    them with '_' (`zh_Hant-eng.tsv`), as in the UDHR data (`cmn_hant`).
-    """
-    parts = name.split("-")
-    if len(parts) != 2 or not all(parts):
-        where = f" (file {path})" if path else ""
-        raise DataError(
-            f"cannot parse a language pair from {name!r}{where}: expected '<l1>-<l2>' with "
-            "exactly one '-' (write subtags with '_', e.g. 'zh_Hant-eng')"
-        )
-    return parts[0], parts[1]
-
-
-def _as_pair(pair: Pair | str) -> Pair:
-    """Accepts ('eng', 'deu'), ['eng', 'deu'] (as configs give them) or 'eng-deu'."""
-    if isinstance(pair, str):
-        return parse_pair(pair)
-    if len(pair) != 2 or not all(isinstance(lang, str) for lang in pair):
-        raise TypeError(f"a language pair is two language codes or 'l1-l2', not {pair!r}")
-    return pair[0], pair[1]
 
 
 def pair_fields_ok(chunk: _Chunk) -> np.ndarray:
@@ -649,8 +467,8 @@ class ParallelSource(ParallelBase):
         pairs: Sequence[Pair | str] | None = None,
     ) -> ParallelSource:
         """Scans the folder; `pairs` selects a subset, as tuples or 'l1-l2' strings."""
-        _no_string(pairs, "pairs")
-        wanted = None if pairs is None else sorted({_as_pair(pair) for pair in pairs})
+        reject_string(pairs, "pairs")
+        wanted = None if pairs is None else sorted({as_pair(pair) for pair in pairs})
         folder, files, stats = _load_dir(
             path,
             suffix=".tsv",
@@ -665,5 +483,5 @@ class ParallelSource(ParallelBase):
         return cls(folder, files, stats)
 
     def line(self, pair: Pair | str, index: int) -> tuple[str, str]:
-        first, second = self._file(_as_pair(pair)).read(index).split("\t")
+        first, second = self._file(as_pair(pair)).read(index).split("\t")
         return first, second

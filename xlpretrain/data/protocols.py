@@ -1,6 +1,6 @@
 """What the input pipeline, evaluation and the tools need of a corpus, whatever stores it.
 
-A backend — folders of text (`sources.MonolingualSource`, `sources.ParallelSource`), TFDS
+A backend — folders of text (`folders.MonolingualSource`, `folders.ParallelSource`), TFDS
 datasets (`tfds_source`), or a prepared store (`store`) — implements one of these two
 protocols, usually by deriving from `sources.MonolingualBase` / `sources.ParallelBase`, which
 supply the keys, the bookkeeping and `tokens` by encoding the text: a text backend then only

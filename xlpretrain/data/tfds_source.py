@@ -1,4 +1,4 @@
-"""TFDS datasets as corpus sources, with the interface of the file sources in `sources.py`.
+"""TFDS datasets as corpus sources, with the interface of the folder sources (`folders.py`).
 
 A prepared TFDS dataset in a random-access format (ArrayRecord, as written by
 `tfds build NAME --file_format=array_record` or `download_and_prepare(file_format=
@@ -41,14 +41,15 @@ import numpy as np
 
 from xlpretrain.core.errors import require
 from xlpretrain.data.sources import (
+    MAX_EXAMPLES,
     DataError,
     FileStats,
     MonolingualBase,
     Pair,
     ParallelBase,
-    _as_pair,
-    _no_string,
+    as_pair,
     classify,
+    reject_string,
 )
 
 tfds = require("tensorflow_datasets", "a TFDS dataset as input")
@@ -66,7 +67,6 @@ Record = Mapping[str, Any]
 
 # Records are read this many at a time.
 _READ_BATCH = 4096
-_MAX_EXAMPLES = 5
 _DESCRIPTIONS = {
     "too_long": "text longer than max_line_bytes={max_line_bytes}",
     "invalid_utf8": "invalid UTF-8",
@@ -213,7 +213,7 @@ def _index(
         if kind:
             setattr(stat, kind, getattr(stat, kind) + 1)
             examples = stat.examples.setdefault(kind, [])
-            if len(examples) < _MAX_EXAMPLES:
+            if len(examples) < MAX_EXAMPLES:
                 examples.append(index)
         else:
             stat.used += 1
@@ -273,7 +273,7 @@ def parallel_fields(
     """The two text features of a pair split, and how a record's pair is found: `pair` for
     every record, or the two `language_keys` features (text keys default as `TfdsParallelSource`
     says)."""
-    fixed = None if pair is None else _as_pair(pair)
+    fixed = None if pair is None else as_pair(pair)
     default_keys = fixed or ("source", "target")
     text_keys = (source_key or default_keys[0], target_key or default_keys[1])
     if fixed is None:
@@ -320,7 +320,7 @@ class TfdsMonolingualSource(MonolingualBase):
         single-language dataset (then `language_key` is not read). `languages` selects a
         subset, as in `MonolingualSource.from_dir`.
         """
-        _no_string(languages, "languages")
+        reject_string(languages, "languages")
         if language is None and language_key is None:
             raise ValueError("give language_key (a string feature) or language (for all records)")
         tfds_split = TfdsSplit(name, split, _data_dir(data_dir))
@@ -372,7 +372,7 @@ class TfdsParallelSource(ParallelBase):
         Exactly one of `pair` (a tuple or "l1-l2") and `language_keys` must be given. `pairs`
         selects a subset, as in `ParallelSource.from_dir`.
         """
-        _no_string(pairs, "pairs")
+        reject_string(pairs, "pairs")
         if (pair is None) == (language_keys is None):
             raise ValueError("give exactly one of pair and language_keys")
         tfds_split = TfdsSplit(name, split, _data_dir(data_dir))
@@ -382,12 +382,12 @@ class TfdsParallelSource(ParallelBase):
             text_keys=text_keys,
             key_of=key_of,
             label="-".join,
-            wanted=None if pairs is None else sorted({_as_pair(p) for p in pairs}),
+            wanted=None if pairs is None else sorted({as_pair(p) for p in pairs}),
             strict=strict,
             max_line_bytes=max_line_bytes,
         )
         return cls(tfds_split.where, files, stats)
 
     def line(self, pair: Pair | str, index: int) -> tuple[str, str]:
-        first, second = self._file(_as_pair(pair)).read(index)
+        first, second = self._file(as_pair(pair)).read(index)
         return first, second

@@ -24,7 +24,8 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
-from xlpretrain.data.sources import DataError, ParallelSource
+from xlpretrain.data.folders import ParallelSource
+from xlpretrain.data.sources import DataError
 
 NEIGHBOURS = 8  # lines either side a negative is chosen from
 POSITIVE, NEGATIVE = "translation", "other"

@@ -12,7 +12,8 @@ from collections.abc import Sequence
 
 import xlpretrain  # light: `xlpretrain.load` imports JAX on first use
 from xlpretrain.core import programs
-from xlpretrain.data.sources import DataError, ParallelSource
+from xlpretrain.data.folders import ParallelSource
+from xlpretrain.data.sources import DataError
 from xlpretrain.eval.alignment import retrieval_accuracy
 
 

@@ -32,9 +32,9 @@ from jax.experimental import multihost_utils
 from xlpretrain.convert.folder import DISCRIMINATOR, MASKED_LM, Pretrained
 from xlpretrain.core.errors import ConfigError
 from xlpretrain.data.corpus import configured_folder, held_out_folders
+from xlpretrain.data.folders import MonolingualSource, ParallelSource
 from xlpretrain.data.pipeline import Corpus, StepBatchBuilder
 from xlpretrain.data.protocols import ParallelCorpus
-from xlpretrain.data.sources import MonolingualSource, ParallelSource
 from xlpretrain.data.streams import MONO, PARALLEL, Phase
 from xlpretrain.data.tokenizer import Tokenizer
 from xlpretrain.model.config import ModelConfig, ModelFamily

@@ -1,0 +1,89 @@
+"""The store's tokenizer: a copy of the one given, or one trained on a balanced sample of the
+inputs' first usable documents per language. Every shard is encoded with it, so a store keeps
+one for good.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Sequence
+
+from xlpretrain.data import store as store_lib
+from xlpretrain.data.prepare.inputs import Task, TfdsInput, plan
+from xlpretrain.data.prepare.readers import Reading, documents
+from xlpretrain.data.sources import DataError
+from xlpretrain.data.tokenizer import Tokenizer, train_tokenizer
+
+SAMPLE_PIECES = 32  # pieces of a self-labelled TFDS split read for the tokenizer's sample
+
+
+def tokenizer_sample(
+    files: dict[str, dict[str, str]],
+    tfds_inputs: Sequence[TfdsInput],
+    per_language: int,
+    reading: Reading,
+) -> dict[str, list]:
+    """Up to `per_language` usable documents of each language (both sides of pairs): the first
+    ones of each input's first piece, or, for TFDS records that name their own language (a
+    split may be grouped by language), of up to SAMPLE_PIECES pieces spread over the split. A
+    balanced sample for training the tokenizer."""
+    texts: dict[str, list[str]] = {}
+    pieces: dict[str, list[Task]] = {}
+    for task in plan(files, tfds_inputs, per_language * 2000):  # ample for `per_language`
+        pieces.setdefault(task.source, []).append(task)
+    sampled = []
+    for found in pieces.values():
+        spread = found[0].tfds is not None and not found[0].key
+        step = -(-len(found) // SAMPLE_PIECES) if spread else len(found)
+        sampled += found[::step]
+    taken: dict[tuple[str, str], int] = {}  # (input, language) → documents sampled
+    for task in sorted(sampled, key=lambda task: task.name):
+        for key, (found, _) in sorted(documents(task, reading).items()):
+            langs = key.split("-") if task.kind == store_lib.PARALLEL else [key]
+            for column, lang in enumerate(langs):
+                room = per_language - taken.get((task.source, lang), 0)
+                chosen = [doc[column] for doc in found[: max(room, 0)]]
+                taken[task.source, lang] = taken.get((task.source, lang), 0) + len(chosen)
+                texts.setdefault(lang, []).extend(chosen)
+    return texts
+
+
+def store_tokenizer(
+    files: dict[str, dict[str, str]],
+    tfds_inputs: Sequence[TfdsInput],
+    out: str,
+    tokenizer: str,
+    vocab_size: int,
+    shard: tuple[int, int],
+    sample: tuple[int, Reading, int],
+) -> None:
+    """Puts the tokenizer into the store: a copy of `tokenizer`, or one trained on `sample` (per
+    language, reading, seed); a store that has one keeps it, unless a different one is given."""
+    path = os.path.join(out, store_lib.TOKENIZER)
+    if tokenizer:
+        if not os.path.isfile(tokenizer):
+            raise DataError(f"--tokenizer {tokenizer}: no such file")
+        if os.path.isfile(path):
+            if store_lib.fingerprint(path) != store_lib.fingerprint(tokenizer):
+                raise DataError(
+                    f"{path} differs from --tokenizer {tokenizer}: the store was begun with "
+                    "another tokenizer; use a new --out"
+                )
+            return
+        shutil.copyfile(tokenizer, path + ".tmp")
+        os.replace(path + ".tmp", path)
+    elif not os.path.isfile(path):
+        if shard[1] > 1:
+            raise DataError(
+                "--shard needs the tokenizer in the store first: run once without --shard to "
+                "train it, or give --tokenizer"
+            )
+        per_language, reading, seed = sample
+        texts = tokenizer_sample(files, tfds_inputs, per_language, reading)
+        train_tokenizer(texts, path + ".tmp", vocab_size, seed=seed)
+        os.replace(path + ".tmp", path)
+    elif Tokenizer.load(path).vocab_size != vocab_size:
+        raise DataError(
+            f"{path} has {Tokenizer.load(path).vocab_size} ids, not --vocab_size {vocab_size}"
+        )
