@@ -6,6 +6,8 @@ import ml_collections
 import pytest
 
 from xlpretrain.training import config as config_lib
+from xlpretrain.training import config_keys
+from xlpretrain.training import stages as stages_lib
 
 
 def test_default_and_shipped_configs_validate():
@@ -87,14 +89,14 @@ def test_check_keys_names_the_key_for_any_defaults(raw, message):
     """The generic check that fine-tuning shares, on other defaults and ranges."""
     defaults = ml_collections.ConfigDict(CHECK_DEFAULTS)
     fine = {"a": {"n": 2, "x": 1, "names": ["en"]}}  # an int for a float, a list for a tuple
-    config_lib.check_keys(ml_collections.ConfigDict(fine), defaults, CHECK_RANGES)
+    config_keys.check_keys(ml_collections.ConfigDict(fine), defaults, CHECK_RANGES)
     with pytest.raises(config_lib.ConfigError, match=message):
-        config_lib.check_keys(ml_collections.ConfigDict(raw), defaults, CHECK_RANGES)
+        config_keys.check_keys(ml_collections.ConfigDict(raw), defaults, CHECK_RANGES)
 
 
 def test_check_keys_hands_free_form_keys_to_their_own_check():
     seen = []
-    config_lib.check_keys(
+    config_keys.check_keys(
         ml_collections.ConfigDict({"a": {"n": 1, "free": {"k": "v"}}}),
         ml_collections.ConfigDict(CHECK_DEFAULTS),
         CHECK_RANGES,
@@ -178,11 +180,11 @@ def test_batch_sizes_combine_stage_over_objective_over_default():
     """A stage's batch_size beats data.per_objective, which beats data.batch_size; the step's
     global batch is the sum over the stage's objectives."""
     cfg = config_lib.validate(_two_stages(mmlm=8))
-    first, second = config_lib.stages(cfg)
+    first, second = stages_lib.stages(cfg)
     assert first.rows == {"mmlm": 4, "tlm": 6}
     assert second.rows == {"mmlm": 8, "tlm": 6}
     cfg = config_lib.validate(_two_stages(mmlm=8, tlm=2))
-    assert config_lib.stages(cfg)[1].rows == {"mmlm": 8, "tlm": 2}
+    assert stages_lib.stages(cfg)[1].rows == {"mmlm": 8, "tlm": 2}
 
 
 @pytest.mark.parametrize(

@@ -30,7 +30,7 @@ from xlpretrain.core import programs
 from xlpretrain.core.errors import ConfigError
 from xlpretrain.core.programs import FAILED, INTERRUPTED, exit_with, report, reported
 from xlpretrain.training.checkpoint import CheckpointError
-from xlpretrain.training.config import unknown_key
+from xlpretrain.training.config_keys import unknown_key
 from xlpretrain.training.divergence import DivergenceError
 from xlpretrain.training.preemption import Interrupted
 from xlpretrain.training.workdir import check_workdir

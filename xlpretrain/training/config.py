@@ -8,10 +8,8 @@ silently ignored.
 
 from __future__ import annotations
 
-import dataclasses
-import difflib
 import importlib.util
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import ml_collections
@@ -22,6 +20,16 @@ from xlpretrain.model.config import ATTENTION_IMPLS
 from xlpretrain.model.kernels.tiles import Tiles
 from xlpretrain.objectives import REGISTRY
 from xlpretrain.objectives.declaration import Settings
+from xlpretrain.training.config_keys import (
+    Ranges,
+    check,
+    check_keys,
+    non_negative,
+    one_of,
+    positive,
+    type_ok,
+)
+from xlpretrain.training.stages import stages, start_step, stream_shapes
 
 # Objectives a config may name: each objective's declaration is the one place that says so.
 KNOWN_OBJECTIVES = tuple(REGISTRY)
@@ -253,71 +261,9 @@ def default_config() -> ml_collections.ConfigDict:
     return cfg
 
 
-@dataclasses.dataclass(frozen=True)
-class Stage:
-    start_step: int
-    weights: dict[str, float]  # active objectives (weight > 0)
-    trainable: str = ""  # parameter-path pattern; "" = all
-    rows: dict[str, int] = dataclasses.field(default_factory=dict)  # global rows per objective
-
-
 def objective_settings() -> dict[str, Settings]:
     """The objectives' own config sections by name (one per section, however many share it)."""
     return {o.settings.section: o.settings for o in REGISTRY.values() if o.settings}
-
-
-def stages(cfg: ml_collections.ConfigDict) -> list[Stage]:
-    """The run's stages; a run without `schedule` is one stage of `objectives`."""
-    if not cfg.schedule:
-        weights = {n: float(w) for n, w in cfg.objectives.items() if w > 0}
-        rows = {n: _batch_size(cfg, n, 0)[1] for n in weights}
-        return [Stage(0, weights, cfg.train.trainable, rows)]
-    result = []
-    for i, s in enumerate(cfg.schedule):
-        weights = {n: float(w) for n, w in s["objectives"].items() if w > 0}
-        result.append(
-            Stage(
-                _start_step(s["start_step"], cfg.train.steps),
-                weights,
-                s.get("trainable", cfg.train.trainable),
-                {n: _batch_size(cfg, n, i)[1] for n in weights},
-            )
-        )
-    return result
-
-
-def _batch_size(cfg: ml_collections.ConfigDict, name: str, stage: int) -> tuple[str, int]:
-    """(the config key that sets objective `name`'s global rows per step in stage `stage`, the
-    rows): the stage's `batch_size`, else `data.per_objective.NAME.batch_size`, else
-    `data.batch_size`."""
-    stage_rows = cfg.schedule[stage].get("batch_size", {}) if cfg.schedule else {}
-    if name in stage_rows:
-        return f"schedule[{stage}].batch_size.{name}", stage_rows[name]
-    override = cfg.data.per_objective.get(name, {})
-    if "batch_size" in override:
-        return f"data.per_objective.{name}.batch_size", override["batch_size"]
-    return "data.batch_size", cfg.data.batch_size
-
-
-def _start_step(value: int | float, steps: int) -> int:
-    return int(round(value * steps)) if isinstance(value, float) else value
-
-
-def _check(cond: bool, key: str, message: str) -> None:
-    if not cond:
-        raise ConfigError(f"config key '{key}': {message}")
-
-
-def _positive(v: Any) -> bool:
-    return v > 0
-
-
-def _non_negative(v: Any) -> bool:
-    return v >= 0
-
-
-def _probability(v: Any) -> bool:
-    return 0.0 <= v <= 1.0
 
 
 def _flash_tiles(text: str) -> bool:
@@ -328,22 +274,15 @@ def _flash_tiles(text: str) -> bool:
     return True
 
 
-def _one_of(*choices: str) -> Callable[[Any], bool]:
-    return lambda v: v in choices
-
-
-# key -> (predicate on its value, description of the allowed values), for `check_keys`.
-Ranges = Mapping[str, tuple[Callable[[Any], bool], str]]
-
 # The ranges of `loop_section`'s and `mesh_section`'s keys, for every task that has them.
 LOOP_RANGES: Ranges = {
-    "train.steps": (_positive, "must be > 0"),
-    "train.log_every": (_positive, "must be > 0"),
-    "train.checkpoint_every": (_positive, "must be > 0"),
-    "train.keep_checkpoints": (_positive, "must be > 0"),
+    "train.steps": (positive, "must be > 0"),
+    "train.log_every": (positive, "must be > 0"),
+    "train.checkpoint_every": (positive, "must be > 0"),
+    "train.keep_checkpoints": (positive, "must be > 0"),
     "train.max_bad_steps": (lambda v: v >= 0, "must be >= 0 (0: never stop)"),
-    "train.grad_accum": (_positive, "must be > 0"),
-    "train.seed": (_non_negative, "must be >= 0"),
+    "train.grad_accum": (positive, "must be > 0"),
+    "train.seed": (non_negative, "must be >= 0"),
 }
 MESH_RANGES: Ranges = {
     "mesh.data": (lambda v: v == -1 or v > 0, "must be > 0 or -1"),
@@ -352,42 +291,42 @@ MESH_RANGES: Ranges = {
 }
 
 _RANGES: Ranges = {
-    "eval.every_steps": (_non_negative, "must be >= 0"),
-    "eval.batches": (_positive, "must be >= 1"),
+    "eval.every_steps": (non_negative, "must be >= 0"),
+    "eval.batches": (positive, "must be >= 1"),
     "eval.held_out_fraction": (
         lambda v: v <= 0.5 and held_out.is_share(v),
         "must be a multiple of 0.001 in (0, 0.5]",
     ),
-    "eval.retrieval_lines": (_non_negative, "must be >= 0"),
+    "eval.retrieval_lines": (non_negative, "must be >= 0"),
     "data.max_length": (lambda v: v >= 8, "must be >= 8"),
-    "data.batch_size": (_positive, "must be > 0"),
-    "data.mono_alpha": (_non_negative, "must be >= 0"),
-    "data.parallel_alpha": (_non_negative, "must be >= 0"),
-    "data.max_line_bytes": (_positive, "must be > 0"),
+    "data.batch_size": (positive, "must be > 0"),
+    "data.mono_alpha": (non_negative, "must be >= 0"),
+    "data.parallel_alpha": (non_negative, "must be >= 0"),
+    "data.max_line_bytes": (positive, "must be > 0"),
     "data.mono_mask_rate": (lambda v: 0.0 < v < 1.0, "must be in (0, 1)"),
     "data.parallel_mask_rate": (lambda v: 0.0 < v < 1.0, "must be in (0, 1)"),
     "data.camlm_mask_rate": (lambda v: 0.0 < v < 1.0, "must be in (0, 1)"),
-    "data.num_workers": (_non_negative, "must be >= 0"),
-    "data.prefetch": (_non_negative, "must be >= 0"),
+    "data.num_workers": (non_negative, "must be >= 0"),
+    "data.prefetch": (non_negative, "must be >= 0"),
     "data.demo_languages": (lambda v: v >= 2, "must be >= 2"),
-    "tokenizer.sentences_per_language": (_positive, "must be > 0"),
+    "tokenizer.sentences_per_language": (positive, "must be > 0"),
     "model.vocab_size": (
         lambda v: v == 0 or v >= 6,
         "must be >= 6 (5 special ids + 1 piece), or 0 for the tokenizer's size",
     ),
-    "model.vocab_multiple": (_positive, "must be >= 1"),
-    "model.hidden_size": (_positive, "must be > 0"),
-    "model.num_layers": (_positive, "must be > 0"),
-    "model.num_heads": (_positive, "must be > 0"),
-    "model.mlp_dim": (_positive, "must be > 0"),
-    "model.max_positions": (_positive, "must be > 0"),
+    "model.vocab_multiple": (positive, "must be >= 1"),
+    "model.hidden_size": (positive, "must be > 0"),
+    "model.num_layers": (positive, "must be > 0"),
+    "model.num_heads": (positive, "must be > 0"),
+    "model.mlp_dim": (positive, "must be > 0"),
+    "model.max_positions": (positive, "must be > 0"),
     "model.dropout_rate": (lambda v: 0.0 <= v < 1.0, "must be in [0, 1)"),
     "model.attention_dropout_rate": (lambda v: 0.0 <= v < 1.0, "must be in [0, 1)"),
-    "model.dtype": (_one_of("float32", "bfloat16"), "must be 'float32' or 'bfloat16'"),
-    "model.remat": (_one_of("none", "full", "dots"), "must be 'none', 'full' or 'dots'"),
-    "model.loss_chunk": (_non_negative, "must be >= 0 (0: the whole loss at once)"),
+    "model.dtype": (one_of("float32", "bfloat16"), "must be 'float32' or 'bfloat16'"),
+    "model.remat": (one_of("none", "full", "dots"), "must be 'none', 'full' or 'dots'"),
+    "model.loss_chunk": (non_negative, "must be >= 0 (0: the whole loss at once)"),
     "model.attention": (
-        _one_of(*ATTENTION_IMPLS),
+        one_of(*ATTENTION_IMPLS),
         f"must be one of {', '.join(ATTENTION_IMPLS)}",
     ),
     "model.flash_tiles": (
@@ -396,104 +335,21 @@ _RANGES: Ranges = {
         "dkv, sizes and warps powers of two (e.g. 'forward=64x64:w4:s2 dq=64x32')",
     ),
     "model.relative_position": (
-        _one_of("none", "bucketed", "gated"),
+        one_of("none", "bucketed", "gated"),
         "must be 'none', 'bucketed' or 'gated'",
     ),
     "model.num_buckets": (lambda v: v >= 4 and v % 2 == 0, "must be even and >= 4"),
     "model.max_distance": (lambda v: v >= 2, "must be >= 2"),
-    "optim.learning_rate": (_positive, "must be > 0"),
-    "optim.warmup_steps": (_non_negative, "must be >= 0"),
+    "optim.learning_rate": (positive, "must be > 0"),
+    "optim.warmup_steps": (non_negative, "must be >= 0"),
     "optim.b1": (lambda v: 0.0 <= v < 1.0, "must be in [0, 1)"),
     "optim.b2": (lambda v: 0.0 <= v < 1.0, "must be in [0, 1)"),
-    "optim.eps": (_positive, "must be > 0"),
-    "optim.weight_decay": (_non_negative, "must be >= 0"),
-    "optim.clip_norm": (_non_negative, "must be >= 0 (0 disables clipping)"),
+    "optim.eps": (positive, "must be > 0"),
+    "optim.weight_decay": (non_negative, "must be >= 0"),
+    "optim.clip_norm": (non_negative, "must be >= 0 (0 disables clipping)"),
     **LOOP_RANGES,
     **MESH_RANGES,
 }
-
-
-def _leaves(cfg: ml_collections.ConfigDict, prefix: str = "") -> Iterator[tuple[str, Any]]:
-    for key, value in cfg.items():
-        path = f"{prefix}{key}"
-        if isinstance(value, ml_collections.ConfigDict):
-            yield from _leaves(value, path + ".")
-        else:
-            yield path, value
-
-
-def _type_ok(value: Any, default: Any) -> bool:
-    if isinstance(default, bool):
-        return isinstance(value, bool)
-    if isinstance(default, float):
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
-    if isinstance(default, int):
-        return isinstance(value, int) and not isinstance(value, bool)
-    if isinstance(default, (tuple, list)):
-        return isinstance(value, (tuple, list))
-    return isinstance(value, type(default))
-
-
-def unknown_key(config: ml_collections.ConfigDict, path: str) -> str | None:
-    """Why `path` names no key of `config`, with the closest keys there, or None if it does:
-    `config key 'optim.learnin_rate': unknown key; did you mean 'optim.learning_rate'?`"""
-    node, walked = config, []
-    for part in path.split("."):
-        if isinstance(node, ml_collections.ConfigDict) and part in node:
-            node, walked = node[part], [*walked, part]
-            continue
-        where = ".".join(walked)
-        if not isinstance(node, ml_collections.ConfigDict):
-            return f"config key '{where}' is a value, it has no key '{part}'"
-        prefix = f"{where}." if where else ""
-        close = difflib.get_close_matches(part, list(node.keys()), n=3, cutoff=0.6)
-        if close:
-            return (
-                f"config key '{prefix}{part}': unknown key; did you mean "
-                + " or ".join(f"'{prefix}{c}'" for c in close)
-                + "?"
-            )
-        of = f" of '{where}'" if where else ""
-        return f"config key '{prefix}{part}': unknown key; known keys{of}: {', '.join(node)}"
-    return None
-
-
-def check_keys(
-    cfg: ml_collections.ConfigDict,
-    defaults: ml_collections.ConfigDict,
-    ranges: Ranges,
-    *,
-    own_checks: Mapping[str, Callable[[str, Any], None]] | None = None,
-) -> None:
-    """Raises `ConfigError` naming the first key of `cfg` that `defaults` lacks, whose value is
-    not of its default's type, or that fails its `ranges` predicate. Every program (pre-training,
-    fine-tuning) validates through this, so a typo is refused the same way everywhere.
-
-    `own_checks` maps a path prefix ("objectives.", "schedule") to the check of each leaf under
-    it, called as `check(path, value)` in place of the above: for free-form keys that no
-    default lists.
-    """
-    own_checks = own_checks or {}
-    sections = set(defaults.keys())
-    for section in cfg.keys():
-        _check(section in sections, section, f"unknown section; known: {sorted(sections)}")
-    default_leaves = dict(_leaves(defaults))
-    for path, value in _leaves(cfg):
-        prefix = next((p for p in own_checks if path.startswith(p)), None)
-        if prefix is not None:
-            own_checks[prefix](path, value)
-            continue
-        if path not in default_leaves:
-            raise ConfigError(unknown_key(defaults, path) or f"config key '{path}': unknown key")
-        default = default_leaves[path]
-        _check(
-            _type_ok(value, default),
-            path,
-            f"expected {type(default).__name__}, got {type(value).__name__} ({value!r})",
-        )
-        if path in ranges:
-            predicate, description = ranges[path]
-            _check(predicate(value), path, f"{description}, got {value!r}")
 
 
 def validate(cfg: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
@@ -517,36 +373,36 @@ def validate(cfg: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
         },
     )
     if cfg.schedule:
-        _check(
+        check(
             not any(w > 0 for w in cfg.objectives.values()),
             "objectives",
             "set either objective weights or a schedule, not both",
         )
     else:
-        _check(len(cfg.objectives) > 0, "objectives", "at least one objective is required")
-        _check(any(w > 0 for w in cfg.objectives.values()), "objectives", "all weights are zero")
+        check(len(cfg.objectives) > 0, "objectives", "at least one objective is required")
+        check(any(w > 0 for w in cfg.objectives.values()), "objectives", "all weights are zero")
     active = {name for stage in stages(cfg) for name in stage.weights}
     for name in sorted(active):  # what each enabled objective declares it cannot do without
         for requirement in REGISTRY[name].requires:
-            _check(requirement.holds(cfg), requirement.key, requirement.message)
-    _check(
+            check(requirement.holds(cfg), requirement.key, requirement.message)
+    check(
         cfg.model.hidden_size % cfg.model.num_heads == 0,
         "model.hidden_size",
         f"{cfg.model.hidden_size} is not divisible by model.num_heads={cfg.model.num_heads}",
     )
-    for name, length_key, length, rows_key, rows in _stream_shapes(cfg):
-        _check(
+    for name, length_key, length, rows_key, rows in stream_shapes(cfg):
+        check(
             length + 2 <= cfg.model.max_positions,
             length_key,
             f"{length} ({name}) needs max_length + 2 <= model.max_positions="
             f"{cfg.model.max_positions} (positions start at padding id + 1 = 2)",
         )
-        _check(
+        check(
             rows % cfg.train.grad_accum == 0,
             "train.grad_accum",
             f"{rows_key}={rows} ({name}) is not divisible by {cfg.train.grad_accum}",
         )
-    _check(
+    check(
         cfg.model.absolute_positions or cfg.model.relative_position != "none",
         "model.absolute_positions",
         "without absolute positions the model needs model.relative_position",
@@ -554,7 +410,7 @@ def validate(cfg: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     by_family: dict[str, list[str]] = {}
     for name in sorted(active):
         by_family.setdefault(REGISTRY[name].family.value, []).append(name)
-    _check(
+    check(
         len(by_family) <= 1,
         "objectives",
         f"objectives of different model families do not mix in one run: {by_family} "
@@ -563,7 +419,7 @@ def validate(cfg: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     check_stop_at(cfg.train)
     if cfg.train.profile_steps:
         parts = cfg.train.profile_steps.split(":")
-        _check(
+        check(
             len(parts) == 2 and all(p.isdigit() for p in parts) and int(parts[0]) < int(parts[1]),
             "train.profile_steps",
             f"expected 'START:END' with START < END, got {cfg.train.profile_steps!r}",
@@ -574,12 +430,12 @@ def validate(cfg: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
 def check_stop_at(train: ml_collections.ConfigDict) -> None:
     """`train.stop_at` is -1 or a step of the run; a W&B project needs wandb installed (both
     `train` keys every task's loop reads, checked before anything is built)."""
-    _check(
+    check(
         train.stop_at == -1 or 0 < train.stop_at <= train.steps,
         "train.stop_at",
         f"must be -1 or in [1, train.steps={train.steps}], got {train.stop_at}",
     )
-    _check(
+    check(
         not train.wandb_project or importlib.util.find_spec("wandb") is not None,
         "train.wandb_project",
         f"{train.wandb_project!r} needs Weights & Biases, which is not installed: "
@@ -587,45 +443,16 @@ def check_stop_at(train: ml_collections.ConfigDict) -> None:
     )
 
 
-def check_batch_divides(cfg: ml_collections.ConfigDict, mesh_shape: Mapping[str, int]) -> None:
-    """Every stream's micro-batch (batch_size / grad_accum rows) splits evenly over the
-    data-parallel devices (data × fsdp): checked once the mesh is known, before compiling."""
-    parallel = mesh_shape["data"] * mesh_shape["fsdp"]
-    for name, _, _, rows_key, rows in _stream_shapes(cfg):
-        micro = rows // cfg.train.grad_accum
-        _check(
-            micro % parallel == 0,
-            rows_key,
-            f"{rows} ({name}) / train.grad_accum={cfg.train.grad_accum} = {micro} rows per "
-            f"micro-batch, not divisible by the data-parallel size mesh.data × mesh.fsdp = "
-            f"{mesh_shape['data']} × {mesh_shape['fsdp']} = {parallel}",
-        )
-
-
-def _stream_shapes(cfg: ml_collections.ConfigDict):
-    """(objective, config key of its length, length, config key of its rows, rows) of every
-    objective in every stage of the run."""
-    for i, stage in enumerate(stages(cfg)):
-        for name, rows in stage.rows.items():
-            length_key = (
-                f"data.per_objective.{name}.max_length"
-                if "max_length" in cfg.data.per_objective.get(name, {})
-                else "data.max_length"
-            )
-            rows_key, _ = _batch_size(cfg, name, i)
-            yield name, length_key, REGISTRY[name].stream(cfg).max_length, rows_key, rows
-
-
 def _check_weight(path: str, name: str, value: Any) -> None:
-    _check(name in KNOWN_OBJECTIVES, path, f"unknown objective; known: {KNOWN_OBJECTIVES}")
-    _check(_type_ok(value, 1.0) and value >= 0, path, "weight must be a number >= 0")
+    check(name in KNOWN_OBJECTIVES, path, f"unknown objective; known: {KNOWN_OBJECTIVES}")
+    check(type_ok(value, 1.0) and value >= 0, path, "weight must be a number >= 0")
 
 
 def _check_override(path: str, value: Any) -> None:
     _, _, name, key = (path.split(".") + [""])[:4]
-    _check(name in KNOWN_OBJECTIVES, path, f"unknown objective; known: {KNOWN_OBJECTIVES}")
-    _check(key in ("max_length", "batch_size"), path, "only max_length and batch_size")
-    _check(isinstance(value, int) and value > 0, path, f"must be an int > 0, got {value!r}")
+    check(name in KNOWN_OBJECTIVES, path, f"unknown objective; known: {KNOWN_OBJECTIVES}")
+    check(key in ("max_length", "batch_size"), path, "only max_length and batch_size")
+    check(isinstance(value, int) and value > 0, path, f"must be an int > 0, got {value!r}")
 
 
 def _check_anneal(cfg: ml_collections.ConfigDict) -> None:
@@ -641,7 +468,7 @@ def _check_schedule(cfg: ml_collections.ConfigDict) -> None:
     previous = -1
     for i, stage in enumerate(cfg.schedule):
         key = f"schedule[{i}]"
-        _check(
+        check(
             isinstance(stage, (dict, ml_collections.ConfigDict))
             and {"start_step", "objectives"} <= set(stage.keys())
             and set(stage.keys()) <= {"start_step", "objectives", "trainable", "batch_size"},
@@ -650,35 +477,50 @@ def _check_schedule(cfg: ml_collections.ConfigDict) -> None:
             "[, 'batch_size': {name: rows}]}",
         )
         value = stage["start_step"]
-        _check(
+        check(
             (isinstance(value, int) and not isinstance(value, bool))
             or (isinstance(value, float) and 0.0 < value < 1.0),
             f"{key}.start_step",
             f"must be a step (int) or a fraction of train.steps in (0, 1), got {value!r}",
         )
-        start = _start_step(value, cfg.train.steps)
-        _check(
+        start = start_step(value, cfg.train.steps)
+        check(
             start > previous,
             f"{key}.start_step",
             f"{value!r} (step {start}) must come after the previous stage's step {previous}",
         )
-        _check(i > 0 or start == 0, f"{key}.start_step", "the first stage starts at 0")
+        check(i > 0 or start == 0, f"{key}.start_step", "the first stage starts at 0")
         for name, weight in stage["objectives"].items():
             _check_weight(f"{key}.objectives.{name}", name, weight)
-        _check(
+        check(
             any(w > 0 for w in stage["objectives"].values()),
             f"{key}.objectives",
             "all weights are zero",
         )
         for name, rows in stage.get("batch_size", {}).items():
-            _check(
+            check(
                 stage["objectives"].get(name, 0) > 0,
                 f"{key}.batch_size.{name}",
                 f"not an objective of this stage ({sorted(stage['objectives'])})",
             )
-            _check(
+            check(
                 isinstance(rows, int) and not isinstance(rows, bool) and rows > 0,
                 f"{key}.batch_size.{name}",
                 f"must be an int > 0, got {rows!r}",
             )
         previous = start
+
+
+def check_batch_divides(cfg: ml_collections.ConfigDict, mesh_shape: Mapping[str, int]) -> None:
+    """Every stream's micro-batch (batch_size / grad_accum rows) splits evenly over the
+    data-parallel devices (data × fsdp): checked once the mesh is known, before compiling."""
+    parallel = mesh_shape["data"] * mesh_shape["fsdp"]
+    for name, _, _, rows_key, rows in stream_shapes(cfg):
+        micro = rows // cfg.train.grad_accum
+        check(
+            micro % parallel == 0,
+            rows_key,
+            f"{rows} ({name}) / train.grad_accum={cfg.train.grad_accum} = {micro} rows per "
+            f"micro-batch, not divisible by the data-parallel size mesh.data × mesh.fsdp = "
+            f"{mesh_shape['data']} × {mesh_shape['fsdp']} = {parallel}",
+        )

@@ -55,12 +55,11 @@ from xlpretrain.training.config import (
     LOOP_RESUME_NEUTRAL,
     MESH_RANGES,
     ConfigError,
-    Ranges,
-    check_keys,
     check_stop_at,
     loop_section,
     mesh_section,
 )
+from xlpretrain.training.config_keys import Ranges, check_keys
 from xlpretrain.training.optim import adamw_from, parameter_path, warmup_linear_decay
 from xlpretrain.training.step import Training, TrainState, make_train_step, sharded_training
 from xlpretrain.training.workdir import check_resume, check_workdir, save_config

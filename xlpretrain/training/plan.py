@@ -19,7 +19,7 @@ from xlpretrain import objectives as objectives_lib
 from xlpretrain.data.anneal import Anneal
 from xlpretrain.data.streams import MONO, SEGMENT_PAIRS, Phase, StreamSpec, phase_index
 from xlpretrain.objectives.declaration import Objective
-from xlpretrain.training.config import Stage, stages
+from xlpretrain.training.stages import Stage, stages
 
 FieldShapes = dict[str, tuple[tuple[int, ...], type]]
 
