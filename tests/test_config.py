@@ -213,6 +213,35 @@ def test_batch_checks_name_the_key_that_set_the_rows():
 
 
 @pytest.mark.parametrize(
+    "batch_axes, fits",
+    [(("data", "fsdp"), False), (("data",), True), (("data", "fsdp", "tensor"), False)],
+)
+def test_the_data_parallel_size_is_where_the_rules_put_the_batch(batch_axes, fits):
+    """8 rows on a data 4 × fsdp 4 × tensor 2 mesh: they split 4 ways where the rules put the
+    batch on data alone, not 16 or 32 ways where they add fsdp (and tensor)."""
+    cfg = config_lib.default_config()
+    cfg.data.batch_size = 8
+    cfg.model.update(hidden_size=32, num_heads=4)
+    cfg.mesh.rules = tuple(
+        ("batch", batch_axes) if name == "batch" else (name, axes) for name, axes in cfg.mesh.rules
+    )
+    shape = {"data": 4, "fsdp": 4, "tensor": 2}
+    # The axes the check counts are those Flax puts an array's batch axis on.
+    import flax.linen as nn
+
+    from xlpretrain.parallel.rules import data_parallel_axes
+
+    placed = nn.logical_to_mesh_axes(("batch",), cfg.mesh.rules)[0]
+    assert data_parallel_axes(cfg.mesh.rules) == ((placed,) if isinstance(placed, str) else placed)
+    if fits:
+        config_lib.check_batch_divides(config_lib.validate(cfg), shape)
+    else:
+        size = {2: 16, 3: 32}[len(batch_axes)]
+        with pytest.raises(config_lib.ConfigError, match=f"data-parallel size {size} "):
+            config_lib.check_batch_divides(config_lib.validate(cfg), shape)
+
+
+@pytest.mark.parametrize(
     "objective, key",
     [("veco", "model.cross_attention"), ("veco_mono", "model.cross_attention"),
      ("btmlm", "model.language_embeddings")],

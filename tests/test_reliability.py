@@ -190,7 +190,8 @@ def test_ctrl_c_saves_the_current_step_and_exits_130(reference, tmp_path):
         (
             ["--config.mesh.data=4", "--config.data.batch_size=6"],
             "config key 'data.batch_size': 6 (mmlm) / train.grad_accum=1 = 6 rows per "
-            "micro-batch, not divisible by the data-parallel size mesh.data × mesh.fsdp = 4 × 2",
+            "micro-batch, not divisible by the data-parallel size 8 (the mesh axes mesh.rules "
+            "put 'batch' on: data 4 × fsdp 2)",
         ),
     ],
 )

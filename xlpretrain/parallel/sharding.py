@@ -21,10 +21,11 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from xlpretrain.parallel.rules import Rules
+
 MESH_AXES = ("data", "fsdp", "tensor")
 log = logging.getLogger("xlpretrain")
 
-Rules = Sequence[tuple[str, str | tuple[str, ...] | None]]
 # The rules of the step being traced (`under_mesh`). Flax's own rules context is left unset:
 # under it Flax constrains parameters inside its initialisers, which breaks `DenseGeneral`.
 _RULES: contextvars.ContextVar[Rules] = contextvars.ContextVar("logical_axis_rules", default=())

@@ -20,10 +20,12 @@ from xlpretrain.model.config import ATTENTION_IMPLS
 from xlpretrain.model.kernels.tiles import Tiles
 from xlpretrain.objectives import REGISTRY
 from xlpretrain.objectives.declaration import Settings
+from xlpretrain.parallel.rules import as_rules
 from xlpretrain.training.config_keys import (
     Ranges,
     check,
     check_keys,
+    check_rows_divide,
     non_negative,
     one_of,
     positive,
@@ -513,14 +515,9 @@ def _check_schedule(cfg: ml_collections.ConfigDict) -> None:
 
 def check_batch_divides(cfg: ml_collections.ConfigDict, mesh_shape: Mapping[str, int]) -> None:
     """Every stream's micro-batch (batch_size / grad_accum rows) splits evenly over the
-    data-parallel devices (data × fsdp): checked once the mesh is known, before compiling."""
-    parallel = mesh_shape["data"] * mesh_shape["fsdp"]
+    data-parallel devices (the mesh axes the rules put `batch` on): checked once the mesh is
+    known, before compiling."""
     for name, _, _, rows_key, rows in stream_shapes(cfg):
-        micro = rows // cfg.train.grad_accum
-        check(
-            micro % parallel == 0,
-            rows_key,
-            f"{rows} ({name}) / train.grad_accum={cfg.train.grad_accum} = {micro} rows per "
-            f"micro-batch, not divisible by the data-parallel size mesh.data × mesh.fsdp = "
-            f"{mesh_shape['data']} × {mesh_shape['fsdp']} = {parallel}",
+        check_rows_divide(
+            rows_key, rows, cfg.train.grad_accum, mesh_shape, as_rules(cfg.mesh.rules), f" ({name})"
         )

@@ -38,6 +38,7 @@ from xlpretrain.data.protocols import ParallelCorpus
 from xlpretrain.data.streams import MONO, PARALLEL, Phase
 from xlpretrain.data.tokenizer import Tokenizer
 from xlpretrain.model.config import ModelConfig, ModelFamily
+from xlpretrain.parallel.rules import as_rules
 from xlpretrain.parallel.sharding import global_batch, under_mesh
 from xlpretrain.training.plan import RunPlan
 from xlpretrain.training.step import Training
@@ -209,7 +210,7 @@ def build_evaluator(
     folders = held_out_folders(cfg)
     held_out = held_out_corpus(cfg, plan.sources(), folders, held_out_parts)
     parallel_folder = folders[1]
-    rules = [tuple(rule) for rule in cfg.mesh.rules]
+    rules = as_rules(cfg.mesh.rules)
     quiet = without_dropout(model)
     batches, steps, baselines = [], [], {}
     unigram = training_unigram(training_rows, UNIGRAM_STEPS, model.config.vocab_size)

@@ -48,6 +48,7 @@ from xlpretrain.data.pipeline import make_dataset
 from xlpretrain.data.sources import DataError, format_stats, parse_pair
 from xlpretrain.model.classifier import PairClassifier
 from xlpretrain.model.config import ATTENTION_IMPLS
+from xlpretrain.parallel.rules import as_rules
 from xlpretrain.parallel.sharding import global_batch, make_mesh, under_mesh
 from xlpretrain.training import loop
 from xlpretrain.training.config import (
@@ -59,7 +60,7 @@ from xlpretrain.training.config import (
     loop_section,
     mesh_section,
 )
-from xlpretrain.training.config_keys import Ranges, check_keys
+from xlpretrain.training.config_keys import Ranges, check_keys, check_rows_divide
 from xlpretrain.training.optim import adamw_from, parameter_path, warmup_linear_decay
 from xlpretrain.training.step import Training, TrainState, make_train_step, sharded_training
 from xlpretrain.training.workdir import check_resume, check_workdir, save_config
@@ -162,16 +163,11 @@ def validate(cfg: ml_collections.ConfigDict) -> None:
 
 
 def check_batch_divides(cfg: ml_collections.ConfigDict, mesh_shape: dict[str, int]) -> None:
-    """A micro-batch's rows split evenly over the data-parallel devices (data × fsdp)."""
-    parallel = mesh_shape["data"] * mesh_shape["fsdp"]
-    micro = cfg.data.batch_size // cfg.train.grad_accum
-    if micro % parallel:
-        raise ConfigError(
-            f"config key 'data.batch_size': {cfg.data.batch_size} / train.grad_accum="
-            f"{cfg.train.grad_accum} = {micro} rows per micro-batch, not divisible by the "
-            f"data-parallel size mesh.data × mesh.fsdp = {mesh_shape['data']} × "
-            f"{mesh_shape['fsdp']} = {parallel}"
-        )
+    """A micro-batch's rows split evenly over the data-parallel devices."""
+    rules = as_rules(cfg.mesh.rules)
+    check_rows_divide(
+        "data.batch_size", cfg.data.batch_size, cfg.train.grad_accum, mesh_shape, rules, ""
+    )
 
 
 # --- data -------------------------------------------------------------------------------------
@@ -442,7 +438,7 @@ def build(
         finetune_schedule(cfg),
         cfg.train.grad_accum,
     )
-    rules = [tuple(rule) for rule in cfg.mesh.rules]
+    rules = as_rules(cfg.mesh.rules)
     training = sharded_training(mesh, rules, init_params, optimizer, [step], cfg.train.seed)
     training = with_backbone(training, pretrained.params, cfg.init.path)
     batches = PairBatches(

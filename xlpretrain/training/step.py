@@ -20,7 +20,8 @@ import optax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from xlpretrain.objectives.declaration import LossFn
-from xlpretrain.parallel.sharding import Rules, batch_sharding, logical_shardings, under_mesh
+from xlpretrain.parallel.rules import Rules, as_rules
+from xlpretrain.parallel.sharding import batch_sharding, logical_shardings, under_mesh
 from xlpretrain.training.config import ConfigError
 from xlpretrain.training.optim import (
     learning_rate_schedule,
@@ -178,7 +179,7 @@ def setup_training(
     ]
     return sharded_training(
         mesh,
-        [tuple(rule) for rule in cfg.mesh.rules],
+        as_rules(cfg.mesh.rules),
         init_params,
         optimizers[0],
         steps,
