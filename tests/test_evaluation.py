@@ -2,13 +2,11 @@
 reduced over every prediction of the held-out batches) and retrieval accuracy@1, logged with
 the step's metrics every `eval.every_steps` steps."""
 
-import shutil
-
 import jax
 import numpy as np
 import pytest
 
-from tests.tiny import STEPS
+from tests.tiny import STEPS, udhr_subset
 from xlpretrain import objectives
 from xlpretrain.api import Model
 from xlpretrain.convert.folder import Pretrained
@@ -24,13 +22,7 @@ HELD_OUT = ("007", "008", "009")
 @pytest.fixture(scope="module")
 def held_out(udhr, tmp_path_factory):
     """Three of the corpus's languages and their English pairs (the run knows their ids)."""
-    root = tmp_path_factory.mktemp("held_out")
-    (root / "mono").mkdir()
-    (root / "parallel").mkdir()
-    for lang in HELD_OUT:
-        shutil.copy(udhr / "mono" / f"{lang}.txt", root / "mono")
-        shutil.copy(udhr / "parallel" / f"eng-{lang}.tsv", root / "parallel")
-    return root
+    return udhr_subset(udhr, tmp_path_factory.mktemp("held_out"), HELD_OUT)
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,7 @@ import jax
 import numpy as np
 import pytest
 
-from xlpretrain.data import prepare as prepare_lib
+from tests.tiny import prepare_store, udhr_subset
 from xlpretrain.data.folders import MonolingualSource, ParallelSource
 from xlpretrain.data.held_out import BLOCK, LineSplit, MonolingualPart, ParallelPart
 from xlpretrain.data.store import StoreMonolingual, StoreParallel
@@ -108,25 +108,13 @@ def test_the_held_out_share_is_a_thousandth_multiple_up_to_a_half(fraction):
 
 @pytest.fixture(scope="module")
 def corpus(udhr, tmp_path_factory):
-    root = tmp_path_factory.mktemp("corpus")
-    (root / "mono").mkdir()
-    (root / "parallel").mkdir()
-    for lang in LANGUAGES:
-        shutil.copy(udhr / "mono" / f"{lang}.txt", root / "mono")
-        if lang != "eng":
-            shutil.copy(udhr / "parallel" / f"eng-{lang}.tsv", root / "parallel")
-    return root
+    return udhr_subset(udhr, tmp_path_factory.mktemp("corpus"), LANGUAGES)
 
 
 @pytest.fixture(scope="module")
 def store(corpus, udhr_tokenizer_path, tmp_path_factory):
     out = tmp_path_factory.mktemp("store") / "store"
-    prepare_lib.prepare(
-        out=str(out),
-        mono_dir=str(corpus / "mono"),
-        parallel_dir=str(corpus / "parallel"),
-        tokenizer=str(udhr_tokenizer_path),
-    )
+    prepare_store(corpus, out, udhr_tokenizer_path)
     return out
 
 

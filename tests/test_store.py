@@ -14,7 +14,7 @@ import jax
 import numpy as np
 import pytest
 
-from tests.tiny import run_config, step_batch_builder
+from tests.tiny import prepare_store, run_config, step_batch_builder, udhr_subset
 from xlpretrain.data import prepare as prepare_lib
 from xlpretrain.data import store as store_lib
 from xlpretrain.data.folders import MonolingualSource, ParallelSource
@@ -39,13 +39,7 @@ STREAMS = {
 @pytest.fixture(scope="module")
 def folders(udhr, tmp_path_factory) -> pathlib.Path:
     """Six UDHR languages and their English pairs, with bad lines of every kind in one file."""
-    root = tmp_path_factory.mktemp("corpus")
-    (root / "mono").mkdir()
-    (root / "parallel").mkdir()
-    for lang in LANGUAGES:
-        shutil.copy(udhr / "mono" / f"{lang}.txt", root / "mono")
-        if lang != "eng":
-            shutil.copy(udhr / "parallel" / f"eng-{lang}.tsv", root / "parallel")
+    root = udhr_subset(udhr, tmp_path_factory.mktemp("corpus"), LANGUAGES)
     with open(root / "mono" / "fra.txt", "ab") as f:
         f.write(b"\n  \nbad \xff byte\n" + b"x" * 2000 + b"\nfin.\n")
     with open(root / "parallel" / "eng-fra.tsv", "ab") as f:
@@ -54,15 +48,7 @@ def folders(udhr, tmp_path_factory) -> pathlib.Path:
 
 
 def prepare(folders, out, tokenizer, **options) -> dict | None:
-    return prepare_lib.prepare(
-        out=str(out),
-        mono_dir=str(folders / "mono"),
-        parallel_dir=str(folders / "parallel"),
-        tokenizer=str(tokenizer),
-        shard_mb=SHARD_MB,
-        max_line_bytes=1000,
-        **options,
-    )
+    return prepare_store(folders, out, tokenizer, shard_mb=SHARD_MB, max_line_bytes=1000, **options)
 
 
 @pytest.fixture(scope="module")

@@ -8,24 +8,16 @@ import shutil
 import jax
 import pytest
 
-from xlpretrain.data import prepare as prepare_lib
+from tests.tiny import prepare_store, udhr_subset
 from xlpretrain.training import trainer as trainer_lib
 from xlpretrain.training.config import ConfigError, validate
 
 
 @pytest.fixture(scope="module")
 def store(udhr, udhr_tokenizer_path, tmp_path_factory):
-    corpus = tmp_path_factory.mktemp("corpus")
-    for kind, name in (("mono", "eng.txt"), ("mono", "fra.txt"), ("parallel", "eng-fra.tsv")):
-        (corpus / kind).mkdir(exist_ok=True)
-        shutil.copy(udhr / kind / name, corpus / kind)
+    corpus = udhr_subset(udhr, tmp_path_factory.mktemp("corpus"), ("eng", "fra"))
     out = tmp_path_factory.mktemp("store") / "store"
-    prepare_lib.prepare(
-        out=str(out),
-        mono_dir=str(corpus / "mono"),
-        parallel_dir=str(corpus / "parallel"),
-        tokenizer=str(udhr_tokenizer_path),
-    )
+    prepare_store(corpus, out, udhr_tokenizer_path)
     return out
 
 

@@ -11,11 +11,13 @@ that needs another setting passes it as an override.
 from __future__ import annotations
 
 import pathlib
+import shutil
 from collections.abc import Mapping, Sequence
 
 import ml_collections
 import numpy as np
 
+from xlpretrain.data import prepare as prepare_lib
 from xlpretrain.data.examples import FIRST_POSITION
 from xlpretrain.data.masking import BERT_CORRUPTION, mask_row
 from xlpretrain.data.pipeline import Corpus, StepBatchBuilder
@@ -158,3 +160,29 @@ def step_batch_builder(
         reset_positions=False,
     )
     return StepBatchBuilder(corpus, tokenizer, streams, **{**settings, **options})
+
+
+def udhr_subset(udhr: pathlib.Path, root: pathlib.Path, languages: Sequence[str]) -> pathlib.Path:
+    """`root` holding a few UDHR languages as a corpus folder: `mono/<lang>.txt` of each and
+    `parallel/eng-<lang>.tsv` of each but English."""
+    for kind in ("mono", "parallel"):
+        (root / kind).mkdir(parents=True, exist_ok=True)
+    for lang in languages:
+        shutil.copy(udhr / "mono" / f"{lang}.txt", root / "mono")
+        if lang != "eng":
+            shutil.copy(udhr / "parallel" / f"eng-{lang}.tsv", root / "parallel")
+    return root
+
+
+def prepare_store(
+    corpus: pathlib.Path, out: pathlib.Path, tokenizer: pathlib.Path, **options
+) -> dict | None:
+    """`python -m xlpretrain.data.prepare` of a corpus folder (`mono/`, `parallel/`) into
+    `out` with `tokenizer`; `options` are `prepare`'s."""
+    return prepare_lib.prepare(
+        out=str(out),
+        mono_dir=str(corpus / "mono"),
+        parallel_dir=str(corpus / "parallel"),
+        tokenizer=str(tokenizer),
+        **options,
+    )
