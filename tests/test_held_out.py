@@ -149,6 +149,17 @@ def no_unigram(builder, steps, vocab_size, tokens=0):
     return np.zeros(vocab_size)
 
 
+def build_reading(cfg, workdir, monkeypatch):
+    """(the run of `cfg` built in `workdir`, the recorder of what its sources read, the lines
+    its construction read): with the unigram baseline's training batches left out, every one
+    of those is a line the evaluator reads."""
+    monkeypatch.setattr(evaluation, "training_unigram", no_unigram)
+    reads = Reads(monkeypatch)
+    trainer = trainer_lib.build(validate(cfg), str(workdir), jax.devices()[:1])
+    trainer.checkpointer.close()
+    return trainer, reads, reads.take()
+
+
 @pytest.mark.parametrize("backend", ["folders", "store"])
 def test_training_never_reads_a_held_out_line_and_evaluation_reads_only_those(
     backend, corpus, store, udhr_run_config, tmp_path, monkeypatch
@@ -160,11 +171,7 @@ def test_training_never_reads_a_held_out_line_and_evaluation_reads_only_those(
         cfg.tokenizer.path = ""
     else:
         cfg.data.update(mono_dir=str(corpus / "mono"), parallel_dir=str(corpus / "parallel"))
-    monkeypatch.setattr(evaluation, "training_unigram", no_unigram)
-    reads = Reads(monkeypatch)
-    trainer = trainer_lib.build(validate(cfg), str(tmp_path / "run"), jax.devices()[:1])
-    trainer.checkpointer.close()
-    evaluated = reads.take()
+    trainer, reads, evaluated = build_reading(cfg, tmp_path / "run", monkeypatch)
     for step in range(16):
         trainer.builder.map(step)
     trained = reads.take()
@@ -197,11 +204,7 @@ def test_named_held_out_folders_are_all_that_evaluation_reads(
     cfg = udhr_run_config(eval__every_steps=4)
     cfg.data.update(mono_dir=str(train / "mono"), parallel_dir=str(train / "parallel"))
     cfg.eval.update(mono_dir=str(elsewhere / "mono"), parallel_dir=str(elsewhere / "parallel"))
-    monkeypatch.setattr(evaluation, "training_unigram", no_unigram)
-    reads = Reads(monkeypatch)
-    trainer = trainer_lib.build(validate(cfg), str(tmp_path / "run"), jax.devices()[:1])
-    trainer.checkpointer.close()
-    evaluated = reads.take()
+    trainer, reads, evaluated = build_reading(cfg, tmp_path / "run", monkeypatch)
     assert evaluated and all(path.startswith(str(elsewhere)) for path, _, _ in evaluated)
     assert trainer.builder.corpus.mono.num_lines("spa") == 50  # nothing held out of training
 
