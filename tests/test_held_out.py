@@ -204,7 +204,7 @@ def test_named_held_out_folders_are_all_that_evaluation_reads(
     cfg = udhr_run_config(eval__every_steps=4)
     cfg.data.update(mono_dir=str(train / "mono"), parallel_dir=str(train / "parallel"))
     cfg.eval.update(mono_dir=str(elsewhere / "mono"), parallel_dir=str(elsewhere / "parallel"))
-    trainer, reads, evaluated = build_reading(cfg, tmp_path / "run", monkeypatch)
+    trainer, _, evaluated = build_reading(cfg, tmp_path / "run", monkeypatch)
     assert evaluated and all(path.startswith(str(elsewhere)) for path, _, _ in evaluated)
     assert trainer.builder.corpus.mono.num_lines("spa") == 50  # nothing held out of training
 
