@@ -11,9 +11,9 @@ from xlpretrain.data import corpus as corpus_lib
 from xlpretrain.data.anneal import Anneal
 from xlpretrain.data.tokenizer import Tokenizer
 from xlpretrain.training import trainer as trainer_lib
-from xlpretrain.training.config import ConfigError, validate
+from xlpretrain.training.config import ConfigError
 from xlpretrain.training.metrics import read_metrics
-from xlpretrain.training.plan import RunPlan
+from xlpretrain.training.plan import resolve
 
 MMBERT = (  # mmBERT's recipe in one run: mask 30% → 15% → 5%, α 0.7 → 0.5 → 0.3
     {"step": 0, "mono_alpha": 0.7, "mono_mask_rate": 0.3},
@@ -52,7 +52,7 @@ def test_points_are_joined_linearly_and_held_outside():
 )
 def test_a_bad_schedule_is_a_config_error_naming_the_point(udhr_run_config, points, message):
     with pytest.raises(ConfigError, match=f"config key 'data.anneal': .*{message}"):
-        validate(udhr_run_config(data__anneal=points))
+        resolve(udhr_run_config(data__anneal=points))
 
 
 # Every setting jumps between logged steps 4 and 5: a schedule read a step early or late
@@ -68,10 +68,10 @@ def test_the_rows_of_a_step_have_that_steps_settings(udhr_run_config):
     max(1, round(rate · n)) of its n maskable tokens at the schedule's rate for step k, and
     draws its language from the largest one alone up to step 4, from all 528 from step 5."""
     cfg = udhr_run_config(data__anneal=JUMP)
-    plan = RunPlan.from_config(cfg)
-    corpus = corpus_lib.load_corpus(cfg, plan.sources())
+    plan = resolve(cfg)
+    corpus = corpus_lib.load_corpus(plan.corpus, plan.sources())
     tokenizer = Tokenizer.load(cfg.tokenizer.path)
-    builder = trainer_lib.batch_builder(cfg, plan, corpus, tokenizer)
+    builder = plan.batch_builder(corpus, tokenizer)
     specials = tokenizer.special_ids()
     largest = max(corpus.mono.languages, key=corpus.mono.num_lines)
     for step in (3, 4, 5, 6):
@@ -99,7 +99,7 @@ def test_settings_in_force_are_logged_and_a_resume_mid_schedule_is_exact(udhr_ru
 
     def train(workdir, **overrides):
         cfg = udhr_run_config(data__anneal=schedule, **overrides)
-        trainer = trainer_lib.build(cfg, str(workdir), jax.devices()[:1])
+        trainer = trainer_lib.build(resolve(cfg), str(workdir), jax.devices()[:1])
         try:
             trainer_lib.run(trainer)
         finally:

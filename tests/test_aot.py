@@ -14,14 +14,21 @@ import pytest
 
 from xlpretrain import aot
 from xlpretrain.training.config import default_config
+from xlpretrain.training.plan import resolve
 
 
-def tiny(**mesh):
+def tiny_config(**mesh):
+    """A 2-layer encoder 64 wide over 512 ids, 16 rows of 32 tokens, on the mesh `mesh`."""
     cfg = default_config()
     cfg.model.update(vocab_size=512, hidden_size=64, num_layers=2, num_heads=4, mlp_dim=128)
     cfg.data.update(batch_size=16, max_length=32)
     cfg.mesh.update(**mesh)
     return cfg
+
+
+def tiny(**mesh):
+    """The plan of `tiny_config`, as `size_step` takes it."""
+    return resolve(tiny_config(**mesh))
 
 
 def test_parameters_and_optimizer_state_divide_over_fsdp():
@@ -144,20 +151,21 @@ def test_the_vocabulary_is_padded_to_split_over_tensor_and_the_memory_drops(capl
     """XLM-R's 250,002 ids divide by no tensor size: unpadded (`model.vocab_multiple=1`) the
     word embeddings and the head's bias stay whole on every device — named in the log with
     their size — while the default padding to 250,112 rows splits them four ways."""
-    from xlpretrain.model import ModelConfig, init_params
+    from xlpretrain.model import init_params
     from xlpretrain.parallel.sharding import logical_shardings, make_mesh
 
-    base = ModelConfig.from_run_config(default_config().model, num_languages=0)
+    default = resolve(default_config())
+    base = default.model
     boxed = jax.eval_shape(lambda rng: init_params(base, rng), jax.random.key(0))
     mesh = make_mesh(1, 2, 4)
-    table = logical_shardings(boxed, mesh, default_config().mesh.rules)["embeddings"]
+    table = logical_shardings(boxed, mesh, default.mesh.rules)["embeddings"]
     table = table["word_embeddings"]["embedding"]
     assert table.shard_shape((base.padded_vocab_size, 768)) == (250112 // 4, 768 // 2)
 
     def xlmr_vocab(multiple):
-        cfg = tiny(data=1, fsdp=2, tensor=4)
+        cfg = tiny_config(data=1, fsdp=2, tensor=4)
         cfg.model.update(vocab_size=250002, vocab_multiple=multiple)
-        return aot.size_step(cfg, 8)
+        return aot.size_step(resolve(cfg), 8)
 
     with caplog.at_level("WARNING", logger="xlpretrain"):
         replicated = xlmr_vocab(1)

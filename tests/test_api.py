@@ -18,7 +18,7 @@ from xlpretrain.data.tokenizer import train_tokenizer
 from xlpretrain.model.config import ModelConfig
 from xlpretrain.model.encoder import MaskedLM
 from xlpretrain.training.checkpoint import Checkpointer
-from xlpretrain.training.plan import RunPlan
+from xlpretrain.training.plan import resolve
 
 TEXTS = {
     "en": [
@@ -60,8 +60,9 @@ def xlm_e_workdir(path, tokenizer=None, **model):
         vocab_size=CONFIG.vocab_size, hidden_size=CONFIG.hidden_size, mlp_dim=CONFIG.mlp_dim
     )
     cfg.model.update(model)
-    active = RunPlan.from_config(cfg).objectives
-    module, init = objectives.build_model(cfg, active, num_languages=0)
+    plan = resolve(cfg)
+    active = plan.objectives
+    module, init = objectives.build_model(plan.model_config(0), active, plan.contexts)
     rng = np.random.default_rng(1)
     params = jax.tree.map(
         lambda x: rng.normal(0.0, 0.3, x.shape).astype(np.float32),

@@ -15,6 +15,7 @@ import pytest
 from tests.tiny import run_config
 from xlpretrain.training import trainer as trainer_lib
 from xlpretrain.training.metrics import read_metrics
+from xlpretrain.training.plan import resolve
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 MAX_LINE_BYTES = 300
@@ -84,7 +85,7 @@ def tiny_config(corpus: pathlib.Path):
 
 def test_broken_corpus_trains_and_the_log_counts_skipped_lines_per_file(corpus, tmp_path, caplog):
     caplog.set_level(logging.INFO, logger="xlpretrain")
-    trainer = trainer_lib.build(tiny_config(corpus), str(tmp_path), jax.devices()[:1])
+    trainer = trainer_lib.build(resolve(tiny_config(corpus)), str(tmp_path), jax.devices()[:1])
     try:
         trainer_lib.run(trainer)
     finally:

@@ -14,6 +14,7 @@ from xlpretrain.data.batch import PREDICTION_FIELDS, TOKEN_FIELDS
 from xlpretrain.data.streams import MONO, SEGMENT_PAIRS, StreamSpec
 from xlpretrain.objectives.flops import StepShape
 from xlpretrain.training.config import default_config
+from xlpretrain.training.plan import resolve
 
 
 def test_synthetic_rows_follow_the_batch_contract():
@@ -96,15 +97,19 @@ def test_packed_rows_leave_tiles_to_skip_at_length_2048():
         assert float(skipped_fraction(tiles)) > 0.5, name
 
 
-def _flops_config():
-    """2 layers, hidden 8 (2 heads), FFN 32, vocab 100; XLM-E generator of 1 layer at half
-    width (1 head: hidden 4, FFN 16)."""
+def _flops_plan(name: str):
+    """A run of objective `name` alone on 2 layers, hidden 8 (2 heads), FFN 32, vocab 100
+    (with what the objective requires: VECO's cross-attention, BTMLM's language embeddings);
+    XLM-E generator of 1 layer at half width (1 head: hidden 4, FFN 16)."""
     cfg = default_config()
     cfg.model.num_layers, cfg.model.hidden_size, cfg.model.num_heads = 2, 8, 2
     cfg.model.mlp_dim, cfg.model.vocab_size = 32, 100
+    cfg.model.cross_attention = name.startswith("veco")
+    cfg.model.language_embeddings = name == "btmlm"
     cfg.xlm_e.generator_layers, cfg.xlm_e.generator_width = 1, 0.5
     cfg.btmlm.ratio = 0.25
-    return cfg
+    cfg.objectives = {name: 1.0}
+    return resolve(cfg)
 
 
 # T = 64 tokens (2 rows of 32), P = 10 predictions. The counts every objective builds on:
@@ -131,10 +136,11 @@ HAND_COUNTED_FLOPS = {
 
 @pytest.mark.parametrize("name", sorted(objectives.REGISTRY))
 def test_each_objectives_flops_equal_the_hand_count(name):
-    cfg = _flops_config()
+    plan = _flops_plan(name)
     objective = objectives.get(name)
     shape = StepShape(tokens=64, length=32, predictions=10)
-    assert objective.flops(cfg, objective.stream(cfg), shape) == HAND_COUNTED_FLOPS[name]
+    flops = objective.flops(plan.contexts[name], plan.streams[name], shape)
+    assert flops == HAND_COUNTED_FLOPS[name]
 
 
 def test_store_benchmark_reports_start_up_memory_and_throughput(udhr_tokenizer_path, tmp_path):

@@ -6,6 +6,7 @@ import pytest
 
 from tests.tiny import run_config
 from xlpretrain.bench.peer import PEER, format_peer, peer_benchmark
+from xlpretrain.training.plan import resolve
 
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
@@ -16,7 +17,7 @@ def tiny_config():
 
 
 def test_peer_reports_throughput_and_an_untrained_loss():
-    report = peer_benchmark(tiny_config(), steps=2, warmup=1, modes=("eager",))
+    report = peer_benchmark(resolve(tiny_config()), steps=2, warmup=1, modes=("eager",))
     assert set(report) == {
         "peer",
         "torch",
@@ -43,7 +44,7 @@ def test_a_failed_mode_is_reported_not_raised(monkeypatch):
         raise RuntimeError("no C++ compiler")
 
     monkeypatch.setattr(torch, "compile", no_compiler)
-    report = peer_benchmark(tiny_config(), steps=1, warmup=1, modes=("compile", "eager"))
+    report = peer_benchmark(resolve(tiny_config()), steps=1, warmup=1, modes=("compile", "eager"))
     assert report["modes"]["compile"] == {"error": "RuntimeError: no C++ compiler"}
     assert report["modes"]["eager"]["tokens_per_s"] > 0
 

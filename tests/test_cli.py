@@ -18,6 +18,7 @@ from xlpretrain.data.sources import DataError
 from xlpretrain.training import cli, trainer
 from xlpretrain.training.config import ConfigError
 from xlpretrain.training.metrics import Progress, progress_line, summary_lines
+from xlpretrain.training.plan import resolve
 from xlpretrain.training.preemption import PreemptionWatch
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -66,7 +67,7 @@ def test_a_workdir_that_is_a_file_is_named_so(tmp_path, capsys):
     path = tmp_path / "notes.txt"
     path.write_text("mine")
     with pytest.raises(SystemExit) as stop:
-        cli.run_task(str(path), lambda: None, lambda: None, print, "train.log")
+        cli.run_task(str(path), lambda: None, lambda _plan: None, print, "train.log")
     assert stop.value.code == 2 and path.read_text() == "mine"
     assert f"workdir {path} is a file, not a folder" in capsys.readouterr().err
 
@@ -79,7 +80,7 @@ def test_a_failed_start_removes_only_what_it_added(tmp_path, capsys):
     (workdir / "train.log").write_text("earlier run\n")
     (workdir / "notes.txt").write_text("mine")
 
-    def build():
+    def build(_plan):
         (workdir / "tokenizer.model").write_text("half-made")
         raise DataError(f"{workdir}/mono/de.txt:41: invalid UTF-8 (strict mode)")
 
@@ -104,7 +105,7 @@ def test_a_failed_start_removes_only_what_it_added(tmp_path, capsys):
 
 
 def test_ctrl_c_before_training_is_one_line_and_exit_130(tmp_path, capsys):
-    def build():
+    def build(_plan):
         raise KeyboardInterrupt
 
     with pytest.raises(SystemExit) as stop:
@@ -214,26 +215,28 @@ def test_a_resumed_run_states_and_guards_its_config_changes(udhr_run_config, tmp
     naming the change, unless `train.resume_with_changes`; then the learning-rate jump is
     stated and the earlier config is kept beside the new one."""
     first = udhr_run_config(train__steps=2)
-    built = trainer.build(first, str(tmp_path))
+    built = trainer.build(resolve(first), str(tmp_path))
     trainer.run(built)
     built.checkpointer.close()
     saved = (tmp_path / "config.json").read_text()
 
     with caplog.at_level(logging.INFO, logger="xlpretrain"):
-        logged = trainer.build(udhr_run_config(train__steps=2, train__log_every=5), str(tmp_path))
+        logged = trainer.build(
+            resolve(udhr_run_config(train__steps=2, train__log_every=5)), str(tmp_path)
+        )
     logged.checkpointer.close()
     assert "resuming at step 2 with a changed config: train.log_every 1 → 5" in caplog.text
 
     longer = udhr_run_config(train__steps=6)
     with pytest.raises(ConfigError) as refused:
-        trainer.build(longer, str(tmp_path))
+        trainer.build(resolve(longer), str(tmp_path))
     assert "train.steps 2 → 6" in str(refused.value)
     assert "--config.train.resume_with_changes=True" in str(refused.value)
 
     caplog.clear()
     accepted = udhr_run_config(train__steps=6, train__resume_with_changes=True)
     with caplog.at_level(logging.INFO, logger="xlpretrain"):
-        trainer.build(accepted, str(tmp_path)).checkpointer.close()
+        trainer.build(resolve(accepted), str(tmp_path)).checkpointer.close()
     assert "learning-rate schedule is rebuilt from the new config: step 3 trains at" in caplog.text
     kept = json.loads((tmp_path / "config.step-2.json").read_text())
     assert kept == json.loads(saved) and kept["train"]["steps"] == 2

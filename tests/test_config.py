@@ -7,18 +7,18 @@ import pytest
 
 from xlpretrain.training import config as config_lib
 from xlpretrain.training import config_keys
-from xlpretrain.training import stages as stages_lib
+from xlpretrain.training.plan import resolve
 
 
 def test_default_and_shipped_configs_validate():
-    config_lib.validate(config_lib.default_config())
+    resolve(config_lib.default_config())
     sys.path.insert(0, "configs")
     import demo
     import xlmr
 
-    config_lib.validate(demo.get_config())
+    resolve(demo.get_config())
     for size in ("tiny", "base", "large"):
-        config_lib.validate(xlmr.get_config(size))
+        resolve(xlmr.get_config(size))
     with pytest.raises(ValueError, match="unknown size"):
         xlmr.get_config("huge")
 
@@ -61,14 +61,14 @@ def test_bad_values_name_the_key(path, value, message):
     raw[section][key] = value
     cfg = ml_collections.ConfigDict(raw)
     with pytest.raises(config_lib.ConfigError, match=message):
-        config_lib.validate(cfg)
+        resolve(cfg)
 
 
 def test_unknown_section():
     cfg = config_lib.default_config()
     cfg.bogus = 1
     with pytest.raises(config_lib.ConfigError, match="'bogus': unknown section"):
-        config_lib.validate(cfg)
+        resolve(cfg)
 
 
 CHECK_DEFAULTS = {"a": {"n": 1, "x": 0.5, "names": ()}}
@@ -159,7 +159,7 @@ def test_every_objective_can_be_switched_on_from_the_command_line():
     for name in config_lib.KNOWN_OBJECTIVES:
         assert name in cfg.objectives
     cfg.objectives.tlm = 1.0
-    config_lib.validate(cfg)
+    resolve(cfg)
     with pytest.raises(AttributeError):
         cfg.objectives.bogus = 1.0
 
@@ -179,12 +179,10 @@ def _two_stages(**stage_rows):
 def test_batch_sizes_combine_stage_over_objective_over_default():
     """A stage's batch_size beats data.per_objective, which beats data.batch_size; the step's
     global batch is the sum over the stage's objectives."""
-    cfg = config_lib.validate(_two_stages(mmlm=8))
-    first, second = stages_lib.stages(cfg)
+    first, second = resolve(_two_stages(mmlm=8)).stages
     assert first.rows == {"mmlm": 4, "tlm": 6}
     assert second.rows == {"mmlm": 8, "tlm": 6}
-    cfg = config_lib.validate(_two_stages(mmlm=8, tlm=2))
-    assert stages_lib.stages(cfg)[1].rows == {"mmlm": 8, "tlm": 2}
+    assert resolve(_two_stages(mmlm=8, tlm=2)).stages[1].rows == {"mmlm": 8, "tlm": 2}
 
 
 @pytest.mark.parametrize(
@@ -197,19 +195,19 @@ def test_batch_sizes_combine_stage_over_objective_over_default():
 )
 def test_stage_batch_size_errors_name_the_key(stage_rows, key, message):
     with pytest.raises(config_lib.ConfigError, match=f"'{re.escape(key)}': {message}"):
-        config_lib.validate(_two_stages(**stage_rows))
+        resolve(_two_stages(**stage_rows))
 
 
 def test_batch_checks_name_the_key_that_set_the_rows():
     cfg = _two_stages(mmlm=5)
     cfg.train.grad_accum = 2  # 5 rows of mmlm in stage 2 do not split in 2 micro-batches
     with pytest.raises(config_lib.ConfigError, match=r"schedule\[1\]\.batch_size\.mmlm=5 \(mmlm\)"):
-        config_lib.validate(cfg)
-    cfg = config_lib.validate(_two_stages(mmlm=8))
+        resolve(cfg)
+    plan = resolve(_two_stages(mmlm=8))
     with pytest.raises(
         config_lib.ConfigError, match=r"'data\.per_objective\.tlm\.batch_size': 6 \(tlm\)"
     ):
-        config_lib.check_batch_divides(cfg, {"data": 4, "fsdp": 1, "tensor": 1})
+        plan.check_batch_divides({"data": 4, "fsdp": 1, "tensor": 1})
 
 
 @pytest.mark.parametrize(
@@ -234,11 +232,11 @@ def test_the_data_parallel_size_is_where_the_rules_put_the_batch(batch_axes, fit
     placed = nn.logical_to_mesh_axes(("batch",), cfg.mesh.rules)[0]
     assert data_parallel_axes(cfg.mesh.rules) == ((placed,) if isinstance(placed, str) else placed)
     if fits:
-        config_lib.check_batch_divides(config_lib.validate(cfg), shape)
+        resolve(cfg).check_batch_divides(shape)
     else:
         size = {2: 16, 3: 32}[len(batch_axes)]
         with pytest.raises(config_lib.ConfigError, match=f"data-parallel size {size} "):
-            config_lib.check_batch_divides(config_lib.validate(cfg), shape)
+            resolve(cfg).check_batch_divides(shape)
 
 
 @pytest.mark.parametrize(
@@ -250,9 +248,9 @@ def test_objectives_declared_requirements_are_enforced(objective, key):
     cfg = config_lib.default_config()
     cfg.objectives.mmlm, cfg.objectives[objective] = 0.0, 1.0
     with pytest.raises(config_lib.ConfigError, match=f"config key '{re.escape(key)}'"):
-        config_lib.validate(cfg)
+        resolve(cfg)
     cfg.model.cross_attention = cfg.model.language_embeddings = True
-    config_lib.validate(cfg)
+    resolve(cfg)
 
 
 @pytest.mark.parametrize(
@@ -265,23 +263,23 @@ def test_objective_sections_come_from_their_declarations(key, bad):
     takes it from there."""
     from xlpretrain import objectives
 
-    declared = {o.settings.section: o.settings for o in objectives.REGISTRY.values() if o.settings}
+    declared = {o.section.name: o.section for o in objectives.REGISTRY.values() if o.section}
     cfg = config_lib.default_config()
     assert {s: cfg[s].to_dict() for s in declared} == {
-        s: dict(settings.defaults) for s, settings in declared.items()
+        s: section.defaults for s, section in declared.items()
     }
     section, name = key.split(".")
     cfg[section][name] = bad
     with pytest.raises(config_lib.ConfigError, match=f"config key '{key}': .*got {bad!r}"):
-        config_lib.validate(cfg)
+        resolve(cfg)
 
 
 def test_validating_a_config_builds_no_model():
     """Config validation reads the objectives' declarations, not the model: no Flax module
     (nor Flax) is imported by it, so checking a config is quick and the layers stay apart."""
     code = (
-        "import sys; from xlpretrain.training.config import default_config, validate; "
-        "validate(default_config()); "
+        "import sys; from xlpretrain.training.config import default_config; "
+        "from xlpretrain.training.plan import resolve; resolve(default_config()); "
         "print(sorted(m for m in sys.modules if m.startswith(('flax', 'xlpretrain.model.'))))"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

@@ -24,6 +24,7 @@ from xlpretrain.model import vocab  # noqa: E402
 from xlpretrain.model.config import ModelConfig  # noqa: E402
 from xlpretrain.model.encoder import init_params  # noqa: E402
 from xlpretrain.training import trainer as trainer_lib  # noqa: E402
+from xlpretrain.training.plan import resolve  # noqa: E402
 
 SHAPES = {
     "small": dict(
@@ -210,7 +211,7 @@ def workdir(udhr, udhr_tokenizer_path, tmp_path_factory):
         data__batch_size=2,
         objectives={"mmlm": 1.0},
     )
-    trainer = trainer_lib.build(cfg, str(root / "run"), jax.devices()[:1])
+    trainer = trainer_lib.build(resolve(cfg), str(root / "run"), jax.devices()[:1])
     state = trainer.training.state
     rng = np.random.default_rng(7)  # NumPy noise: eager jax.random would compile per shape
     state = state.replace(

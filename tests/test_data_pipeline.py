@@ -22,8 +22,7 @@ from xlpretrain.data.pipeline import (
 from xlpretrain.data.sampling import language_probabilities
 from xlpretrain.data.streams import MONO, PARALLEL, Phase, StreamSpec
 from xlpretrain.data.tokenizer import Tokenizer
-from xlpretrain.training import trainer as trainer_lib
-from xlpretrain.training.plan import RunPlan
+from xlpretrain.training.plan import resolve
 
 BOS, PAD, EOS = Tokenizer.BOS_ID, Tokenizer.PAD_ID, Tokenizer.EOS_ID
 
@@ -85,9 +84,9 @@ def skewed_shares(alpha: float) -> np.ndarray:
 
 def run_builder(cfg):
     """The run's plan, corpus and batch builder, as training builds them."""
-    plan = RunPlan.from_config(cfg)
-    corpus = corpus_lib.load_corpus(cfg, plan.sources())
-    builder = trainer_lib.batch_builder(cfg, plan, corpus, Tokenizer.load(cfg.tokenizer.path))
+    plan = resolve(cfg)
+    corpus = corpus_lib.load_corpus(plan.corpus, plan.sources())
+    builder = plan.batch_builder(corpus, Tokenizer.load(cfg.tokenizer.path))
     return plan, corpus, builder
 
 

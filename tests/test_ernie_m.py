@@ -23,8 +23,8 @@ from xlpretrain.data.tokenizer import Tokenizer
 from xlpretrain.masks import show
 from xlpretrain.model import MaskedLM, init_params
 from xlpretrain.objectives import ernie_m, mlm
-from xlpretrain.training.config import ConfigError, default_config, stages, validate
-from xlpretrain.training.plan import RunPlan
+from xlpretrain.training.config import ConfigError, default_config
+from xlpretrain.training.plan import resolve
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "configs"))
@@ -172,14 +172,12 @@ def test_masks_cli_json_and_png(tmp_path):
 
 def test_schedule_validation_and_stage_lookup():
     cfg = ernie_m_configs.get_config("tiny")
-    validate(cfg)
-    run_stages = stages(cfg)
-    assert [s.start_step for s in run_stages] == [0, cfg.train.steps // 2]
-    assert set(run_stages[1].weights) == {"mmlm", "tlm", "camlm", "btmlm"}
-    plan = RunPlan.from_config(cfg)
+    plan = resolve(cfg)
+    assert [s.start_step for s in plan.stages] == [0, cfg.train.steps // 2]
+    assert set(plan.stages[1].weights) == {"mmlm", "tlm", "camlm", "btmlm"}
     assert plan.stage_index(1) == 0 and plan.stage_index(100) == 1
     cfg.train.steps = 60  # the fractional boundary follows the run's length
-    assert stages(cfg)[1].start_step == 30
+    assert resolve(cfg).stages[1].start_step == 30
 
     def with_schedule(schedule, objectives=None):
         raw = default_config()
@@ -211,7 +209,7 @@ def test_schedule_validation_and_stage_lookup():
     ]
     for cfg, message in bad:
         with pytest.raises(ConfigError, match=message):
-            validate(cfg)
+            resolve(cfg)
 
 
 @pytest.mark.parametrize(
@@ -220,13 +218,13 @@ def test_schedule_validation_and_stage_lookup():
 )
 def test_configs_match_table_10(size, layers, hidden, ffn, heads, steps, lr):
     cfg = ernie_m_configs.get_config(size)
-    validate(cfg)
+    plan = resolve(cfg)
     m, o = cfg.model, cfg.optim
     assert (m.num_layers, m.hidden_size, m.mlp_dim, m.num_heads) == (layers, hidden, ffn, heads)
     assert m.dropout_rate == m.attention_dropout_rate == 0.1
     assert (cfg.train.steps, cfg.data.max_length) == (steps, 512)
     # The paper's 2048 sequences per step, in every stage, split half monolingual, half parallel.
-    run_stages = stages(cfg)
+    run_stages = plan.stages
     assert [sum(stage.rows.values()) for stage in run_stages] == [2048, 2048]
     assert run_stages[0].rows == {"mmlm": 1024, "tlm": 512, "camlm": 512}
     assert run_stages[1].rows == {"mmlm": 512, "tlm": 512, "camlm": 512, "btmlm": 512}

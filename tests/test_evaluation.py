@@ -15,6 +15,7 @@ from xlpretrain.eval.alignment import retrieval_accuracy
 from xlpretrain.training import trainer as trainer_lib
 from xlpretrain.training.evaluation import training_unigram, unigram_baseline, without_dropout
 from xlpretrain.training.metrics import progress_line, read_metrics
+from xlpretrain.training.plan import resolve
 
 HELD_OUT = ("007", "008", "009")
 
@@ -37,7 +38,7 @@ def evaluated_run(udhr_run_config, held_out, tmp_path_factory):
         eval__retrieval_lines=12,
     )
     workdir = tmp_path_factory.mktemp("run")
-    trainer = trainer_lib.build(cfg, str(workdir), jax.devices()[:1])
+    trainer = trainer_lib.build(resolve(cfg), str(workdir), jax.devices()[:1])
     try:
         state = trainer_lib.run(trainer)
     finally:
@@ -63,10 +64,11 @@ def test_held_out_loss_is_every_predictions_mean_without_dropout(evaluated_run):
     """The last evaluation, recomputed from the final parameters: each held-out batch scored
     by the objective with dropout off, summed over predictions and divided by their count."""
     cfg, trainer, params, records = evaluated_run
-    model, _ = objectives.build_model(cfg, trainer.plan.objectives, num_languages=0)
+    plan = trainer.plan
+    model, _ = objectives.build_model(plan.model_config(0), plan.objectives, plan.contexts)
     quiet = without_dropout(model)
     for name in ("mmlm", "tlm"):
-        loss_fn = jax.jit(objectives.get(name).loss(cfg), static_argnums=3)
+        loss_fn = jax.jit(objectives.get(name).loss(plan.contexts[name]), static_argnums=3)
         sums = np.zeros(3)
         for batch in trainer.evaluator.batches[0]:
             loss, metrics = loss_fn(params, batch[name], jax.random.key(0), quiet)
@@ -133,8 +135,8 @@ def test_the_demo_corpus_is_evaluated_on_its_held_out_part():
     from xlpretrain.data import corpus
 
     demo = run_config(eval__every_steps=10)
-    mono, parallel = corpus.held_out_folders(demo)
+    mono, parallel = corpus.held_out_folders(resolve(demo).corpus)
     assert mono.endswith("held_out/mono") and parallel.endswith("held_out/parallel")
-    assert corpus.held_out_splits(demo, ("mono", "parallel")) == {}
+    assert corpus.held_out_splits(resolve(demo).corpus, ("mono", "parallel")) == {}
     demo.eval.mono_dir = "/elsewhere/mono"
-    assert corpus.held_out_folders(demo)[0] == "/elsewhere/mono"
+    assert corpus.held_out_folders(resolve(demo).corpus)[0] == "/elsewhere/mono"

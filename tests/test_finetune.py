@@ -26,8 +26,11 @@ from xlpretrain.model import ModelConfig, init_params
 from xlpretrain.training import config as config_lib
 from xlpretrain.training import finetuning
 from xlpretrain.training.config import ConfigError
+from xlpretrain.training.finetune_config import default_config
+from xlpretrain.training.finetune_plan import resolve_finetuning
 from xlpretrain.training.metrics import read_metrics
-from xlpretrain.training.optim import make_optimizer
+from xlpretrain.training.optim import adamw_from
+from xlpretrain.training.sections import OptimizerSettings
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 TRAIN_LANGUAGE = "spa"
@@ -97,7 +100,7 @@ TASK_SETTINGS = {
 
 
 def task_config(init_path, data_dir, **overrides):
-    cfg = finetuning.default_config()
+    cfg = default_config()
     cfg.init.path = str(init_path)
     cfg.data.dir = str(data_dir)
     for key, value in {**TASK_SETTINGS, **overrides}.items():
@@ -107,7 +110,15 @@ def task_config(init_path, data_dir, **overrides):
 
 
 def run(cfg, workdir, devices=None):
-    return finetuning.run(finetuning.build(cfg, str(workdir), devices))
+    return finetuning.run(finetuning.build(resolve_finetuning(cfg), str(workdir), devices))
+
+
+def defaults():
+    """Fine-tuning's default config, with placeholders for the paths it requires (the optimizer
+    tests read neither)."""
+    cfg = default_config()
+    cfg.init.path, cfg.data.dir = "model", "pairs"
+    return cfg
 
 
 def test_fine_tuning_from_the_cli_fits_the_training_language_and_reports_every_language(
@@ -252,7 +263,7 @@ def test_a_pair_folder_gives_each_side_its_language(veco_folder, demo_pairs, tmp
     )
     cfg = task_config(veco_folder, demo_pairs, data__train_language="en-de")
     cfg.data.eval_languages = ("en-fr",)
-    task = finetuning.load_task(cfg, model, plug_in=False)
+    task = finetuning.load_task(resolve_finetuning(cfg).data, model, plug_in=False)
     assert task.train.lang_ids == (1, 0) and task.evaluation["en-fr"].lang_ids == (1, 2)
     batch, length = task.train.batch(np.array([0])), len(task.train.rows[0])
     sides = batch["side"][0, :length]
@@ -261,7 +272,7 @@ def test_a_pair_folder_gives_each_side_its_language(veco_folder, demo_pairs, tmp
     assert finetuning.folder_languages("zh-Hant-TW") == ("zh-Hant-TW", "zh-Hant-TW")
     cfg.data.eval_languages = ("en-ru",)
     with pytest.raises(DataError, match="data folder 'en-ru': 'ru' is not among the model's"):
-        finetuning.load_task(cfg, model, plug_in=False)
+        finetuning.load_task(resolve_finetuning(cfg).data, model, plug_in=False)
 
 
 def test_plug_in_fine_tuning_of_a_cross_attention_model(veco_folder, task_dir, tmp_path):
@@ -323,9 +334,9 @@ def test_layer_wise_decay_scales_each_stacked_layer():
     grads = jax.tree.map(lambda p: rng.normal(size=p.shape).astype(np.float32), params)
 
     def updates(decay):
-        cfg = finetuning.default_config()
+        cfg = defaults()
         cfg.optim.layer_decay, cfg.optim.warmup_fraction = decay, 0.0
-        tx = finetuning.make_finetune_optimizer(cfg, params, num_layers=3)
+        tx = finetuning.make_finetune_optimizer(resolve_finetuning(cfg).optim, params, 3)
         return tx.update(grads, tx.init(params), params)[0]
 
     decayed, full = jax.jit(lambda: (updates(0.5), updates(1.0)))()
@@ -336,21 +347,23 @@ def test_layer_wise_decay_scales_each_stacked_layer():
 
 
 def test_optimizer_is_pretrainings_with_warmup_as_a_fraction():
-    """With no layer decay, the updates are pre-training's `make_optimizer`'s for the same
-    numbers, its warm-up `optim.warmup_fraction` × `train.steps` steps."""
+    """With no layer decay, the updates are pre-training's optimizer's (`adamw_from` its
+    `optim` section) for the same numbers, its warm-up `optim.warmup_fraction` × `train.steps`
+    steps."""
     params = {
         "backbone": {"encoder": {"layers": {"kernel": np.ones((2, 3, 3), np.float32)}}},
         "head_out": {"kernel": np.ones((3, 2), np.float32), "bias": np.zeros(2, np.float32)},
     }
-    cfg = finetuning.default_config()
+    cfg = defaults()
     cfg.optim.layer_decay, cfg.optim.warmup_fraction, cfg.train.steps = 1.0, 0.25, 8
+    plan = resolve_finetuning(cfg)
     pretraining = config_lib.default_config()
     pretraining.train.steps, pretraining.optim.warmup_steps = 8, 2
     for key in ("learning_rate", "b1", "b2", "eps", "weight_decay", "clip_norm"):
         pretraining.optim[key] = cfg.optim[key]
     txs = [
-        finetuning.make_finetune_optimizer(cfg, params, num_layers=2),
-        make_optimizer(pretraining),
+        finetuning.make_finetune_optimizer(plan.optim, params, num_layers=2),
+        adamw_from(OptimizerSettings.of(pretraining)),
     ]
     states = [tx.init(params) for tx in txs]
     rng = np.random.default_rng(0)
@@ -362,7 +375,7 @@ def test_optimizer_is_pretrainings_with_warmup_as_a_fraction():
         for got, want in zip(jax.tree.leaves(ours), jax.tree.leaves(theirs), strict=True):
             np.testing.assert_array_equal(got, want)
     assert all(np.abs(u).max() > 0 for u in jax.tree.leaves(ours))
-    rates = [finetuning.finetune_schedule(cfg)(s) for s in (0, 1, 2, 8)]
+    rates = [plan.optim.schedule()(s) for s in (0, 1, 2, 8)]
     np.testing.assert_allclose(rates, np.array([0, 0.5, 1, 0]) * cfg.optim.learning_rate, 1e-6)
 
 
@@ -370,27 +383,27 @@ def test_config_and_data_errors(veco_folder, task_dir, tmp_path):
     cfg = task_config(veco_folder, task_dir)
     cfg.optim.layer_decy = 0.5
     with pytest.raises(ConfigError, match="'optim.layer_decy': unknown key"):
-        finetuning.validate(cfg)
+        resolve_finetuning(cfg)
     cfg = task_config(veco_folder, task_dir)
     cfg.objectives = ml_collections.ConfigDict({"mmlm": 1.0})  # a pre-training section
     with pytest.raises(ConfigError, match="'objectives': unknown section"):
-        finetuning.validate(cfg)
+        resolve_finetuning(cfg)
     with pytest.raises(ConfigError, match="'optim.layer_decay': must be in"):
-        finetuning.validate(task_config(veco_folder, task_dir, optim__layer_decay=1.5))
+        resolve_finetuning(task_config(veco_folder, task_dir, optim__layer_decay=1.5))
     mistyped = task_config(veco_folder, task_dir).to_dict()
     mistyped["train"]["steps"] = "60"
     with pytest.raises(ConfigError, match="'train.steps': expected int"):
-        finetuning.validate(ml_collections.ConfigDict(mistyped))
+        resolve_finetuning(ml_collections.ConfigDict(mistyped))
     with pytest.raises(ConfigError, match="'train.grad_accum': data.batch_size=16 is not"):
-        finetuning.validate(task_config(veco_folder, task_dir, train__grad_accum=3))
+        resolve_finetuning(task_config(veco_folder, task_dir, train__grad_accum=3))
     with pytest.raises(ConfigError, match=r"'data.batch_size': 16 / train.grad_accum=2 = 8 rows"):
-        finetuning.check_batch_divides(
-            task_config(veco_folder, task_dir, train__grad_accum=2), {"data": 4, "fsdp": 4}
-        )
+        resolve_finetuning(
+            task_config(veco_folder, task_dir, train__grad_accum=2)
+        ).check_batch_divides({"data": 4, "fsdp": 4})
     with pytest.raises(ConfigError, match="'train.stop_at': must be -1 or in"):
-        finetuning.validate(task_config(veco_folder, task_dir, train__stop_at=61))
+        resolve_finetuning(task_config(veco_folder, task_dir, train__stop_at=61))
     with pytest.raises(ConfigError, match="'data.dir': required"):
-        finetuning.build(task_config(veco_folder, ""), str(tmp_path))
+        resolve_finetuning(task_config(veco_folder, ""))
     with pytest.raises(ConfigError, match="'model.plug_in': 'in' needs a cross-attention"):
         finetuning.resolve_plug_in("in", cross_attention=False)
     assert finetuning.resolve_plug_in("auto", cross_attention=True)

@@ -3,7 +3,6 @@ of the training corpus by line. Every line is in exactly one part; training neve
 held-out line; evaluation reads nothing else; the same holds for text folders and prepared
 stores; and a resumed run cannot silently move lines between the parts."""
 
-import functools
 import shutil
 
 import jax
@@ -16,9 +15,8 @@ from xlpretrain.data.held_out import BLOCK, LineSplit, MonolingualPart, Parallel
 from xlpretrain.data.store import StoreMonolingual, StoreParallel
 from xlpretrain.training import evaluation
 from xlpretrain.training import trainer as trainer_lib
-from xlpretrain.training.config import RESUME_NEUTRAL, ConfigError, validate
-from xlpretrain.training.optim import learning_rate_schedule
-from xlpretrain.training.workdir import check_resume
+from xlpretrain.training.config import ConfigError
+from xlpretrain.training.plan import resolve
 
 LANGUAGES = ("eng", "fra", "deu_1996", "rus")
 FRACTION = 0.2  # UDHR files have 40-50 lines: about ten held out of each
@@ -155,7 +153,7 @@ def build_reading(cfg, workdir, monkeypatch):
     of those is a line the evaluator reads."""
     monkeypatch.setattr(evaluation, "training_unigram", no_unigram)
     reads = Reads(monkeypatch)
-    trainer = trainer_lib.build(validate(cfg), str(workdir), jax.devices()[:1])
+    trainer = trainer_lib.build(resolve(cfg), str(workdir), jax.devices()[:1])
     trainer.checkpointer.close()
     return trainer, reads, reads.take()
 
@@ -219,7 +217,7 @@ def test_a_corpus_too_small_to_hold_out_a_line_says_which_key_to_set(
     cfg = udhr_run_config(eval__every_steps=4, objectives={"mmlm": 1.0})
     cfg.data.update(mono_dir=str(tmp_path / "mono"), parallel_dir="")
     with pytest.raises(ConfigError, match="eval.held_out_fraction.*holds out no line"):
-        trainer_lib.build(validate(cfg), str(tmp_path / "run"), jax.devices()[:1])
+        trainer_lib.build(resolve(cfg), str(tmp_path / "run"), jax.devices()[:1])
 
 
 @pytest.mark.parametrize(
@@ -242,11 +240,9 @@ def test_a_resumed_run_cannot_move_lines_between_training_and_evaluation(
     (tmp_path / "config.json").write_text(saved.to_json_best_effort())
     resumed = udhr_run_config(eval__every_steps=4, objectives=objectives)
     resumed.eval.update(change)
-    kinds = trainer_lib.RunPlan.from_config(resumed).sources()
-    shares = functools.partial(trainer_lib.held_out_shares, kinds=kinds)
 
     def resume():
-        check_resume(str(tmp_path), resumed, 4, RESUME_NEUTRAL, learning_rate_schedule, shares)
+        trainer_lib.check_resume(resolve(resumed), str(tmp_path), 4)
 
     if refused:
         with pytest.raises(ConfigError, match="held out"):

@@ -26,9 +26,9 @@ from transformers.models.xlm_roberta import modeling_xlm_roberta as xlm_roberta 
 from transformers.trainer_pt_utils import get_parameter_names  # noqa: E402
 
 from xlpretrain.convert import hf  # noqa: E402
-from xlpretrain.model.config import ModelConfig  # noqa: E402
 from xlpretrain.training import trainer as trainer_lib  # noqa: E402
 from xlpretrain.training.metrics import read_metrics  # noqa: E402
+from xlpretrain.training.plan import RunPlan, resolve  # noqa: E402
 
 # What XLMRobertaEmbeddings computes from the ids (a module function before transformers 5).
 HF_POSITIONS = getattr(
@@ -68,10 +68,10 @@ class Trained:
     params: dict[str, np.ndarray]
 
 
-def our_run(cfg, workdir) -> tuple[Trained, dict, list[dict]]:
+def our_run(plan: RunPlan, workdir) -> tuple[Trained, dict, list[dict]]:
     """Our trainer's run, its step-0 parameters, and the batches it trained on (its own
     builder, step by step)."""
-    trainer = trainer_lib.build(cfg, str(workdir), jax.devices()[:1])
+    trainer = trainer_lib.build(plan, str(workdir), jax.devices()[:1])
     initial = jax.device_get(trainer.training.state.params)  # before run() donates the state
     batches = [trainer.builder.map(step)["mmlm"] for step in range(STEPS)]
     try:
@@ -80,7 +80,7 @@ def our_run(cfg, workdir) -> tuple[Trained, dict, list[dict]]:
         trainer.checkpointer.close()
     records = read_metrics(str(workdir))
     assert [r["step"] for r in records] == list(range(1, STEPS + 1))
-    config = ModelConfig.from_run_config(cfg.model, num_languages=0)
+    config = plan.model
     trained = Trained(
         [r["loss"] for r in records], [r["grad_norm"] for r in records],
         hf.params_to_hf(final, config),
@@ -106,9 +106,9 @@ def hf_inputs(batch: dict, pad_id: int) -> dict:
     }
 
 
-def hf_run(cfg, params, batches) -> Trained:
+def hf_run(plan: RunPlan, params, batches) -> Trained:
     """`XLMRobertaForMaskedLM` from our exported step-0 parameters, trained as HF trains."""
-    config = ModelConfig.from_run_config(cfg.model, num_languages=0)
+    config = plan.model
     model = transformers.XLMRobertaForMaskedLM(
         transformers.XLMRobertaConfig(**hf.config_to_hf(config))
     )
@@ -120,7 +120,7 @@ def hf_run(cfg, params, batches) -> Trained:
 
     decayed = set(get_parameter_names(model, [torch.nn.LayerNorm], ["bias"]))
     named = dict(model.named_parameters())  # tied tensors once
-    o = cfg.optim
+    o = plan.optim
     groups = [
         {"params": [p for n, p in named.items() if n in decayed], "weight_decay": o.weight_decay},
         {"params": [p for n, p in named.items() if n not in decayed], "weight_decay": 0.0},
@@ -150,8 +150,9 @@ def hf_run(cfg, params, batches) -> Trained:
 def hugging_face(udhr_run_config, tmp_path_factory):
     """Our run with the full batch, and HF trained from its step-0 parameters on its batches."""
     cfg = udhr_run_config(**SETTINGS)
-    ours, params, batches = our_run(cfg, tmp_path_factory.mktemp("full"))
-    return cfg, batches, ours, hf_run(cfg, params, batches)
+    plan = resolve(cfg)
+    ours, params, batches = our_run(plan, tmp_path_factory.mktemp("full"))
+    return cfg, batches, ours, hf_run(plan, params, batches)
 
 
 def assert_same_training(ours: Trained, theirs: Trained) -> None:
@@ -176,7 +177,7 @@ def test_accumulated_gradients_match_hugging_faces_full_batch(hugging_face, tmp_
     cfg, batches, _, theirs = hugging_face
     accumulated = cfg.copy_and_resolve_references()
     accumulated.train.grad_accum = 2
-    ours, _, ours_batches = our_run(accumulated, tmp_path)
+    ours, _, ours_batches = our_run(resolve(accumulated), tmp_path)
     for a, b in zip(batches, ours_batches, strict=True):  # the same rows, split in two
         np.testing.assert_array_equal(a["input_ids"], b["input_ids"])
     assert_same_training(ours, theirs)

@@ -20,8 +20,8 @@ LAYERS = (
     ("objectives",),
     ("convert", "api", "eval"),
     ("training",),  # checkpoints, optimizer, metrics, workdir, warm start, preemption, divergence
-    ("training.config",),
-    ("training.plan", "training.step"),
+    ("training.config", "training.finetune_config"),
+    ("training.plan", "training.finetune_plan", "training.step"),
     ("training.evaluation",),
     ("training.loop",),
     ("training.trainer", "training.finetuning"),
@@ -120,3 +120,43 @@ def test_no_modules_import_each_other_in_a_circle():
     for module in sorted(graph):
         visit(module, [])
     assert not circles, "\n".join(circles)
+
+
+# The modules that read a raw config: its defaults and key checks, the plans that resolve it
+# (`training.plan.resolve`, `training.finetune_plan.resolve_finetuning`), and the command lines
+# that parse one. Everything else reads a plan's typed sections.
+CONFIG_READERS = (
+    "training.config",
+    "training.config_keys",
+    "training.finetune_config",
+    "training.stages",
+    "training.plan",
+    "training.finetune_plan",
+    "training.cli",
+)
+
+
+def imports_ml_collections(path: pathlib.Path) -> bool:
+    for node in ast.walk(ast.parse(path.read_text())):
+        names = (
+            [alias.name for alias in node.names]
+            if isinstance(node, ast.Import)
+            else [node.module or ""]
+            if isinstance(node, ast.ImportFrom)
+            else []
+        )
+        if any(name.split(".")[0] == "ml_collections" for name in names):
+            return True
+    return False
+
+
+def test_only_config_and_plan_modules_and_command_lines_import_ml_collections():
+    readers = sorted(
+        module
+        for module, path in modules().items()
+        if module and module not in CLI and imports_ml_collections(path)
+    )
+    assert set(readers) <= set(CONFIG_READERS), (
+        f"{sorted(set(readers) - set(CONFIG_READERS))} import ml_collections: read the run "
+        "plan's sections instead of the raw config"
+    )

@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from tests.tiny import mask_tokens
+from tests.tiny import mask_tokens, objective_context
 from xlpretrain import masks, objectives
 from xlpretrain.data.batch import SIDE_PLACEHOLDER, SIDE_SOURCE, SIDE_TARGET, stack_rows
 from xlpretrain.data.examples import Placeholders, monolingual_row, translation_pair_row
@@ -27,7 +27,6 @@ from xlpretrain.data.tokenizer import Tokenizer
 from xlpretrain.model import MaskedLM, ModelConfig, init_params
 from xlpretrain.model.layers import Embeddings
 from xlpretrain.objectives import ernie_m, mlm
-from xlpretrain.training.config import default_config
 
 VOCAB = 48
 MASK_ID = VOCAB - 1
@@ -221,7 +220,7 @@ def _check(influence, row, index, allowed, what):
 def camlm_probe():
     """The registered CAMLM loss; outputs: the logits of each prediction slot, from the
     states the objective hands its LM head."""
-    objective = objectives.get("camlm").loss(default_config())
+    objective = objectives.get("camlm").loss(objective_context("camlm"))
 
     def run(batch):
         objective(PARAMS, batch, jax.random.key(1), MODEL)

@@ -1,6 +1,6 @@
-"""The explicit-argument optimizer and schedule (`optim.adamw`, `optim.warmup_linear_decay`),
-which fine-tuning builds from its own numbers, are exactly what pre-training's config-reading
-`make_optimizer` and `learning_rate_schedule` build."""
+"""The optimizer section every task shares (`sections.OptimizerSettings`): the schedule of
+pre-training's warm-up steps and of fine-tuning's warm-up fraction are one schedule, and
+`adamw_from` of a run's section updates exactly as `optim.adamw` of the same numbers."""
 
 import jax
 import numpy as np
@@ -8,6 +8,9 @@ import optax
 
 from xlpretrain.training import optim
 from xlpretrain.training.config import default_config
+from xlpretrain.training.finetune_config import default_config as finetune_config
+from xlpretrain.training.plan import resolve
+from xlpretrain.training.sections import OptimizerSettings, warmup_linear_decay
 
 PARAMS = {
     "dense": {"kernel": np.ones((3, 2), np.float32), "bias": np.zeros(2, np.float32)},
@@ -15,23 +18,31 @@ PARAMS = {
 }
 
 
-def test_schedule_from_numbers_is_the_config_schedule():
+def test_warmup_steps_and_warmup_fraction_give_one_schedule():
     cfg = default_config()
     cfg.optim.learning_rate, cfg.optim.warmup_steps, cfg.train.steps = 1e-3, 3, 10
-    by_config = optim.learning_rate_schedule(cfg)
-    explicit = optim.warmup_linear_decay(1e-3, warmup_steps=3, total_steps=10)
-    assert [float(by_config(s)) for s in range(12)] == [float(explicit(s)) for s in range(12)]
-    assert explicit(3) == np.float32(1e-3) and explicit(10) == 0.0
+    tuning = finetune_config()
+    tuning.optim.learning_rate, tuning.optim.warmup_fraction, tuning.train.steps = 1e-3, 0.3, 10
+    pretraining = resolve(cfg).optim.schedule()
+    finetuning = OptimizerSettings.of(tuning).schedule()
+    explicit = warmup_linear_decay(1e-3, warmup_steps=3, total_steps=10)
+    for schedule in (pretraining, finetuning):
+        assert [float(schedule(s)) for s in range(12)] == [float(explicit(s)) for s in range(12)]
+    hand = [0.0, 1e-3 / 3, 2e-3 / 3, 1e-3, *(1e-3 * (10 - s) / 7 for s in range(4, 11)), 0.0]
+    np.testing.assert_allclose([float(explicit(s)) for s in range(12)], hand, rtol=1e-6)
 
 
-def test_adamw_from_numbers_updates_as_make_optimizer():
+def test_adamw_from_a_section_updates_as_adamw_from_numbers():
     cfg = default_config()
     cfg.train.steps, cfg.optim.warmup_steps = 10, 1
     numbers = {"b1": 0.8, "b2": 0.95, "eps": 1e-5, "weight_decay": 0.1, "clip_norm": 0.5}
     for key, value in numbers.items():
         cfg.optim[key] = value
-    by_config = optim.make_optimizer(cfg, trainable="dense")
-    explicit = optim.adamw(optim.learning_rate_schedule(cfg), **numbers, trainable="dense")
+    section = resolve(cfg).optim
+    by_config = optim.adamw_from(section, trainable="dense")
+    explicit = optim.adamw(
+        warmup_linear_decay(section.learning_rate, 1, 10), **numbers, trainable="dense"
+    )
 
     rng = np.random.default_rng(0)
     params = {"config": PARAMS, "explicit": PARAMS}

@@ -20,9 +20,7 @@ from xlpretrain.data import corpus as corpus_lib
 from xlpretrain.data.anneal import Anneal
 from xlpretrain.data.streams import MONO, PARALLEL, SEGMENT_PAIRS, StreamSpec
 from xlpretrain.data.tokenizer import Tokenizer
-from xlpretrain.training import trainer as trainer_lib
-from xlpretrain.training.config import validate
-from xlpretrain.training.plan import RunPlan
+from xlpretrain.training.plan import resolve
 
 CONFIGS = pathlib.Path(__file__).resolve().parents[1] / "configs"
 # Both kinds of rows masked harder in the first half than any objective's own rate.
@@ -69,7 +67,7 @@ def shrunk(cfg, corpus: pathlib.Path, tokenizer: pathlib.Path):
     cfg.data.update(mono_dir=str(corpus / "mono"), parallel_dir=str(corpus / "parallel"))
     cfg.tokenizer.path = str(tokenizer)
     cfg.eval.every_steps = 0  # shapes of the training batches only (configs/demo.py evaluates)
-    return validate(cfg)
+    return cfg
 
 
 def shapes(batches) -> dict:
@@ -79,12 +77,12 @@ def shapes(batches) -> dict:
     }
 
 
-def most_predictions(cfg, name: str) -> int:
+def most_predictions(cfg, plan, name: str) -> int:
     """The most tokens a row of objective `name` can have predicted, read from the config:
     max(1, round(rate · L)) for a row whose L tokens are all maskable, at the highest rate its
     rows are masked at — its own rate for each kind of corpus it reads, or `data.anneal`'s
     highest for that kind where the schedule anneals it."""
-    declared = objectives_lib.get(name).stream_spec(cfg)
+    declared = objectives_lib.get(name).stream_spec(plan.contexts[name])
     length = cfg.data.per_objective.get(name, {}).get("max_length", cfg.data.max_length)
     rates = {MONO: declared.mask_rate} if declared.kind == MONO else {PARALLEL: declared.mask_rate}
     if declared.kind == SEGMENT_PAIRS and declared.mono_fraction > 0:
@@ -101,9 +99,9 @@ def most_predictions(cfg, name: str) -> int:
 )
 def test_plan_bench_and_pipeline_batches_have_one_shape(file, arg, data, udhr, udhr_tokenizer_path):
     cfg = shrunk(shipped_config(file, arg, data), udhr, udhr_tokenizer_path)
-    plan = RunPlan.from_config(cfg)
-    corpus = corpus_lib.load_corpus(cfg, plan.sources())
-    builder = trainer_lib.batch_builder(cfg, plan, corpus, Tokenizer.load(cfg.tokenizer.path))
+    plan = resolve(cfg)
+    corpus = corpus_lib.load_corpus(plan.corpus, plan.sources())
+    builder = plan.batch_builder(corpus, Tokenizer.load(cfg.tokenizer.path))
     sharding = jax.sharding.SingleDeviceSharding(jax.devices()[0])
     rng = np.random.default_rng(0)
     for index, stage in enumerate(plan.stages):
@@ -113,7 +111,7 @@ def test_plan_bench_and_pipeline_batches_have_one_shape(file, arg, data, udhr, u
             length = cfg.data.per_objective.get(name, {}).get("max_length", cfg.data.max_length)
             assert fields["input_ids"][0] == (cfg.train.grad_accum, length), name
             (slots,) = {fields[f][0][1] for f in ("pred_positions", "pred_labels", "pred_weights")}
-            needed = most_predictions(cfg, name)  # ⌈rate · L⌉ slots: at most one to spare
+            needed = most_predictions(cfg, plan, name)  # ⌈rate · L⌉ slots: at most one to spare
             assert needed <= slots <= needed + 1, f"{name}: {slots} slots for {needed}"
         assert shapes(plan.abstract_batches(index, sharding)) == real, f"stage {index}"
         synthetic = {
@@ -140,7 +138,7 @@ def test_a_stream_needs_its_length_before_it_has_shapes():
 
 def test_stage_lookup_and_unfreezing():
     cfg = shipped_config("veco.py", "tiny")
-    plan = RunPlan.from_config(validate(cfg))
+    plan = resolve(cfg)
     second = plan.stages[1].start_step
     assert [plan.stage_index(s) for s in (1, second - 1, second)] == [0, 0, 1]
     assert plan.starts_training_others(second) and not plan.starts_training_others(second + 1)

@@ -13,6 +13,7 @@ import time
 import pytest
 
 from xlpretrain.training.metrics import read_metrics
+from xlpretrain.training.plan import resolve
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 STEPS = 12
@@ -228,4 +229,4 @@ def test_full_disk_is_named_before_the_first_step(tmp_path, monkeypatch, udhr_ru
     # wider than the tiny default, so that one checkpoint needs more than 1 MiB
     cfg = udhr_run_config(model__hidden_size=64, model__mlp_dim=128, objectives={"mmlm": 1.0})
     with pytest.raises(train_lib.WorkdirError, match=r"1\.0 MiB free, but one checkpoint"):
-        train_lib.build(cfg, str(tmp_path))
+        train_lib.build(resolve(cfg), str(tmp_path))

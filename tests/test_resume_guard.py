@@ -9,7 +9,6 @@ tests/test_train.py's (`model.mlp_dim`); here `check_resume` is called directly 
 """
 
 import dataclasses
-import functools
 import json
 from collections.abc import Callable
 
@@ -19,8 +18,8 @@ from xlpretrain.core.errors import ConfigError
 from xlpretrain.data.corpus import held_out_shares
 from xlpretrain.data.streams import MONO, PARALLEL
 from xlpretrain.training import config as pretraining
-from xlpretrain.training import finetuning
-from xlpretrain.training.optim import learning_rate_schedule
+from xlpretrain.training import finetune_config
+from xlpretrain.training.plan import corpus_settings
 from xlpretrain.training.workdir import check_resume
 
 # How a run is stopped, logged, saved, placed on devices, computed and evaluated: none of it
@@ -49,8 +48,6 @@ class Task:
     """A task's config and how it calls `check_resume`, and the keys this test holds neutral."""
 
     default_config: Callable
-    resume_neutral: tuple[str, ...]  # the task's own list
-    schedule: Callable
     neutral: tuple[str, ...]
     derived: Callable | None = None
 
@@ -58,8 +55,6 @@ class Task:
 TASKS = {
     "pretraining": Task(
         pretraining.default_config,
-        pretraining.RESUME_NEUTRAL,
-        learning_rate_schedule,
         (
             *LOOP_NEUTRAL,
             "train.profile_steps",
@@ -70,12 +65,10 @@ TASKS = {
             "init.checkpoint",  # read by a run's first start only
         ),
         # As the trainer calls it: eval.* decide the lines training reads of each kind.
-        functools.partial(held_out_shares, kinds=(MONO, PARALLEL)),
+        lambda config: held_out_shares(corpus_settings(config), (MONO, PARALLEL)),
     ),
     "finetuning": Task(
-        finetuning.default_config,
-        finetuning.RESUME_NEUTRAL,
-        finetuning.finetune_schedule,
+        finetune_config.default_config,
         LOOP_NEUTRAL,
     ),
 }
@@ -133,7 +126,8 @@ def check(task: str, key: str, value, tmp_path) -> None:
     section[name] = value
     (tmp_path / "config.json").write_text(json.dumps(saved))
     t = TASKS[task]
-    check_resume(str(tmp_path), t.default_config(), 10, t.resume_neutral, t.schedule, t.derived)
+    new = saved_json(task)  # the default config as the run's plan records it (`plan.config`)
+    check_resume(str(tmp_path), new, 10, t.derived)
 
 
 @pytest.mark.parametrize("task, key, value", CHANGES, ids=[f"{t}:{k}" for t, k, _ in CHANGES])

@@ -30,7 +30,7 @@ from xlpretrain.parallel.sharding import (
     under_mesh,
 )
 from xlpretrain.training.config import DEFAULT_LOGICAL_AXIS_RULES
-from xlpretrain.training.plan import RunPlan
+from xlpretrain.training.plan import resolve
 from xlpretrain.training.step import setup_training
 
 MOVED = tuple(
@@ -114,9 +114,9 @@ def test_the_training_step_places_each_named_activation_by_the_rules(rules):
     on a 2 × 2 × 2 mesh: each activation the model names is constrained, forward and
     backward, to exactly the mesh axes the rules give its logical axes; no other value is."""
     cfg = run_config(mesh__data=2, mesh__fsdp=2, mesh__tensor=2, mesh__rules=rules)
-    plan = RunPlan.from_config(cfg)
-    model, init = objectives.build_model(cfg, plan.objectives, num_languages=8)
-    training = setup_training(cfg, plan, model, init, make_mesh(2, 2, 2), materialize=False)
+    plan = resolve(cfg)
+    model, init = objectives.build_model(plan.model_config(8), plan.objectives, plan.contexts)
+    training = setup_training(plan, model, init, make_mesh(2, 2, 2), materialize=False)
     batches = plan.abstract_batches(0, training.batch_sharding)
     jaxpr = training.step_fns[0].trace(training.state, batches).jaxpr.jaxpr
     named = {

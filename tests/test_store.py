@@ -25,6 +25,7 @@ from xlpretrain.data.streams import MONO, PARALLEL, SEGMENT_PAIRS, StreamSpec
 from xlpretrain.data.tokenizer import Tokenizer
 from xlpretrain.training import trainer as trainer_lib
 from xlpretrain.training.metrics import read_metrics
+from xlpretrain.training.plan import resolve
 
 LANGUAGES = ("eng", "deu_1996", "fra", "rus", "cmn_hans", "arb")
 SHARD_MB = 4 / 1024  # about 4 KB of input per shard: several shards per file
@@ -262,7 +263,7 @@ def test_prepare_train_and_resume_on_the_store_equal_training_on_the_folders(
 
     def train(workdir, **overrides):
         cfg = run_config(data__max_line_bytes=1000, model__vocab_size=1002, **overrides)
-        trainer = trainer_lib.build(cfg, str(workdir), jax.devices()[:1])
+        trainer = trainer_lib.build(resolve(cfg), str(workdir), jax.devices()[:1])
         try:
             trainer_lib.run(trainer)
         finally:

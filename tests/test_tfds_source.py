@@ -23,6 +23,7 @@ tfds = pytest.importorskip("tensorflow_datasets", reason=EXTRA)
 pytest.importorskip("importlib_resources", reason=EXTRA)  # TFDS's builds need it (setup.py)
 
 from xlpretrain.data.tfds_source import TfdsMonolingualSource, TfdsParallelSource  # noqa: E402
+from xlpretrain.training.plan import corpus_settings  # noqa: E402
 
 MAX_BYTES = 1000
 DOCS = [  # (language, text): records 2, 3, 5 and 8 are bad
@@ -285,14 +286,14 @@ def test_run_config_selects_tfds_sources(data_dir):
     cfg.data.parallel_tfds.data_dir = str(data_dir)
     cfg.data.parallel_tfds.pair = "de-en"
     cfg.data.max_line_bytes = MAX_BYTES
-    corpus = corpus_lib.load_corpus(cfg, {MONO: ["mmlm"], PARALLEL: ["tlm"]})
+    corpus = corpus_lib.load_corpus(corpus_settings(cfg), {MONO: ["mmlm"], PARALLEL: ["tlm"]})
     assert isinstance(corpus.mono, TfdsMonolingualSource)
     assert isinstance(corpus.parallel, TfdsParallelSource)
     assert corpus.parallel.line(("de", "en"), 1) == ("Danke.", "Thank you.")
     assert {"de", "en"} <= set(corpus.languages)
     cfg.data.mono_dir = "/some/folder"
     with pytest.raises(ConfigError, match="data.mono_tfds.name"):
-        corpus_lib.load_corpus(cfg, {MONO: ["mmlm"]})
+        corpus_lib.load_corpus(corpus_settings(cfg), {MONO: ["mmlm"]})
 
 
 def test_prepare_stores_tfds_records_as_the_sources_read_them(mono, parallel, data_dir, tmp_path):

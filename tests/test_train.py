@@ -20,6 +20,7 @@ from xlpretrain.training.checkpoint import CheckpointError, CheckpointMismatchEr
 from xlpretrain.training.config import ConfigError, default_config
 from xlpretrain.training.divergence import DivergenceError
 from xlpretrain.training.metrics import read_metrics
+from xlpretrain.training.plan import resolve
 
 
 def losses(workdir):
@@ -27,7 +28,7 @@ def losses(workdir):
 
 
 def run(cfg, workdir, devices=None):
-    trainer = trainer_lib.build(cfg, str(workdir), devices)
+    trainer = trainer_lib.build(resolve(cfg), str(workdir), devices)
     try:
         return trainer_lib.run(trainer)
     finally:
@@ -123,9 +124,9 @@ def test_stop_and_resume_on_the_same_mesh_is_exact(reference, udhr_run_config, t
     assert f"to continue to step {STEPS}: run the same command again, without" in caplog.text
     assert "next: python -m xlpretrain.convert" not in caplog.text
     assert f"train.stop_at=3; to continue to step {STEPS}: run" in trainer_lib.finished(
-        udhr_run_config(train__stop_at=3), str(tmp_path)
+        resolve(udhr_run_config(train__stop_at=3)), str(tmp_path)
     )
-    assert trainer_lib.finished(udhr_run_config(), str(tmp_path)) is None
+    assert trainer_lib.finished(resolve(udhr_run_config()), str(tmp_path)) is None
     run(udhr_run_config(), tmp_path, devices)
     got = losses(tmp_path)
     for step in range(1, STEPS + 1):
@@ -220,8 +221,8 @@ def test_nan_loss_halts_without_corrupting_the_state(udhr_run_config, tmp_path, 
 
     real = objectives.REGISTRY["mmlm"]
 
-    def poisoned(cfg):
-        loss_fn = real.loss(cfg)
+    def poisoned(context):
+        loss_fn = real.loss(context)
 
         def nan_loss(params, batch, rng, model):
             loss, metrics = loss_fn(params, batch, rng, model)
@@ -235,7 +236,7 @@ def test_nan_loss_halts_without_corrupting_the_state(udhr_run_config, tmp_path, 
         train__checkpoint_every=3,
         train__max_bad_steps=3,
     )
-    trainer = trainer_lib.build(cfg, str(tmp_path), jax.devices()[:1])
+    trainer = trainer_lib.build(resolve(cfg), str(tmp_path), jax.devices()[:1])
     with pytest.raises(DivergenceError, match=r"not finite in 3 consecutive steps \(1-3"):
         trainer_lib.run(trainer)
     trainer.checkpointer.close()
@@ -243,7 +244,7 @@ def test_nan_loss_halts_without_corrupting_the_state(udhr_run_config, tmp_path, 
 
     # train.max_bad_steps=0: every update is skipped, counted, and the state stays as it was
     cfg = udhr_run_config(train__log_every=2, train__steps=4, train__max_bad_steps=0)
-    trainer = trainer_lib.build(cfg, str(tmp_path / "going_on"), jax.devices()[:1])
+    trainer = trainer_lib.build(resolve(cfg), str(tmp_path / "going_on"), jax.devices()[:1])
     initial = jax.device_get(trainer.training.state.params)
     state = trainer_lib.run(trainer)
     trainer.checkpointer.close()
@@ -261,7 +262,7 @@ def test_unknown_objective_weight_key_and_language_mismatch(udhr, udhr_run_confi
     cfg.data.mono_dir = str(small)
     cfg.train.resume_with_changes = True  # past the config check: the languages are checked
     with pytest.raises(ValueError, match="languages differ"):
-        trainer_lib.build(cfg, str(tmp_path), jax.devices()[:1])
+        trainer_lib.build(resolve(cfg), str(tmp_path), jax.devices()[:1])
 
 
 def test_the_demo_learns_what_a_unigram_model_cannot(tmp_path):
@@ -412,7 +413,7 @@ def test_warm_start_from_a_converted_checkpoint(
     cfg.tokenizer.path = ""  # the checkpoint's tokenizer comes with it
     cfg.model.language_embeddings = True  # a parameter XLM-R does not have
     with caplog.at_level("INFO", logger="xlpretrain"):
-        trainer = trainer_lib.build(cfg, str(tmp_path / "run"), jax.devices()[:1])
+        trainer = trainer_lib.build(resolve(cfg), str(tmp_path / "run"), jax.devices()[:1])
     trainer.checkpointer.close()
     params = jax.device_get(trainer.training.state.params)
     np.testing.assert_array_equal(
@@ -428,14 +429,14 @@ def test_warm_start_from_a_converted_checkpoint(
     cfg.model.language_embeddings = False
     cfg.model.vocab_size = 2002  # the checkpoint's tokenizer has 1002 ids
     with pytest.raises(ConfigError, match="model.vocab_size"):
-        trainer_lib.build(cfg, str(tmp_path / "other"), jax.devices()[:1])
+        trainer_lib.build(resolve(cfg), str(tmp_path / "other"), jax.devices()[:1])
     bigger = ModelConfig.from_run_config(cfg.model, 0)
     fresh = jax.device_get(nn.unbox(init_params(bigger, jax.random.key(0))))
     with pytest.raises(WarmStartError, match="vocabulary of 1002 ids"):
         warm_start.merge(fresh, bigger, folder.read(tmp_path / "xlmr"), "xlmr")
     cfg.init.checkpoint = str(tmp_path / "nowhere")
     with pytest.raises(ConfigError, match="init.checkpoint"):
-        trainer_lib.build(cfg, str(tmp_path / "third"), jax.devices()[:1])
+        trainer_lib.build(resolve(cfg), str(tmp_path / "third"), jax.devices()[:1])
 
 
 def test_first_update_after_unfreezing_is_a_fresh_adam_step():
@@ -445,14 +446,14 @@ def test_first_update_after_unfreezing_is_a_fresh_adam_step():
     With `restart_moments` it is exactly a fresh run's first update."""
     import optax
 
-    from xlpretrain.training.optim import make_optimizer, restart_moments
+    from xlpretrain.training.optim import adamw_from, restart_moments
 
     cfg = default_config()
     cfg.train.steps, cfg.optim.warmup_steps = 5000, 0
     cfg.optim.b2, cfg.optim.weight_decay, cfg.optim.clip_norm = 0.999, 0.0, 0.0
     params = {"cross": jnp.ones((4,)), "body": jnp.ones((4,))}
     grads = {"cross": jnp.full((4,), 0.3), "body": jnp.full((4,), -0.2)}
-    first, joint = make_optimizer(cfg, "cross"), make_optimizer(cfg, "")
+    first, joint = adamw_from(resolve(cfg).optim, "cross"), adamw_from(resolve(cfg).optim, "")
 
     @jax.jit
     def phase_one(state):
@@ -461,7 +462,7 @@ def test_first_update_after_unfreezing_is_a_fresh_adam_step():
     old = phase_one(first.init(params))
     stale, _ = joint.update(grads, old, params)
     restarted, _ = joint.update(grads, restart_moments(old), params)
-    fresh, _ = make_optimizer(cfg, "").update(grads, joint.init(params), params)
+    fresh, _ = adamw_from(resolve(cfg).optim, "").update(grads, joint.init(params), params)
     rate = optax.tree.norm(fresh["body"]) / 2  # |update| = lr per element, 4 elements
     np.testing.assert_allclose(restarted["body"], fresh["body"] * _lr_ratio(cfg, 1000), rtol=1e-5)
     assert np.abs(restarted["body"]).max() <= rate * (1 + 1e-5)
@@ -469,9 +470,8 @@ def test_first_update_after_unfreezing_is_a_fresh_adam_step():
 
 
 def _lr_ratio(cfg, step: int) -> float:
-    from xlpretrain.training.optim import learning_rate_schedule
 
-    schedule = learning_rate_schedule(cfg)
+    schedule = resolve(cfg).optim.schedule()
     return float(schedule(step) / schedule(0))
 
 
@@ -486,7 +486,7 @@ def test_training_restarts_adam_where_a_stage_unfreezes_parameters(udhr_run_conf
         {"start_step": 0, "objectives": {"mmlm": 1.0}, "trainable": "lm_head"},
         {"start_step": 3, "objectives": {"mmlm": 1.0}, "trainable": ""},
     )
-    trainer = trainer_lib.build(cfg, str(tmp_path), jax.devices()[:1])
+    trainer = trainer_lib.build(resolve(cfg), str(tmp_path), jax.devices()[:1])
     try:
         state = trainer_lib.run(trainer)
     finally:

@@ -21,8 +21,9 @@ from xlpretrain.data.tokenizer import Tokenizer
 from xlpretrain.model import MaskedLM, ModelConfig, init_params
 from xlpretrain.model.layers import Embeddings
 from xlpretrain.objectives import veco
-from xlpretrain.training.config import default_config, validate
-from xlpretrain.training.optim import make_optimizer
+from xlpretrain.training.config import default_config
+from xlpretrain.training.optim import adamw_from
+from xlpretrain.training.plan import resolve
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "configs"))
 import veco as veco_configs  # noqa: E402
@@ -146,7 +147,7 @@ def test_first_phase_updates_only_the_cross_attention():
     cfg = default_config()
     cfg.optim.weight_decay = 0.1  # frozen parameters must not even decay
     cfg.optim.warmup_steps = 0
-    optimizer = make_optimizer(cfg, trainable="cross_attention")
+    optimizer = adamw_from(resolve(cfg).optim, "cross_attention")
     objective = veco.make_veco("veco")
     grads = jax.grad(lambda p: objective(p, BATCH, jax.random.key(0), MaskedLM(CFG))[0])(PARAMS)
     state = optimizer.init(PARAMS)
@@ -162,7 +163,9 @@ def test_first_phase_updates_only_the_cross_attention():
         else:
             np.testing.assert_array_equal(old, updated, err_msg=name)
     # the same state structure as the all-trainable second phase
-    assert jax.tree.structure(state) == jax.tree.structure(make_optimizer(cfg).init(PARAMS))
+    assert jax.tree.structure(state) == jax.tree.structure(
+        adamw_from(resolve(cfg).optim).init(PARAMS)
+    )
 
 
 def test_segment_pair_rows(udhr, udhr_tokenizer_path):
@@ -209,7 +212,7 @@ def test_segment_pair_rows(udhr, udhr_tokenizer_path):
 )
 def test_configs_match_table_8(size, layers, hidden, heads, ffn, lr, b2):
     cfg = veco_configs.get_config(size)
-    validate(cfg)
+    resolve(cfg)
     m, o = cfg.model, cfg.optim
     assert (m.num_layers, m.hidden_size, m.num_heads, m.mlp_dim) == (layers, hidden, heads, ffn)
     assert m.cross_attention and not m.language_embeddings

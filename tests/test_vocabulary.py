@@ -10,7 +10,8 @@ import pytest
 
 from tests.tiny import prepare_store, udhr_subset
 from xlpretrain.training import trainer as trainer_lib
-from xlpretrain.training.config import ConfigError, validate
+from xlpretrain.training.config import ConfigError
+from xlpretrain.training.plan import resolve
 
 
 @pytest.fixture(scope="module")
@@ -25,26 +26,28 @@ def store_config(udhr_run_config, store, vocab_size):
     cfg = udhr_run_config(model__vocab_size=vocab_size)
     cfg.data.update(mono_dir="", parallel_dir="", store=str(store))
     cfg.tokenizer.path = ""
-    return validate(cfg)
+    return cfg
 
 
 def test_a_store_sets_the_vocabulary_of_a_model_left_to_it(udhr_run_config, store, tmp_path):
     workdir = tmp_path / "run"
-    trainer = trainer_lib.build(store_config(udhr_run_config, store, 0), str(workdir))
+    trainer = trainer_lib.build(resolve(store_config(udhr_run_config, store, 0)), str(workdir))
     trainer.checkpointer.close()
-    assert trainer.cfg.model.vocab_size == 1002
+    assert trainer.plan.model.vocab_size == 1002
     rows = {leaf.shape[0] for leaf in jax.tree.leaves(trainer.training.state.params)}
     assert 1024 in rows and 8064 not in rows  # 1002 ids padded to a multiple of 128
     # The workdir records the size, so an export or `xlpretrain.load` reads a whole model,
     # and a resumed run that again leaves it to the tokenizer changes nothing.
     assert json.loads((workdir / "config.json").read_text())["model"]["vocab_size"] == 1002
-    again = trainer_lib.build(store_config(udhr_run_config, store, 0), str(workdir))
+    again = trainer_lib.build(resolve(store_config(udhr_run_config, store, 0)), str(workdir))
     again.checkpointer.close()
 
 
 def test_a_size_the_tokenizer_does_not_have_names_the_flag(udhr_run_config, store, tmp_path):
     with pytest.raises(ConfigError) as error:
-        trainer_lib.build(store_config(udhr_run_config, store, 8002), str(tmp_path / "run"))
+        trainer_lib.build(
+            resolve(store_config(udhr_run_config, store, 8002)), str(tmp_path / "run")
+        )
     message = str(error.value)
     assert message.startswith("config key 'model.vocab_size': 8002, but the tokenizer ")
     assert "has 1002 ids: set --config.model.vocab_size=1002 (or 0" in message
@@ -54,14 +57,14 @@ def test_a_run_that_trains_its_tokenizer_needs_a_size(udhr_run_config, tmp_path)
     cfg = udhr_run_config(model__vocab_size=0)
     cfg.tokenizer.path = ""
     with pytest.raises(ConfigError, match="'model.vocab_size': 0 takes the size of the run's"):
-        trainer_lib.build(validate(cfg), str(tmp_path / "run"))
+        trainer_lib.build(resolve(cfg), str(tmp_path / "run"))
 
 
 def test_a_size_the_sample_cannot_give_names_the_key(udhr_run_config, tmp_path):
     cfg = udhr_run_config(model__vocab_size=40)  # fewer ids than the sample's characters
     cfg.tokenizer.path = ""
     with pytest.raises(ConfigError, match=r"'model.vocab_size': vocab_size=40 is too small .* >="):
-        trainer_lib.build(validate(cfg), str(tmp_path / "run"))
+        trainer_lib.build(resolve(cfg), str(tmp_path / "run"))
 
 
 def test_programs_without_a_workdir_size_the_model_from_the_tokenizer_they_name(
@@ -70,25 +73,22 @@ def test_programs_without_a_workdir_size_the_model_from_the_tokenizer_they_name(
     """`bench` and `aot` build the model with no workdir: 0 takes `tokenizer.path`'s size, and
     a `tokenizer.model` that happens to lie in the current folder is not theirs."""
     from xlpretrain import aot
-    from xlpretrain.data.corpus import with_vocab_size
 
     cfg = udhr_run_config(model__vocab_size=0)
-    assert with_vocab_size(cfg, workdir=None).model.vocab_size == 1002
+    assert resolve(cfg).sized(workdir=None).model.vocab_size == 1002
     cfg.tokenizer.path = ""
     shutil.copy(udhr_tokenizer_path, tmp_path / "tokenizer.model")
     monkeypatch.chdir(tmp_path)
     with pytest.raises(ConfigError, match="'model.vocab_size': 0 takes the size"):
-        aot.size_step(cfg, 1)
+        aot.size_step(resolve(cfg), 1)
 
 
 def test_a_missing_tokenizer_is_named_by_the_key_that_points_to_it(udhr_run_config, tmp_path):
-    from xlpretrain.data.corpus import with_vocab_size
-
     cfg = udhr_run_config(model__vocab_size=0)
     cfg.tokenizer.path = ""
     cfg.data.update(mono_dir="", parallel_dir="", store=str(tmp_path / "no_store"))
     with pytest.raises(ConfigError, match="config key 'data.store': no file .*no_store"):
-        with_vocab_size(cfg, workdir=None)
+        resolve(cfg).sized(workdir=None)
     cfg.data.store, cfg.init.checkpoint = "", str(tmp_path)
     with pytest.raises(ConfigError, match=f"{tmp_path} has no tokenizer.model"):
-        with_vocab_size(cfg, workdir=None)
+        resolve(cfg).sized(workdir=None)

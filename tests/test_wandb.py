@@ -9,12 +9,13 @@ import jax
 import pytest
 
 from xlpretrain.training import trainer as trainer_lib
-from xlpretrain.training.config import ConfigError, validate
+from xlpretrain.training.config import ConfigError
 from xlpretrain.training.metrics import read_metrics
+from xlpretrain.training.plan import resolve
 
 
 def train(cfg, workdir) -> None:
-    trainer = trainer_lib.build(cfg, str(workdir), jax.devices()[:1])
+    trainer = trainer_lib.build(resolve(cfg), str(workdir), jax.devices()[:1])
     try:
         trainer_lib.run(trainer)
     finally:
@@ -52,4 +53,4 @@ def test_a_project_without_wandb_installed_is_a_config_error(udhr_run_config, mo
     with pytest.raises(
         ConfigError, match=r"train.wandb_project.*pip install wandb \(the wandb extra\)"
     ):
-        validate(udhr_run_config(train__wandb_project="p"))
+        resolve(udhr_run_config(train__wandb_project="p"))

@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from tests.tiny import model_config, step_batch_builder
+from tests.tiny import model_config, objective_context, step_batch_builder
 from xlpretrain import masks, objectives
 from xlpretrain.data.folders import MonolingualSource, ParallelSource
 from xlpretrain.data.masking import BERT_CORRUPTION, MASK_ONLY
@@ -19,7 +19,8 @@ from xlpretrain.model import ModelConfig
 from xlpretrain.model.config import ModelFamily, generator_config
 from xlpretrain.model.electra import ElectraPretrainer, init_electra_params
 from xlpretrain.objectives import electra
-from xlpretrain.training.config import ConfigError, default_config, validate
+from xlpretrain.training.config import ConfigError, default_config
+from xlpretrain.training.plan import resolve
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "configs"))
 import xlm_e as xlm_e_configs  # noqa: E402
@@ -161,8 +162,8 @@ def test_discriminator_loss_is_the_mean_over_every_real_token():
     # Row 0 samples 9 at slot 2 (the original: not replaced) and 30 at slot 4; row 1 samples
     # 17 at slot 1; row 1's second slot is empty.
     model = KnownLogits([[9, 30], [17, 3]], disc_logits, CFG.vocab_size)
-    cfg = default_config()
-    _, metrics = objectives.get("mrtd").loss(cfg)(PARAMS, RTD_BATCH, jax.random.key(0), model)
+    loss_fn = objectives.get("mrtd").loss(objective_context("mrtd"))
+    _, metrics = loss_fn(PARAMS, RTD_BATCH, jax.random.key(0), model)
     np.testing.assert_array_equal(
         model.corrupted, [[0, 5, 9, 7, 30, 2, 1, 1], [0, 17, 8, 2, 1, 1, 1, 1]]
     )
@@ -182,7 +183,7 @@ def test_lambda_is_50_by_default_and_in_every_shipped_xlm_e_config():
         assert xlm_e_configs.get_config(size).xlm_e.disc_weight == 50.0, size
     model = KnownLogits([[9, 30], [17, 3]], np.ones(RTD_IDS.shape), CFG.vocab_size)
     for name in ("mrtd", "trtd"):
-        total, metrics = objectives.get(name).loss(default_config())(
+        total, metrics = objectives.get(name).loss(objective_context(name))(
             PARAMS, RTD_BATCH, jax.random.key(0), model
         )
         generator = "gen_mlm" if name == "mrtd" else "gen_tlm"
@@ -195,15 +196,17 @@ def test_lambda_is_50_by_default_and_in_every_shipped_xlm_e_config():
 
 def test_generator_slots_of_pipeline_rtd_batches_are_all_mask(udhr, udhr_tokenizer_path):
     """XLM-E's x^masked replaces every token of M with [MASK]; MLM streams keep 80/10/10."""
-    cfg = default_config()
     for name, objective in objectives.REGISTRY.items():
         expected = MASK_ONLY if objective.family is ModelFamily.ELECTRA else BERT_CORRUPTION
-        assert objective.stream(cfg).corruption == expected, name
+        assert objective.stream_spec(objective_context(name)).corruption == expected, name
     tokenizer = Tokenizer.load(udhr_tokenizer_path)
     mono = MonolingualSource.from_dir(udhr / "mono", languages=["007", "008", "009"])
     parallel = ParallelSource.from_dir(udhr / "parallel", pairs=[("eng", "007")])
     corpus = Corpus(mono, parallel, language_vocabulary(mono, parallel))
-    streams = {name: objectives.get(name).stream(cfg) for name in ("mrtd", "trtd", "mmlm")}
+    streams = {
+        name: objectives.get(name).stream_spec(objective_context(name)).at_length(128)
+        for name in ("mrtd", "trtd", "mmlm")
+    }
     builder = step_batch_builder(corpus, tokenizer, streams, 8)
     shown = {"mask": 0, "random": 0, "kept": 0}
     for step in range(12):
@@ -230,12 +233,12 @@ def test_rtd_does_not_mix_with_masked_lm_objectives():
     cfg = default_config()
     cfg.objectives = {"mrtd": 1.0, "mmlm": 1.0}
     with pytest.raises(ConfigError, match="model families do not mix"):
-        validate(cfg)
+        resolve(cfg)
 
 
 def test_base_config_matches_table_6():
     cfg = xlm_e_configs.get_config("base")
-    validate(cfg)
+    resolve(cfg)
     m, o, x = cfg.model, cfg.optim, cfg.xlm_e
     assert (m.num_layers, m.hidden_size, m.mlp_dim, m.num_heads) == (12, 768, 3072, 12)
     gen = generator_config(ModelConfig.from_run_config(m, 0), x.generator_layers, x.generator_width)

@@ -24,7 +24,9 @@ from xlpretrain.data.pipeline import Corpus, StepBatchBuilder
 from xlpretrain.data.streams import Phase, StreamSpec
 from xlpretrain.data.tokenizer import Tokenizer
 from xlpretrain.model.config import ModelConfig
-from xlpretrain.training.config import default_config, validate
+from xlpretrain.objectives.declaration import Context
+from xlpretrain.training.config import default_config
+from xlpretrain.training.plan import resolve
 
 STEPS = 8  # run_config's train.steps
 
@@ -34,10 +36,10 @@ def run_config(
     tokenizer: pathlib.Path | None = None,
     **overrides,
 ) -> ml_collections.ConfigDict:
-    """A validated tiny pre-training run: `STEPS` steps of 8 rows × 32 tokens, MMLM + TLM at
-    0.5, a 2-layer encoder 32 wide (4 heads, FFN 64, dropout 0.1) over the 1002 ids of the
-    tests' UDHR tokenizer, learning rate 1e-3 after 2 warm-up steps, metrics every step and
-    synchronous checkpoints (every 100 steps: none unless asked for).
+    """A tiny pre-training run, checked by resolving its plan: `STEPS` steps of 8 rows × 32
+    tokens, MMLM + TLM at 0.5, a 2-layer encoder 32 wide (4 heads, FFN 64, dropout 0.1) over
+    the 1002 ids of the tests' UDHR tokenizer, learning rate 1e-3 after 2 warm-up steps,
+    metrics every step and synchronous checkpoints (every 100 steps: none unless asked for).
 
     `corpus`: a folder with `mono/` and `parallel/` (default: the built-in demo corpus);
     `tokenizer`: a SentencePiece model (default: one trained on the corpus at start-up).
@@ -61,7 +63,18 @@ def run_config(
             cfg[section][name] = value
         else:
             cfg[section] = value
-    return validate(cfg)
+    resolve(cfg)  # refused here as a run would refuse it
+    return cfg
+
+
+def objective_context(name: str) -> Context:
+    """Objective `name`'s typed settings as the default config resolves them: the objective
+    alone in a run, on a model with what any objective requires (cross-attention, language
+    embeddings)."""
+    cfg = default_config()
+    cfg.objectives.mmlm, cfg.objectives[name] = 0.0, 1.0
+    cfg.model.update(cross_attention=True, language_embeddings=True)
+    return resolve(cfg).contexts[name]
 
 
 def model_config(**overrides) -> ModelConfig:

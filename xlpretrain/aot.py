@@ -31,8 +31,12 @@ import os
 import re
 import sys
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 from xlpretrain.core import programs
+
+if TYPE_CHECKING:  # JAX is imported once the environment names its devices (`main`)
+    from xlpretrain.training.plan import RunPlan
 
 GIB = 2**30
 # Memory per device (GiB as the vendors state it, in GB → GiB).
@@ -78,32 +82,26 @@ def topology_devices(name: str) -> list:
         ) from error
 
 
-def size_step(cfg, devices: int | list) -> dict:
-    """Per-device memory of the config's train step compiled for `devices`: a number of fake
+def size_step(plan: RunPlan, devices: int | list) -> dict:
+    """Per-device memory of the plan's train step compiled for `devices`: a number of fake
     CPU devices, or the devices of a TPU topology (`topology_devices`)."""
     import jax
 
     from xlpretrain import objectives as objectives_lib
-    from xlpretrain.data.corpus import with_vocab_size
-    from xlpretrain.parallel.sharding import make_mesh
-    from xlpretrain.training.config import validate
-    from xlpretrain.training.plan import RunPlan
     from xlpretrain.training.step import setup_training
 
-    validate(cfg)
-    cfg = with_vocab_size(cfg, workdir=None)
+    plan = plan.sized(workdir=None)
     if isinstance(devices, int):
         if jax.device_count() < devices:
             raise ValueError(f"--devices {devices}: only {jax.device_count()} devices are visible")
         devices = jax.devices()[:devices]
     platform = devices[0].platform
-    plan = RunPlan.from_config(cfg)
     last = len(plan.stages) - 1  # a staged run's last stage: every objective it adds
     model, init_params = objectives_lib.build_model(
-        cfg, plan.objectives, num_languages=8, kernel_platform=platform
+        plan.model_config(num_languages=8, kernel_platform=platform), plan.objectives, plan.contexts
     )
-    mesh = make_mesh(cfg.mesh.data, cfg.mesh.fsdp, cfg.mesh.tensor, devices)
-    training = setup_training(cfg, plan, model, init_params, mesh, materialize=False)
+    mesh = plan.mesh.make(devices)
+    training = setup_training(plan, model, init_params, mesh, materialize=False)
     batch = plan.abstract_batches(last, training.batch_sharding)
     lowered = training.step_fns[last].lower(training.state, batch)
     refused, kernels = False, None
@@ -236,13 +234,15 @@ def main(argv: list[str] | None = None) -> None:
     from ml_collections import config_flags
 
     from xlpretrain.training import cli
+    from xlpretrain.training.plan import resolve
 
     config_flags.DEFINE_config_file("config", None, "Config file.")
     cli.parse_flags([sys.argv[0], f"--config={args.config}", *overrides])
     cfg = flags.FLAGS.config
     if args.mesh:
         cfg.mesh.data, cfg.mesh.fsdp, cfg.mesh.tensor = args.mesh
-    report = size_step(cfg, topology_devices(args.topology) if args.topology else args.devices)
+    devices = topology_devices(args.topology) if args.topology else args.devices
+    report = size_step(resolve(cfg), devices)
     print(json.dumps(report) if args.json else format_report(report))
 
 

@@ -16,7 +16,7 @@ from ml_collections import config_flags
 from xlpretrain.core import programs
 from xlpretrain.parallel import distributed
 from xlpretrain.training import cli
-from xlpretrain.training.config import validate
+from xlpretrain.training.plan import RunPlan, resolve
 from xlpretrain.training.trainer import Trainer, build, finished, run
 
 
@@ -27,17 +27,17 @@ def main(argv: list[str]) -> None:
         distributed.initialize()
     cfg, workdir = FLAGS.config, os.path.abspath(FLAGS.workdir)
 
-    def start() -> Trainer | None:
-        if (done := finished(cfg, workdir)) is not None:
+    def start(plan: RunPlan) -> Trainer | None:
+        if (done := finished(plan, workdir)) is not None:
             cli.log.info("%s", done)
             return None
-        return build(cfg, workdir)
+        return build(plan, workdir)
 
     def train(trainer: Trainer | None) -> None:
         if trainer is not None:
             run(trainer)
 
-    cli.run_task(workdir, lambda: validate(cfg), start, train, "train.log")
+    cli.run_task(workdir, lambda: resolve(cfg), start, train, "train.log")
 
 
 def define_flags() -> None:

@@ -25,6 +25,7 @@ from xlpretrain.bench.step import benchmark, pipeline_benchmark
 from xlpretrain.core import programs
 from xlpretrain.objectives.flops import FLOP_FORMULA
 from xlpretrain.training import cli
+from xlpretrain.training.plan import resolve
 
 
 def main(argv: list[str]) -> None:
@@ -34,8 +35,9 @@ def main(argv: list[str]) -> None:
         from xlpretrain.bench import gpu_suite
 
         sys.exit(gpu_suite.main(FLAGS.out, FLAGS.steps, FLAGS.warmup))
+    plan = resolve(FLAGS.config)
     if FLAGS.attention:
-        model = FLAGS.config.model
+        model = plan.model
         report = attention_benchmark(
             FLAGS.attention_impls or default_attention_impls(),
             [int(length) for length in FLAGS.attention_lengths],
@@ -50,24 +52,22 @@ def main(argv: list[str]) -> None:
     if FLAGS.store_gb:
         from xlpretrain.bench import store as bench_store
 
-        if not (FLAGS.workdir and FLAGS.config.tokenizer.path):
+        if not (FLAGS.workdir and plan.corpus.tokenizer_path):
             raise ValueError(
                 "--store_gb needs --workdir (the stores are kept there) and "
                 "--config.tokenizer.path (the ids' tokenizer, e.g. a run's tokenizer.model)"
             )
         sizes = [float(size) for size in FLAGS.store_gb]
-        rows = bench_store.store_benchmark(
-            FLAGS.config, sizes, FLAGS.workdir, FLAGS.config.tokenizer.path, FLAGS.steps
-        )
+        rows = bench_store.store_benchmark(plan, sizes, FLAGS.workdir, FLAGS.steps)
         print(json.dumps(rows) if FLAGS.json else "\n".join(bench_store.format_rows(rows)))
         return
-    result = benchmark(FLAGS.config, FLAGS.steps, FLAGS.warmup, FLAGS.peak_tflops)
+    result = benchmark(plan, FLAGS.steps, FLAGS.warmup, FLAGS.peak_tflops)
     if FLAGS.pipeline:
         with tempfile.TemporaryDirectory() as scratch:  # a tokenizer trained for the run
-            result.update(pipeline_benchmark(FLAGS.config, FLAGS.steps, FLAGS.workdir or scratch))
+            result.update(pipeline_benchmark(plan, FLAGS.steps, FLAGS.workdir or scratch))
         result["pipeline_vs_step"] = result["pipeline_tokens_per_s"] / result["tokens_per_s"]
     if FLAGS.peer:
-        result["peer"] = peer_benchmark(FLAGS.config, FLAGS.steps, FLAGS.warmup, FLAGS.peer_modes)
+        result["peer"] = peer_benchmark(plan, FLAGS.steps, FLAGS.warmup, FLAGS.peer_modes)
         result["peer_ratio"] = {
             mode: result["tokens_per_s"] / run["tokens_per_s"]
             for mode, run in result["peer"]["modes"].items()

@@ -14,12 +14,11 @@ import os
 import tempfile
 from collections.abc import Iterator, Sequence
 
-import ml_collections
-
 from xlpretrain.bench import attention as bench_attention
 from xlpretrain.bench import peer as bench_peer
 from xlpretrain.bench import step as bench
 from xlpretrain.training import cli
+from xlpretrain.training.plan import RunPlan, resolve
 
 # The input pipeline on this host's CPUs: a synthetic store of PIPELINE_GB GB, MMLM rows of
 # 512 tokens, 32 a step, PIPELINE_STEPS steps per `data.num_workers` in PIPELINE_WORKERS. The
@@ -31,25 +30,25 @@ ATTENTION_LENGTHS = (512, 2048)
 ATTENTION_MASKS = ("unmasked", "mmlm", "tlm", "camlm")
 
 
-def xlmr_base(attention: str, flash_tiles: str = "") -> ml_collections.ConfigDict:
-    """``configs/xlmr.py:base`` at the measured shape (32 × 512, bf16) with ``attention``
-    (cuDNN's has no dropout, so its run has no attention dropout)."""
+def xlmr_base(attention: str, flash_tiles: str = "") -> RunPlan:
+    """The plan of ``configs/xlmr.py:base`` at the measured shape (32 × 512, bf16) with
+    ``attention`` (cuDNN's has no dropout, so its run has no attention dropout)."""
     cfg = cli.load_config("xlmr:base")
     cfg.model.dtype = "bfloat16"
     cfg.data.batch_size, cfg.data.max_length = 32, 512
     cfg.model.attention, cfg.model.flash_tiles = attention, flash_tiles
     if attention == "cudnn":
         cfg.model.attention_dropout_rate = 0.0
-    return cfg
+    return resolve(cfg)
 
 
 def step_throughput(attention: str, flash_tiles: str, steps: int, warmup: int) -> Iterator[dict]:
-    cfg = xlmr_base(attention, flash_tiles)
-    result = bench.benchmark(cfg, steps, warmup)
+    plan = xlmr_base(attention, flash_tiles)
+    result = bench.benchmark(plan, steps, warmup)
     yield {
         "attention": attention,
         "flash_tiles": flash_tiles,
-        "attention_dropout_rate": cfg.model.attention_dropout_rate,
+        "attention_dropout_rate": plan.model.attention_dropout_rate,
         **result,
     }
 
@@ -72,14 +71,15 @@ def attention_timings(length: int) -> Iterator[dict]:
     )
 
 
-def pipeline_config(tokenizer: str) -> ml_collections.ConfigDict:
-    """`configs/demo.py` at the shape of docs/performance.md's store benchmark: MMLM only,
-    32 rows of 512 tokens, no evaluation."""
+def pipeline_plan(tokenizer: str, num_workers: int) -> RunPlan:
+    """The plan of `configs/demo.py` at the shape of docs/performance.md's store benchmark:
+    MMLM only, 32 rows of 512 tokens, no evaluation, `num_workers` grain workers."""
     cfg = cli.load_config("demo")
     cfg.tokenizer.path = tokenizer
     cfg.data.batch_size, cfg.data.max_length = 32, 512
     cfg.objectives.tlm, cfg.eval.every_steps = 0.0, 0
-    return cfg
+    cfg.data.num_workers = num_workers
+    return resolve(cfg)
 
 
 def pipeline_workers(gigabytes: float, workers: Sequence[int], steps: int) -> Iterator[dict]:
@@ -90,8 +90,7 @@ def pipeline_workers(gigabytes: float, workers: Sequence[int], steps: int) -> It
     with tempfile.TemporaryDirectory() as scratch:
         tokenizer = bench_store.synthetic_tokenizer(os.path.join(scratch, "tokenizer.model"))
         store = bench_store.synthetic_store(os.path.join(scratch, "store"), gigabytes, tokenizer)
-        cfg = pipeline_config(tokenizer)
         for count in workers:
-            cfg.data.num_workers = count
-            figures = bench_store.measure_in_new_process(json.dumps(cfg.to_dict()), store, steps)
+            config = json.dumps(pipeline_plan(tokenizer, count).config)
+            figures = bench_store.measure_in_new_process(config, store, steps)
             yield {"num_workers": count, "cpus": os.cpu_count(), "store_gb": gigabytes, **figures}

@@ -2,10 +2,11 @@
 
 Our tokens/s means little on its own; next to the step a user would otherwise run, Hugging Face
 `XLMRobertaForMaskedLM` with PyTorch's fused (SDPA) attention and AdamW, it says whether the JAX
-stack pays off. The peer runs the config's model shape on the benchmark's rows (full rows
-`<s> … </s>`, the MMLM masking rate), eager and under `torch.compile`, with our numerics policy
-(bf16 compute under autocast, fp32 parameters). Unlike ours, HF applies the LM head to every
-token, not only to the predicted ones: that is part of what the comparison measures.
+stack pays off. The peer runs the plan's model shape on the benchmark's rows (full rows
+`<s> … </s>`, `data.batch_size` × `data.max_length`, the MMLM masking rate), eager and under
+`torch.compile`, with our numerics policy (bf16 compute under autocast, fp32 parameters).
+Unlike ours, HF applies the LM head to every token, not only to the predicted ones: that is
+part of what the comparison measures.
 
 torch and transformers are imported only when the peer runs, so the package works without them.
 """
@@ -15,10 +16,10 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 
-import ml_collections
-
 from xlpretrain.core.errors import require
 from xlpretrain.data.streams import max_predictions
+from xlpretrain.model.config import ModelConfig
+from xlpretrain.training.plan import RunPlan
 
 PEER = "transformers XLMRobertaForMaskedLM (sdpa attention)"
 MODES = ("eager", "compile")
@@ -26,13 +27,13 @@ BOS, PAD, EOS, FIRST_REGULAR = 0, 1, 2, 4  # our tokenizer's ids, which XLM-R sh
 
 
 def peer_benchmark(
-    cfg: ml_collections.ConfigDict,
+    plan: RunPlan,
     steps: int,
     warmup: int,
     modes: Sequence[str] = MODES,
 ) -> dict:
-    """Times HF's training step on `cfg`'s shapes once per mode; a mode that fails (a missing
-    compiler for `torch.compile`, out of memory) reports its error so the others still run."""
+    """Times HF's training step on the plan's shapes once per mode; a mode that fails (a
+    missing compiler for `torch.compile`, out of memory) reports its error so the others run."""
     torch = require("torch", "--peer")
     transformers = require("transformers", "--peer")
     unknown = sorted(set(modes) - set(MODES))
@@ -40,11 +41,13 @@ def peer_benchmark(
         raise ValueError(f"unknown peer modes {unknown}; known: {list(MODES)}")
 
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    batch = _synthetic_batch(cfg, device)
+    rows, length, seed = plan.batch_size, plan.max_length, plan.loop.seed
+    mask_rate = plan.mask_rates.mono
+    batch = _synthetic_batch(rows, length, mask_rate, plan.model.vocab_size, seed, device)
     results = {}
     for mode in modes:
         try:
-            results[mode] = _time_mode(cfg, mode, batch, device, steps, max(warmup, 1))
+            results[mode] = _time_mode(plan.model, seed, mode, batch, device, steps, max(warmup, 1))
         except Exception as error:  # any failure is this mode's result, not the run's
             results[mode] = {"error": f"{type(error).__name__}: {error}"}
     return {
@@ -52,25 +55,24 @@ def peer_benchmark(
         "torch": torch.__version__,
         "transformers": transformers.__version__,
         "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
-        "batch_size": cfg.data.batch_size,
-        "max_length": cfg.data.max_length,
-        "dtype": cfg.model.dtype,
+        "batch_size": rows,
+        "max_length": length,
+        "dtype": plan.model.dtype,
         "modes": results,
     }
 
 
-def _synthetic_batch(cfg: ml_collections.ConfigDict, device) -> dict:
+def _synthetic_batch(
+    rows: int, length: int, mask_rate: float, vocab_size: int, seed: int, device
+) -> dict:
     """The JAX benchmark's rows in HF's form: labels hold the original id at the predicted
     positions and -100 (ignored by the loss) elsewhere, so both losses cover the same tokens."""
     import torch
 
-    rows, length = cfg.data.batch_size, cfg.data.max_length
-    generator = torch.Generator().manual_seed(cfg.train.seed)
-    input_ids = torch.randint(
-        FIRST_REGULAR, cfg.model.vocab_size - 1, (rows, length), generator=generator
-    )
+    generator = torch.Generator().manual_seed(seed)
+    input_ids = torch.randint(FIRST_REGULAR, vocab_size - 1, (rows, length), generator=generator)
     input_ids[:, 0], input_ids[:, -1] = BOS, EOS
-    slots = max_predictions(length, cfg.data.mono_mask_rate)
+    slots = max_predictions(length, mask_rate)
     order = torch.rand((rows, length - 2), generator=generator).argsort(dim=1)
     chosen = 1 + order[:, :slots]  # regular positions only, never <s> or </s>
     labels = torch.full_like(input_ids, -100)
@@ -80,24 +82,23 @@ def _synthetic_batch(cfg: ml_collections.ConfigDict, device) -> dict:
 
 
 def _time_mode(
-    cfg: ml_collections.ConfigDict, mode: str, batch: dict, device, steps: int, warmup: int
+    encoder: ModelConfig, seed: int, mode: str, batch: dict, device, steps: int, warmup: int
 ) -> dict:
     """One mode from a fresh seeded model and optimizer, so modes do not warm each other up."""
     import torch
     from transformers import XLMRobertaConfig, XLMRobertaForMaskedLM
 
-    m = cfg.model
-    torch.manual_seed(cfg.train.seed)
+    torch.manual_seed(seed)
     model = XLMRobertaForMaskedLM(
         XLMRobertaConfig(
-            vocab_size=m.vocab_size,
-            hidden_size=m.hidden_size,
-            num_hidden_layers=m.num_layers,
-            num_attention_heads=m.num_heads,
-            intermediate_size=m.mlp_dim,
-            max_position_embeddings=m.max_positions,
-            hidden_dropout_prob=m.dropout_rate,
-            attention_probs_dropout_prob=m.attention_dropout_rate,
+            vocab_size=encoder.vocab_size,
+            hidden_size=encoder.hidden_size,
+            num_hidden_layers=encoder.num_layers,
+            num_attention_heads=encoder.num_heads,
+            intermediate_size=encoder.mlp_dim,
+            max_position_embeddings=encoder.max_positions,
+            hidden_dropout_prob=encoder.dropout_rate,
+            attention_probs_dropout_prob=encoder.attention_dropout_rate,
             pad_token_id=PAD,
             bos_token_id=BOS,
             eos_token_id=EOS,
@@ -111,7 +112,7 @@ def _time_mode(
         model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-6, weight_decay=0.01
     )
     forward = torch.compile(model) if mode == "compile" else model
-    bf16 = m.dtype == "bfloat16"
+    bf16 = encoder.dtype == "bfloat16"
 
     def step():
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):

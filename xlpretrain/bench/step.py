@@ -1,7 +1,7 @@
-"""Training-step throughput of a config: its jitted step on synthetic full rows, tokens/s,
+"""Training-step throughput of a run plan: its jitted step on synthetic full rows, tokens/s,
 model FLOPs and MFU (`python -m xlpretrain.bench`), and the input pipeline alone.
 
-Times the jitted step of the config's model, objectives, batch and mesh on synthetic full rows
+Times the jitted step of the plan's model, objectives, batch and mesh on synthetic full rows
 (no padding, the configured masking rate), so the number is the step's, not the input
 pipeline's. Model FLOPs per step are counted analytically (formula printed with the result):
 
@@ -37,9 +37,7 @@ from xlpretrain.data.pipeline import iterators, make_dataset
 from xlpretrain.data.streams import SEGMENT_PAIRS, StreamSpec, max_predictions
 from xlpretrain.data.tokenizer import Tokenizer
 from xlpretrain.objectives.flops import FLOP_FORMULA, StepShape
-from xlpretrain.parallel.sharding import global_batch, make_mesh
-from xlpretrain.training import trainer as trainer_lib
-from xlpretrain.training.config import validate
+from xlpretrain.parallel.sharding import global_batch
 from xlpretrain.training.plan import RunPlan
 from xlpretrain.training.step import setup_training
 
@@ -121,19 +119,17 @@ def _with_placeholders(
     return batch
 
 
-def pipeline_benchmark(cfg, steps: int, workdir: str) -> dict:
+def pipeline_benchmark(plan: RunPlan, steps: int, workdir: str) -> dict:
     """The input pipeline alone, as the training loop runs it (corpus → tokenize → sample →
     mask → pack → grain with `data.num_workers` and `data.prefetch`): row slots per second,
     comparable with the step's tokens/s, and the share of slots holding real tokens."""
-    validate(cfg)
-    plan = RunPlan.from_config(cfg)
-    corpus = corpus_lib.load_corpus(cfg, plan.sources())
-    tokenizer = corpus_lib.load_tokenizer(cfg, workdir, corpus)
+    corpus = corpus_lib.load_corpus(plan.corpus, plan.sources())
+    tokenizer = corpus_lib.load_tokenizer(plan.corpus, workdir, corpus, plan.model.vocab_size)
     dataset = make_dataset(
-        trainer_lib.batch_builder(cfg, plan, corpus, tokenizer),
+        plan.batch_builder(corpus, tokenizer),
         steps + 1,
-        num_workers=cfg.data.num_workers,
-        prefetch=cfg.data.prefetch,
+        num_workers=plan.pipeline.num_workers,
+        prefetch=plan.pipeline.prefetch,
     )
     with iterators(dataset) as new_iterator:
         iterator = new_iterator()
@@ -149,7 +145,7 @@ def pipeline_benchmark(cfg, steps: int, workdir: str) -> dict:
         "pipeline_tokens_per_s": slots * jax.process_count() / seconds,
         "pipeline_fill": real / max(slots, 1),
         "pipeline_step_s": seconds / steps,
-        "num_workers": cfg.data.num_workers,
+        "num_workers": plan.pipeline.num_workers,
     }
 
 
@@ -162,15 +158,16 @@ def peak_flops(device: jax.Device, override_tflops: float) -> float | None:
     return None
 
 
-def benchmark(cfg, steps: int, warmup: int, peak_tflops: float = 0.0) -> dict:
-    validate(cfg)
-    cfg = corpus_lib.with_vocab_size(cfg, workdir=None)
-    plan = RunPlan.from_config(cfg)
-    last = len(plan.stages) - 1  # a staged run's last stage
+def benchmark(plan: RunPlan, steps: int, warmup: int, peak_tflops: float = 0.0) -> dict:
+    """The timed step of the plan's last stage (a staged run's every objective) on 8
+    languages, its vocabulary the tokenizer's where `model.vocab_size` is 0."""
+    plan = plan.sized(workdir=None)
+    last = len(plan.stages) - 1
     active = plan.stage_objectives(last)
-    model, init_params = objectives_lib.build_model(cfg, plan.objectives, num_languages=8)
-    mesh = make_mesh(cfg.mesh.data, cfg.mesh.fsdp, cfg.mesh.tensor)
-    training = setup_training(cfg, plan, model, init_params, mesh)
+    model, init_params = objectives_lib.build_model(
+        plan.model_config(num_languages=8), plan.objectives, plan.contexts
+    )
+    training = setup_training(plan, model, init_params, plan.mesh.make())
     step_fn = training.step_fns[last]
     rng = np.random.default_rng(0)
     streams = plan.streams
@@ -179,7 +176,7 @@ def benchmark(cfg, steps: int, warmup: int, peak_tflops: float = 0.0) -> dict:
     }
     local = {
         name: synthetic_batch(
-            shapes[name][0] // jax.process_count(), streams[name], cfg.model.vocab_size, rng
+            shapes[name][0] // jax.process_count(), streams[name], plan.model.vocab_size, rng
         )
         for name in active
     }
@@ -199,7 +196,7 @@ def benchmark(cfg, steps: int, warmup: int, peak_tflops: float = 0.0) -> dict:
     tokens = sum(rows * length for rows, length in shapes.values())
     flops = sum(
         active[n].flops(
-            cfg,
+            plan.contexts[n],
             streams[n],
             StepShape(
                 tokens=shapes[n][0] * shapes[n][1],
@@ -216,8 +213,8 @@ def benchmark(cfg, steps: int, warmup: int, peak_tflops: float = 0.0) -> dict:
         "config_objectives": sorted(active),
         "device": f"{jax.device_count()} x {device.device_kind}",
         "batch_size": sum(rows for rows, _ in shapes.values()),  # every objective's rows
-        "max_length": cfg.data.max_length,
-        "dtype": cfg.model.dtype,
+        "max_length": plan.max_length,
+        "dtype": plan.model.dtype,
         "steps": steps,
         "compile_and_warmup_s": round(compile_and_warmup_s, 3),
         "step_time_s": step_s,

@@ -5,7 +5,7 @@ For each size it writes (once, into `--workdir`) a synthetic store of that many 
 ids: 100 languages of Zipf-sized shares, documents of 50–400 Zipf-distributed ids over the
 config's vocabulary, 64 MB shards, in the format `xlpretrain.data.prepare` writes (prepare's
 own speed is tokenization's). Then, in a fresh process per size so that nothing is shared, it
-times the config's input pipeline as training runs it (`--config.data.store`): start-up (open
+times the run plan's input pipeline as training runs it (`--config.data.store`): start-up (open
 the store, build the rows' sampler, deliver the first batch), resident memory after start-up
 and after the timed steps, and row tokens per second.
 """
@@ -16,12 +16,16 @@ import json
 import multiprocessing
 import os
 import time
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from xlpretrain.core import programs
 from xlpretrain.data import store as store_lib
 from xlpretrain.data.streams import MONO
+
+if TYPE_CHECKING:  # the measuring process imports the training stack, this module does not
+    from xlpretrain.training.plan import RunPlan
 
 LANGUAGES = 100
 SHARD_BYTES = 64 << 20
@@ -95,28 +99,25 @@ def resident_mb() -> float:
 
 
 def measure(config_json: str, store: str, steps: int) -> dict:
-    """Start-up, memory and row tokens/s of the pipeline on `store` (run in a fresh process)."""
-    import ml_collections
-
+    """Start-up, memory and row tokens/s of the pipeline on `store` (run in a fresh process):
+    `config_json` is the run's config as its plan records it (`RunPlan.config`)."""
     from xlpretrain.data import corpus as corpus_lib
     from xlpretrain.data.pipeline import iterators, make_dataset
     from xlpretrain.data.tokenizer import Tokenizer
-    from xlpretrain.training import trainer as trainer_lib
-    from xlpretrain.training.config import validate
-    from xlpretrain.training.plan import RunPlan
+    from xlpretrain.training.plan import resolve_record
 
     programs.quiet_libraries()
-    cfg = ml_collections.ConfigDict(json.loads(config_json))
-    cfg.data.store = store
-    validate(cfg)
+    config = json.loads(config_json)
+    plan = resolve_record({**config, "data": {**config["data"], "store": store}})
     before = resident_mb()
     start = time.perf_counter()
-    plan = RunPlan.from_config(cfg)
-    corpus = corpus_lib.load_corpus(cfg, plan.sources())
+    corpus = corpus_lib.load_corpus(plan.corpus, plan.sources())
     tokenizer = Tokenizer.load(os.path.join(store, store_lib.TOKENIZER))
-    builder = trainer_lib.batch_builder(cfg, plan, corpus, tokenizer)
     dataset = make_dataset(
-        builder, steps + 1, num_workers=cfg.data.num_workers, prefetch=cfg.data.prefetch
+        plan.batch_builder(corpus, tokenizer),
+        steps + 1,
+        num_workers=plan.pipeline.num_workers,
+        prefetch=plan.pipeline.prefetch,
     )
     with iterators(dataset) as new_iterator:
         iterator = new_iterator()
@@ -148,19 +149,20 @@ def _measure_into(queue, config_json: str, store: str, steps: int) -> None:
         queue.put(f"{type(error).__name__}: {error}")
 
 
-def store_benchmark(cfg, sizes: list[float], workdir: str, tokenizer_path: str, steps: int):
-    """One row per store size: its bytes on disk and `measure`'s figures."""
+def store_benchmark(plan: RunPlan, sizes: list[float], workdir: str, steps: int) -> list[dict]:
+    """One row per store size: its bytes on disk and `measure`'s figures; the stores' ids are
+    those of the plan's tokenizer (`tokenizer.path`)."""
     results = []
     for gigabytes in sizes:
         path = synthetic_store(
-            os.path.join(workdir, f"store_{gigabytes:g}gb"), gigabytes, tokenizer_path
+            os.path.join(workdir, f"store_{gigabytes:g}gb"), gigabytes, plan.corpus.tokenizer_path
         )
         disk = sum(
             os.path.getsize(os.path.join(root, name))
             for root, _, names in os.walk(path)
             for name in names
         )
-        figures = measure_in_new_process(json.dumps(cfg.to_dict()), path, steps)
+        figures = measure_in_new_process(json.dumps(plan.config), path, steps)
         results.append({"store_gb": gigabytes, "disk_gb": disk / 2**30, **figures})
     return results
 

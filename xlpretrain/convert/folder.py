@@ -27,7 +27,6 @@ from typing import Any
 
 import flax.linen as nn
 import jax
-import ml_collections
 import numpy as np
 import orbax.checkpoint as ocp
 from flax import traverse_util
@@ -139,12 +138,12 @@ def _read_checkpoint_folder(path: Path) -> Pretrained:
 
 
 def _read_workdir(path: Path) -> Pretrained:
-    run_config = ml_collections.ConfigDict(json.loads((path / "config.json").read_text()))
+    run_config = json.loads((path / "config.json").read_text())
     languages_file = path / "languages.json"
     languages = tuple(json.loads(languages_file.read_text())) if languages_file.is_file() else ()
-    if run_config.model.get("language_embeddings") and not languages:
+    if run_config["model"].get("language_embeddings") and not languages:
         raise FileNotFoundError(f"{languages_file} (the index of lang_ids) is missing")
-    config = ModelConfig.from_run_config(run_config.model, num_languages=len(languages))
+    config = ModelConfig.from_run_config(run_config["model"], num_languages=len(languages))
     kind = DISCRIMINATOR if read_family(path) is ModelFamily.ELECTRA else MASKED_LM
     step = max(ocp.path.step.checkpoint_steps(path / "checkpoints"), default=None)
     if step is None:

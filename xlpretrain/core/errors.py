@@ -25,6 +25,12 @@ class ConfigError(ValueError):
     """A configuration value is unknown, mistyped or out of range."""
 
 
+def check(cond: bool, key: str, message: str) -> None:
+    """Raises `ConfigError` naming config key `key` with `message` unless `cond`."""
+    if not cond:
+        raise ConfigError(f"config key '{key}': {message}")
+
+
 class MissingExtra(ImportError):
     """An optional package a feature needs is not installed; the message says how to get it."""
 

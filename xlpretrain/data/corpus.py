@@ -4,12 +4,12 @@ or one trained on a balanced sample of the corpus."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 from collections.abc import Iterable, Mapping, Sequence
 
 import jax
-import ml_collections
 from jax.experimental import multihost_utils
 
 from xlpretrain.core.errors import ConfigError
@@ -25,32 +25,69 @@ from xlpretrain.data.tokenizer import Tokenizer, VocabularySizeError, train_toke
 log = logging.getLogger("xlpretrain")
 
 
-def uses_demo_corpus(cfg: Mapping) -> bool:
-    """No corpus is configured, so the run trains on the built-in demo corpus. (`cfg` as a
-    mapping: a ConfigDict or a workdir's saved config.json.)"""
-    data = cfg["data"]
-    return not (
-        data["store"]
-        or data["mono_dir"]
-        or data["parallel_dir"]
-        or data["mono_tfds"]["name"]
-        or data["parallel_tfds"]["name"]
-    )
+@dataclasses.dataclass(frozen=True)
+class TfdsSettings:
+    """`data.mono_tfds` / `data.parallel_tfds`: a TFDS dataset read by random access."""
+
+    name: str = ""
+    split: str = "train"
+    data_dir: str = ""
+    text_key: str = "text"  # monolingual: the text feature
+    language_key: str = "language"  # monolingual: a string feature; or set `language`
+    language: str = ""  # the language of a single-language dataset
+    pair: str = ""  # parallel: "l1-l2", every record is this pair
+    language_keys: tuple[str, ...] = ()  # parallel: or two string features naming its pair
+    source_key: str = ""
+    target_key: str = ""
 
 
-def demo_folders(cfg: ml_collections.ConfigDict) -> demo_corpus.DemoFolders:
+@dataclasses.dataclass(frozen=True)
+class CorpusSettings:
+    """Where a run's text, tokenizer and held-out data come from, as its plan resolves them
+    (`data.*` sources, `tokenizer.*`, `init.checkpoint`, `eval.*` held-out data)."""
+
+    store: str = ""
+    mono_dir: str = ""
+    parallel_dir: str = ""
+    mono_tfds: TfdsSettings = TfdsSettings()
+    parallel_tfds: TfdsSettings = TfdsSettings()
+    strict: bool = False
+    max_line_bytes: int = 1_000_000
+    demo_languages: int = 40
+    tokenizer_path: str = ""
+    sentences_per_language: int = 2000
+    init_checkpoint: str = ""
+    seed: int = 0  # `train.seed`: the tokenizer's sample and the held-out lines
+    evaluates: bool = False  # `eval.every_steps` > 0
+    eval_mono_dir: str = ""
+    eval_parallel_dir: str = ""
+    held_out_fraction: float = DEFAULT_FRACTION
+
+    @property
+    def uses_demo_corpus(self) -> bool:
+        """No corpus is configured, so the run trains on the built-in demo corpus."""
+        return not (
+            self.store
+            or self.mono_dir
+            or self.parallel_dir
+            or self.mono_tfds.name
+            or self.parallel_tfds.name
+        )
+
+
+def demo_folders(settings: CorpusSettings) -> demo_corpus.DemoFolders:
     """The demo corpus of `data.demo_languages` languages, built on first use (cached)."""
     return demo_corpus.build_demo_corpus(
-        demo_corpus.default_demo_cache_dir(), num_languages=cfg.data.demo_languages
+        demo_corpus.default_demo_cache_dir(), num_languages=settings.demo_languages
     )
 
 
-def held_out_folders(cfg: ml_collections.ConfigDict) -> tuple[str, str]:
+def held_out_folders(settings: CorpusSettings) -> tuple[str, str]:
     """`eval.mono_dir` and `eval.parallel_dir`; where one is empty and the run trains on the
     demo corpus, the demo's held-out folder instead."""
-    mono, parallel = cfg.eval.mono_dir, cfg.eval.parallel_dir
-    if uses_demo_corpus(cfg) and not (mono and parallel):
-        folders = demo_folders(cfg)
+    mono, parallel = settings.eval_mono_dir, settings.eval_parallel_dir
+    if settings.uses_demo_corpus and not (mono and parallel):
+        folders = demo_folders(settings)
         mono, parallel = (
             mono or str(folders.held_out_mono),
             parallel or str(folders.held_out_parallel),
@@ -58,23 +95,22 @@ def held_out_folders(cfg: ml_collections.ConfigDict) -> tuple[str, str]:
     return mono, parallel
 
 
-def held_out_splits(cfg: Mapping, kinds: Iterable[str]) -> dict[str, LineSplit]:
+def held_out_splits(settings: CorpusSettings, kinds: Iterable[str]) -> dict[str, LineSplit]:
     """The corpus kinds among `kinds` (those the run reads) of which evaluation holds out
     `eval.held_out_fraction` of the training lines: those it evaluates with no held-out folder
-    of their own. Reads `cfg` as a mapping, so a workdir's saved config.json answers too (the
-    resume guard compares the two)."""
-    evaluation = cfg["eval"]
-    if evaluation["every_steps"] <= 0 or uses_demo_corpus(cfg):
+    of their own."""
+    if not settings.evaluates or settings.uses_demo_corpus:
         return {}
-    split = LineSplit(evaluation.get("held_out_fraction", DEFAULT_FRACTION), cfg["train"]["seed"])
-    return {kind: split for kind in sorted(kinds) if not evaluation[f"{kind}_dir"]}
+    split = LineSplit(settings.held_out_fraction, settings.seed)
+    folders = {MONO: settings.eval_mono_dir, PARALLEL: settings.eval_parallel_dir}
+    return {kind: split for kind in sorted(kinds) if not folders[kind]}
 
 
-def held_out_shares(cfg: Mapping, kinds: Iterable[str]) -> dict[str, float]:
+def held_out_shares(settings: CorpusSettings, kinds: Iterable[str]) -> dict[str, float]:
     """The share of each kind of training data in `kinds` that evaluation holds out (0: none),
     as the resume guard compares them: `eval.*` keys are resume-neutral, but together they
     decide which lines a run trains on."""
-    splits = held_out_splits(cfg, kinds)
+    splits = held_out_splits(settings, kinds)
     return {
         f"share of the {kind} training data held out (eval.*)": (
             splits[kind].fraction if kind in splits else 0.0
@@ -129,12 +165,11 @@ def configured_folder(key: str, path: str) -> str:
     return path
 
 
-def load_corpus(cfg: ml_collections.ConfigDict, readers: Mapping[str, Sequence[str]]) -> Corpus:
+def load_corpus(data: CorpusSettings, readers: Mapping[str, Sequence[str]]) -> Corpus:
     """The sources the active objectives need (`readers`: corpus kind → the objectives that
     read it): folders, TFDS datasets, or — when nothing is configured — the demo corpus."""
-    data = cfg.data
     if data.store:
-        return _load_store(cfg, readers)
+        return _load_store(data, readers)
     mono_tfds, parallel_tfds = data.mono_tfds, data.parallel_tfds
     for kind, folder, tfds_name in (
         ("mono", data.mono_dir, mono_tfds.name),
@@ -143,8 +178,8 @@ def load_corpus(cfg: ml_collections.ConfigDict, readers: Mapping[str, Sequence[s
         if folder and tfds_name:
             raise ConfigError(f"config key 'data.{kind}_tfds.name': set it or data.{kind}_dir")
     mono_dir, parallel_dir = data.mono_dir, data.parallel_dir
-    if uses_demo_corpus(cfg):
-        folders = demo_folders(cfg)
+    if data.uses_demo_corpus:
+        folders = demo_folders(data)
         mono_dir, parallel_dir = str(folders.mono), str(folders.parallel)
         log.info("no corpus configured: using the demo corpus in %s", os.path.dirname(mono_dir))
     options = dict(strict=data.strict, max_line_bytes=data.max_line_bytes)
@@ -181,7 +216,7 @@ def load_corpus(cfg: ml_collections.ConfigDict, readers: Mapping[str, Sequence[s
                 split=parallel_tfds.split,
                 data_dir=parallel_tfds.data_dir or None,
                 pair=parallel_tfds.pair or None,
-                language_keys=tuple(parallel_tfds.language_keys) or None,
+                language_keys=parallel_tfds.language_keys or None,
                 source_key=parallel_tfds.source_key or None,
                 target_key=parallel_tfds.target_key or None,
                 **options,
@@ -204,9 +239,8 @@ def _log_stats(kind: str, source) -> None:
         (log.warning if ": no usable lines" in line else log.info)("%s data: %s", kind, line)
 
 
-def _load_store(cfg: ml_collections.ConfigDict, readers: Mapping[str, Sequence[str]]) -> Corpus:
+def _load_store(data: CorpusSettings, readers: Mapping[str, Sequence[str]]) -> Corpus:
     """The kinds of data the objectives read, from the prepared store `data.store`."""
-    data = cfg.data
     others = {
         "mono_dir": data.mono_dir,
         "parallel_dir": data.parallel_dir,
@@ -224,18 +258,19 @@ def _load_store(cfg: ml_collections.ConfigDict, readers: Mapping[str, Sequence[s
     return Corpus(mono, parallel, language_vocabulary(mono, parallel))
 
 
-def _existing_tokenizer(cfg: ml_collections.ConfigDict, workdir: str | None) -> tuple[str, str]:
+def _existing_tokenizer(settings: CorpusSettings, workdir: str | None) -> tuple[str, str]:
     """(what names it, its path) of the SentencePiece model a run starting now uses: the
     `tokenizer.path`, the workdir's own (a resumed run's), the store's, the `init.checkpoint`'s
     (its ids are the model's); ("", "") when the run trains one. `workdir` None: a program with
     no workdir (`bench`, `aot`)."""
-    if cfg.tokenizer.path:
-        return "tokenizer.path", cfg.tokenizer.path
+    if settings.tokenizer_path:
+        return "tokenizer.path", settings.tokenizer_path
     if workdir is not None and os.path.isfile(own := os.path.join(workdir, Tokenizer.FILE)):
         return "the workdir", own
-    if cfg.data.store:
-        return "data.store", os.path.join(cfg.data.store, store_lib.TOKENIZER)
-    pretrained = os.path.join(cfg.init.checkpoint, Tokenizer.FILE) if cfg.init.checkpoint else ""
+    if settings.store:
+        return "data.store", os.path.join(settings.store, store_lib.TOKENIZER)
+    checkpoint = settings.init_checkpoint
+    pretrained = os.path.join(checkpoint, Tokenizer.FILE) if checkpoint else ""
     return ("init.checkpoint", pretrained) if os.path.isfile(pretrained) else ("", "")
 
 
@@ -245,59 +280,59 @@ def _load(key: str, path: str) -> Tokenizer:
     return Tokenizer.load(path)
 
 
-def with_vocab_size(
-    cfg: ml_collections.ConfigDict, workdir: str | None
-) -> ml_collections.ConfigDict:
-    """`cfg` with `model.vocab_size` 0 replaced by the size of the tokenizer the run uses, so
-    that a store or a trained SentencePiece model sets the model's vocabulary; unchanged
-    otherwise (`load_tokenizer` checks that a size given matches). `workdir` None: a program
-    that sizes a model without one (`bench`, `aot`)."""
-    if cfg.model.vocab_size:
-        return cfg
-    key, path = _existing_tokenizer(cfg, workdir)
+def tokenizer_vocab_size(settings: CorpusSettings, workdir: str | None) -> int:
+    """The size of the tokenizer a run with `model.vocab_size` 0 uses, so that a store or a
+    trained SentencePiece model sets the model's vocabulary (`load_tokenizer` checks that a
+    size given matches). `workdir` None: a program that sizes a model without one (`bench`,
+    `aot`)."""
+    key, path = _existing_tokenizer(settings, workdir)
     if not path:
-        checkpoint = f" ({cfg.init.checkpoint} has no {Tokenizer.FILE})" * bool(cfg.init.checkpoint)
+        checkpoint = settings.init_checkpoint
+        has_none = f" ({checkpoint} has no {Tokenizer.FILE})" * bool(checkpoint)
         raise ConfigError(
             "config key 'model.vocab_size': 0 takes the size of the run's tokenizer, but the run "
-            f"trains one (no tokenizer.path or data.store{checkpoint}): set the size to "
+            f"trains one (no tokenizer.path or data.store{has_none}): set the size to "
             "train, e.g. --config.model.vocab_size=8002"
         )
-    cfg = cfg.copy_and_resolve_references()
-    cfg.model.vocab_size = _load(key, path).vocab_size
-    log.info("model.vocab_size: %d, the size of the tokenizer %s", cfg.model.vocab_size, path)
-    return cfg
+    size = _load(key, path).vocab_size
+    log.info("model.vocab_size: %d, the size of the tokenizer %s", size, path)
+    return size
 
 
-def load_tokenizer(cfg: ml_collections.ConfigDict, workdir: str, corpus: Corpus) -> Tokenizer:
-    """The run's tokenizer (`_existing_tokenizer`, kept in the workdir), or a new one trained on
-    a balanced sample of `corpus` into the workdir."""
+def load_tokenizer(
+    settings: CorpusSettings, workdir: str, corpus: Corpus, vocab_size: int
+) -> Tokenizer:
+    """The run's tokenizer (`_existing_tokenizer`, kept in the workdir), or a new one of
+    `vocab_size` ids (`model.vocab_size`) trained on a balanced sample of `corpus` into the
+    workdir."""
     own = os.path.join(workdir, Tokenizer.FILE)
-    key, path = _existing_tokenizer(cfg, workdir)
+    key, path = _existing_tokenizer(settings, workdir)
     if path:
         tokenizer = _load(key, path)
-        if cfg.data.store and key != "data.store":  # the store's ids are the run's
-            store_lib.check_tokenizer(cfg.data.store, path)
+        if settings.store and key != "data.store":  # the store's ids are the run's
+            store_lib.check_tokenizer(settings.store, path)
         if jax.process_index() == 0 and not os.path.exists(own):
             tokenizer.save(own)
     else:
         path = own
         if jax.process_index() == 0:
-            log.info("training a %d-id SentencePiece model on the corpus", cfg.model.vocab_size)
+            log.info("training a %d-id SentencePiece model on the corpus", vocab_size)
+            per_language = settings.sentences_per_language
             try:
                 train_tokenizer(
-                    _tokenizer_sample(corpus, cfg.tokenizer.sentences_per_language),
+                    _tokenizer_sample(corpus, per_language),
                     own,
-                    cfg.model.vocab_size,
-                    sentences_per_language=cfg.tokenizer.sentences_per_language,
-                    seed=cfg.train.seed,
+                    vocab_size,
+                    sentences_per_language=per_language,
+                    seed=settings.seed,
                 )
             except VocabularySizeError as error:
                 raise ConfigError(f"config key 'model.vocab_size': {error}") from None
         multihost_utils.sync_global_devices("tokenizer trained")
         tokenizer = Tokenizer.load(own)
-    if tokenizer.vocab_size != cfg.model.vocab_size:
+    if tokenizer.vocab_size != vocab_size:
         raise ConfigError(
-            f"config key 'model.vocab_size': {cfg.model.vocab_size}, but the tokenizer {path} "
+            f"config key 'model.vocab_size': {vocab_size}, but the tokenizer {path} "
             f"has {tokenizer.vocab_size} ids: set --config.model.vocab_size="
             f"{tokenizer.vocab_size} (or 0, which takes the tokenizer's size)"
         )

@@ -23,6 +23,7 @@ from ml_collections import config_flags
 
 from xlpretrain.core import programs
 from xlpretrain.training import cli, finetuning
+from xlpretrain.training.finetune_plan import resolve_finetuning
 
 
 def main(argv: Sequence[str]) -> None:
@@ -31,8 +32,8 @@ def main(argv: Sequence[str]) -> None:
     cfg, workdir = FLAGS.config, os.path.abspath(FLAGS.workdir)
     cli.run_task(
         workdir,
-        lambda: finetuning.validate(cfg),
-        lambda: finetuning.build(cfg, workdir),
+        lambda: resolve_finetuning(cfg),
+        lambda plan: finetuning.build(plan, workdir),
         finetuning.run,
         "finetune.log",
     )

@@ -2,9 +2,10 @@
 
 import dataclasses
 import enum
+from collections.abc import Mapping
+from typing import Any
 
 import jax.numpy as jnp
-import ml_collections
 
 from xlpretrain.model import kernels, vocab
 
@@ -98,38 +99,26 @@ class ModelConfig:
 
     @classmethod
     def from_run_config(
-        cls, model: ml_collections.ConfigDict, num_languages: int, kernel_platform: str = ""
+        cls, model: Mapping[str, Any], num_languages: int, kernel_platform: str = ""
     ) -> "ModelConfig":
-        """Builds from a run config's validated ``model`` section.
+        """Builds from a run config's validated ``model`` section, as a mapping: the run plan's
+        resolution, or a workdir's saved ``config.json``.
 
         ``num_languages`` (the run's language vocabulary) sizes the language-embedding table
         when ``model.language_embeddings`` is on; it is a property of the data, not the config.
         ``kernel_platform``: the platform the step is compiled for, if not this host's.
         """
+        renamed = {"attention_impl": "attention"}
+        fields = {
+            field.name: model[renamed.get(field.name, field.name)]
+            for field in dataclasses.fields(cls)
+            if renamed.get(field.name, field.name) in model
+            and field.name not in ("num_languages", "kernel_platform", "pad_token_id")
+        }
         return cls(
-            vocab_size=model.vocab_size,
-            vocab_multiple=model.vocab_multiple,
-            hidden_size=model.hidden_size,
-            num_layers=model.num_layers,
-            num_heads=model.num_heads,
-            mlp_dim=model.mlp_dim,
-            max_positions=model.max_positions,
-            dropout_rate=model.dropout_rate,
-            attention_dropout_rate=model.attention_dropout_rate,
-            num_languages=num_languages if model.language_embeddings else 0,
-            cross_attention=model.cross_attention,
-            relative_position=model.relative_position,
-            num_buckets=model.num_buckets,
-            max_distance=model.max_distance,
-            share_relative_table=model.share_relative_table,
-            absolute_positions=model.absolute_positions,
-            dtype=model.dtype,
-            remat=model.remat,
-            scan_layers=model.scan_layers,
-            attention_impl=model.attention,
+            **fields,
+            num_languages=num_languages if model["language_embeddings"] else 0,
             kernel_platform=kernel_platform,
-            flash_tiles=model.flash_tiles,
-            loss_chunk=model.loss_chunk,
         )
 
 

@@ -9,11 +9,10 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import jax
-import ml_collections
 
 from xlpretrain.model.config import ModelConfig, ModelFamily, generator_config
 from xlpretrain.objectives import electra, ernie_m, mlm, veco
-from xlpretrain.objectives.declaration import Objective
+from xlpretrain.objectives.declaration import Context, Objective
 
 REGISTRY: dict[str, Objective] = {
     objective.name: objective
@@ -49,19 +48,17 @@ def model_family(objectives: Mapping[str, Objective]) -> ModelFamily:
 
 
 def build_model(
-    cfg: ml_collections.ConfigDict,
-    objectives: Mapping[str, Objective],
-    num_languages: int,
-    kernel_platform: str = "",
+    config: ModelConfig, objectives: Mapping[str, Objective], contexts: Mapping[str, Context]
 ) -> tuple[Any, Callable[[jax.Array], dict]]:
-    """The module the objectives train and its (boxed) parameter initialiser; its kernels are
-    built for ``kernel_platform`` ('cpu', 'gpu', 'tpu'; empty: this host's)."""
+    """The module the objectives train on an encoder of `config` (the run plan's
+    `model_config`), and its (boxed) parameter initialiser; an ELECTRA pair's generator is
+    sized by the objectives' own settings (`contexts`)."""
     from xlpretrain.model.electra import ElectraPretrainer, init_electra_params  # Flax
     from xlpretrain.model.encoder import MaskedLM, init_params
 
-    config = ModelConfig.from_run_config(cfg.model, num_languages, kernel_platform)
     if model_family(objectives) is ModelFamily.ELECTRA:
-        generator = generator_config(config, cfg.xlm_e.generator_layers, cfg.xlm_e.generator_width)
+        own = contexts[next(iter(objectives))].own
+        generator = generator_config(config, own.generator_layers, own.generator_width)
         return ElectraPretrainer(config, generator), functools.partial(
             init_electra_params, config, generator
         )

@@ -1,9 +1,10 @@
 """An objective's declaration: everything the rest of the framework reads about it, in one place.
 
-Config validation (the known names), the input pipeline (its example stream), the model
+The run plan (the known names, the requirements it checks, each objective's stream), the model
 builder (its family), the training step (its loss), the masks CLI (its attention masks and
 their example layout) and the benchmark (its FLOPs) all read the `Objective`, so adding one
-is a module that declares it plus one line in `objectives.REGISTRY`.
+is a module that declares it plus one line in `objectives.REGISTRY`. An objective never sees
+the raw config: the plan hands each one a `Context` of typed settings.
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import jax
-import ml_collections
 
 from xlpretrain.data.streams import StreamSpec
 from xlpretrain.masks import AttentionMask
@@ -22,7 +22,6 @@ from xlpretrain.objectives.flops import StepShape
 
 # (params, batch, rng, model) -> (loss, metrics)
 LossFn = Callable[[Any, dict, jax.Array, Any], tuple[jax.Array, dict[str, jax.Array]]]
-FlopsFn = Callable[[ml_collections.ConfigDict, StreamSpec, StepShape], float]
 
 
 # config key within a section -> (predicate on its value, description of the allowed values)
@@ -30,46 +29,60 @@ Ranges = Mapping[str, tuple[Callable[[Any], bool], str]]
 
 
 @dataclasses.dataclass(frozen=True)
-class Settings:
-    """The objective's own config section, `cfg.<section>.*`: its keys with their defaults and
-    the allowed values of each. Objectives of one paper may share a section (`xlm_e`)."""
+class Section:
+    """The objective's own config section, `cfg.<name>.*`: a frozen dataclass whose fields are
+    its keys with their defaults, and the allowed values of each. Objectives of one paper may
+    share a section (`xlm_e`)."""
 
-    section: str
-    defaults: Mapping[str, Any]
+    name: str
+    values: type  # a frozen dataclass; its instance is `Context.own`
     ranges: Ranges = dataclasses.field(default_factory=dict)
+
+    @property
+    def defaults(self) -> dict[str, Any]:
+        return dataclasses.asdict(self.values())
+
+
+@dataclasses.dataclass(frozen=True)
+class MaskRates:
+    """The share of tokens masked in rows of each kind (`data.*_mask_rate`)."""
+
+    mono: float
+    parallel: float
+    camlm: float
+
+
+@dataclasses.dataclass(frozen=True)
+class Context:
+    """What an objective reads of a run, resolved by the plan: the mask rates, the model's
+    shape (its language-embedding table aside: `language_embeddings` says whether it has one)
+    and the values of its own section."""
+
+    mask_rates: MaskRates
+    model: ModelConfig
+    language_embeddings: bool = False
+    own: Any = None  # `Section.values` of the objective's section; None without one
 
 
 @dataclasses.dataclass(frozen=True)
 class Requirement:
-    """A setting the objective cannot train without: config validation refuses a run that
-    enables the objective without it, naming `key` with `message`."""
+    """A setting the objective cannot train without: the plan refuses a run that enables the
+    objective without it, naming `key` with `message`."""
 
     key: str
-    holds: Callable[[ml_collections.ConfigDict], bool]
+    holds: Callable[[Context], bool]
     message: str
 
 
 @dataclasses.dataclass(frozen=True)
 class Objective:
-    """One pre-training objective. The callables take the validated run config, so an
-    objective reads its own settings (`btmlm.ratio`, `xlm_e.disc_weight`, …) itself."""
+    """One pre-training objective; its callables take the run's `Context`."""
 
     name: str
     family: ModelFamily  # the module it trains
-    stream_spec: Callable[[ml_collections.ConfigDict], StreamSpec]  # the rows it reads
-    loss: Callable[[ml_collections.ConfigDict], LossFn]
+    stream_spec: Callable[[Context], StreamSpec]  # the rows it reads (at the default length)
+    loss: Callable[[Context], LossFn]
     masks: tuple[AttentionMask, ...]  # every attention mask it runs, the main one first
-    flops: FlopsFn  # training FLOPs of one step's batch of it
+    flops: Callable[[Context, StreamSpec, StepShape], float]  # one step's batch of it, trained
     requires: tuple[Requirement, ...] = ()
-    settings: Settings | None = None
-
-    def stream(self, cfg: ml_collections.ConfigDict) -> StreamSpec:
-        """The stream at its row length in the run: `data.per_objective.NAME.max_length`, else
-        `data.max_length` (the one place a row's length is resolved)."""
-        override = cfg.data.per_objective.get(self.name, {})
-        return self.stream_spec(cfg).at_length(override.get("max_length", cfg.data.max_length))
-
-
-def encoder_config(cfg: ml_collections.ConfigDict) -> ModelConfig:
-    """The run's encoder shape, as FLOP counts need it (language embeddings cost none)."""
-    return ModelConfig.from_run_config(cfg.model, num_languages=0)
+    section: Section | None = None

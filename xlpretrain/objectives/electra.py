@@ -10,6 +10,7 @@ with a sigmoid cross-entropy averaged over those tokens. Total = L_G + λ·L_D.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING
 
 import jax
@@ -23,7 +24,7 @@ from xlpretrain.data.streams import MONO, PARALLEL, StreamSpec
 from xlpretrain.masks import catalog
 from xlpretrain.model.config import ModelFamily, generator_config
 from xlpretrain.objectives import flops
-from xlpretrain.objectives.declaration import Objective, Settings, encoder_config
+from xlpretrain.objectives.declaration import Context, Objective, Section
 from xlpretrain.objectives.mlm import mask_meta
 
 if TYPE_CHECKING:  # the model is built by the trainer, not imported by declarations
@@ -115,11 +116,12 @@ def make_trtd(disc_weight: float, temperature: float):
     return make_rtd("gen_tlm", "trtd", masks.tlm, disc_weight=disc_weight, temperature=temperature)
 
 
-def rtd_flops(cfg, stream: StreamSpec, shape: flops.StepShape) -> float:
+def rtd_flops(context: Context, stream: StreamSpec, shape: flops.StepShape) -> float:
     """The discriminator's encoder, the generator's (its own depth and width) and their heads:
     the generator's LM head on the predictions, the discriminator's on every token."""
-    config = encoder_config(cfg)
-    generator = generator_config(config, cfg.xlm_e.generator_layers, cfg.xlm_e.generator_width)
+    config = context.model
+    own: XlmESettings = context.own
+    generator = generator_config(config, own.generator_layers, own.generator_width)
     discriminator_head = 6.0 * (config.hidden_size**2 + config.hidden_size) * shape.tokens
     return (
         flops.masked_lm(config, shape)
@@ -129,14 +131,19 @@ def rtd_flops(cfg, stream: StreamSpec, shape: flops.StepShape) -> float:
     )
 
 
-XLM_E_SETTINGS = Settings(
+@dataclasses.dataclass(frozen=True)
+class XlmESettings:
+    """`xlm_e.*`: the generator's size and the loss's balance, shared by MRTD and TRTD."""
+
+    generator_layers: int = 4
+    generator_width: float = 1.0  # generator hidden / heads / FFN as a fraction of the model's
+    disc_weight: float = 50.0  # λ in L_G + λ·L_D
+    temperature: float = 1.0  # of the generator's softmax when sampling replacements
+
+
+XLM_E_SECTION = Section(
     "xlm_e",
-    {
-        "generator_layers": 4,
-        "generator_width": 1.0,  # generator hidden / heads / FFN as a fraction of the model's
-        "disc_weight": 50.0,  # λ in L_G + λ·L_D
-        "temperature": 1.0,  # of the generator's softmax when sampling replacements
-    },
+    XlmESettings,
     {
         "generator_layers": (lambda v: v > 0, "must be > 0"),
         "generator_width": (lambda v: 0.0 < v <= 1.0, "must be in (0, 1]"),
@@ -148,18 +155,18 @@ XLM_E_SETTINGS = Settings(
 MRTD = Objective(
     "mrtd",
     ModelFamily.ELECTRA,
-    lambda cfg: StreamSpec(MONO, cfg.data.mono_mask_rate, corruption=MASK_ONLY),
-    lambda cfg: make_mrtd(cfg.xlm_e.disc_weight, cfg.xlm_e.temperature),
+    lambda context: StreamSpec(MONO, context.mask_rates.mono, corruption=MASK_ONLY),
+    lambda context: make_mrtd(context.own.disc_weight, context.own.temperature),
     catalog.BY_OBJECTIVE["mrtd"],
     rtd_flops,
-    settings=XLM_E_SETTINGS,
+    section=XLM_E_SECTION,
 )
 TRTD = Objective(
     "trtd",
     ModelFamily.ELECTRA,
-    lambda cfg: StreamSpec(PARALLEL, cfg.data.parallel_mask_rate, corruption=MASK_ONLY),
-    lambda cfg: make_trtd(cfg.xlm_e.disc_weight, cfg.xlm_e.temperature),
+    lambda context: StreamSpec(PARALLEL, context.mask_rates.parallel, corruption=MASK_ONLY),
+    lambda context: make_trtd(context.own.disc_weight, context.own.temperature),
     catalog.BY_OBJECTIVE["trtd"],
     rtd_flops,
-    settings=XLM_E_SETTINGS,
+    section=XLM_E_SECTION,
 )

@@ -9,6 +9,7 @@ gradient; pass 2 trains MLM on the masked source with the pseudo tokens appended
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import TYPE_CHECKING
 
@@ -22,7 +23,7 @@ from xlpretrain.data.tokenizer import Tokenizer
 from xlpretrain.masks import catalog
 from xlpretrain.model.config import ModelFamily
 from xlpretrain.objectives import flops
-from xlpretrain.objectives.declaration import Objective, Requirement, Settings, encoder_config
+from xlpretrain.objectives.declaration import Context, Objective, Requirement, Section
 from xlpretrain.objectives.mlm import mask_meta, masked_lm, masked_lm_flops, prediction_loss
 
 if TYPE_CHECKING:  # the model is built by the trainer, not imported by declarations
@@ -117,21 +118,22 @@ def make_btmlm(decode: str = "argmax", temperature: float = 1.0):
     return btmlm
 
 
-def btmlm_stream(cfg) -> StreamSpec:
+def btmlm_stream(context: Context) -> StreamSpec:
     """Monolingual rows with placeholders after each segment, for pass 1 to fill."""
+    own: BtmlmSettings = context.own
     return StreamSpec(
         MONO,
-        cfg.data.mono_mask_rate,
-        placeholder_ratio=cfg.btmlm.ratio,
-        target_languages=tuple(cfg.btmlm.target_languages),
-        tag_format=cfg.btmlm.tag_format if cfg.btmlm.target_signal == "tag_token" else "",
+        context.mask_rates.mono,
+        placeholder_ratio=own.ratio,
+        target_languages=own.target_languages,
+        tag_format=own.tag_format if own.target_signal == "tag_token" else "",
     )
 
 
-def btmlm_flops(cfg, stream: StreamSpec, shape: flops.StepShape) -> float:
+def btmlm_flops(context: Context, stream: StreamSpec, shape: flops.StepShape) -> float:
     """Pass 2 (trained) plus pass 1: forward only (1/3 of a training pass) over every token
     and the LM head on the ⌈ratio·T⌉ placeholders."""
-    config = encoder_config(cfg)
+    config = context.model
     placeholders = math.ceil(stream.placeholder_ratio * shape.tokens)
     encoder = flops.encoder_matmuls(config, shape.tokens) + flops.attention_scores(
         config, shape.tokens, shape.length
@@ -140,18 +142,26 @@ def btmlm_flops(cfg, stream: StreamSpec, shape: flops.StepShape) -> float:
     return flops.masked_lm(config, shape) + decode
 
 
-BTMLM_SETTINGS = Settings(
+@dataclasses.dataclass(frozen=True)
+class BtmlmSettings:
+    """`btmlm.*`: back-translation masked LM's placeholders and decoding."""
+
+    ratio: float = 0.15  # placeholders per source token (ERNIE-M: 0.05-0.2)
+    target_languages: tuple[str, ...] = ()  # placeholder languages; empty: every language
+    # How placeholders learn their target language: its language embedding (ERNIE-M; needs
+    # model.language_embeddings) or tag tokens, the tokenization of tag_format, before them.
+    target_signal: str = "language_embedding"  # language_embedding | tag_token
+    tag_format: str = "<{lang}>"
+    decode: str = "argmax"  # argmax | sample
+    temperature: float = 1.0  # for decode=sample
+
+    def __post_init__(self) -> None:  # a config gives a list; the stream needs it hashable
+        object.__setattr__(self, "target_languages", tuple(self.target_languages))
+
+
+BTMLM_SECTION = Section(
     "btmlm",
-    {
-        "ratio": 0.15,  # placeholders per source token (ERNIE-M: 0.05-0.2)
-        "target_languages": (),  # placeholder languages; empty: every language of the run
-        # How placeholders learn their target language: its language embedding (ERNIE-M; needs
-        # model.language_embeddings) or tag tokens, the tokenization of tag_format, before them.
-        "target_signal": "language_embedding",  # language_embedding | tag_token
-        "tag_format": "<{lang}>",
-        "decode": "argmax",  # argmax | sample
-        "temperature": 1.0,  # for decode=sample
-    },
+    BtmlmSettings,
     {
         "ratio": (lambda v: 0.0 < v <= 1.0, "must be in (0, 1]"),
         "target_signal": (
@@ -166,8 +176,8 @@ BTMLM_SETTINGS = Settings(
 CAMLM = Objective(
     "camlm",
     ModelFamily.MASKED_LM,
-    lambda cfg: StreamSpec(PARALLEL, cfg.data.camlm_mask_rate),
-    lambda cfg: camlm,
+    lambda context: StreamSpec(PARALLEL, context.mask_rates.camlm),
+    lambda context: camlm,
     catalog.BY_OBJECTIVE["camlm"],
     masked_lm_flops,
 )
@@ -175,16 +185,16 @@ BTMLM = Objective(
     "btmlm",
     ModelFamily.MASKED_LM,
     btmlm_stream,
-    lambda cfg: make_btmlm(cfg.btmlm.decode, cfg.btmlm.temperature),
+    lambda context: make_btmlm(context.own.decode, context.own.temperature),
     catalog.BY_OBJECTIVE["btmlm"],
     btmlm_flops,
     requires=(
         Requirement(
             "model.language_embeddings",
-            lambda cfg: cfg.model.language_embeddings or cfg.btmlm.target_signal == "tag_token",
+            lambda context: context.language_embeddings or context.own.target_signal == "tag_token",
             "btmlm.target_signal='language_embedding' needs language embeddings: set this True, "
             "or use btmlm.target_signal='tag_token'",
         ),
     ),
-    settings=BTMLM_SETTINGS,
+    section=BTMLM_SECTION,
 )

@@ -17,7 +17,7 @@ from xlpretrain.data.streams import MONO, PARALLEL, StreamSpec
 from xlpretrain.masks import catalog
 from xlpretrain.model.config import ModelFamily
 from xlpretrain.objectives import flops
-from xlpretrain.objectives.declaration import Objective, encoder_config
+from xlpretrain.objectives.declaration import Context, Objective
 
 if TYPE_CHECKING:  # the model is built by the trainer, not imported by declarations
     from xlpretrain.model.encoder import MaskedLM
@@ -80,24 +80,24 @@ tlm = masked_lm(masks.tlm)
 tlm.__doc__ = "TLM: predict masked tokens of a translation pair, attending across both sides."
 
 
-def masked_lm_flops(cfg, stream: StreamSpec, shape: flops.StepShape) -> float:
+def masked_lm_flops(context: Context, stream: StreamSpec, shape: flops.StepShape) -> float:
     """One encoder pass over every token, the LM head on the predictions."""
-    return flops.masked_lm(encoder_config(cfg), shape)
+    return flops.masked_lm(context.model, shape)
 
 
 MMLM = Objective(
     "mmlm",
     ModelFamily.MASKED_LM,
-    lambda cfg: StreamSpec(MONO, cfg.data.mono_mask_rate),
-    lambda cfg: mmlm,
+    lambda context: StreamSpec(MONO, context.mask_rates.mono),
+    lambda context: mmlm,
     catalog.BY_OBJECTIVE["mmlm"],
     masked_lm_flops,
 )
 TLM = Objective(
     "tlm",
     ModelFamily.MASKED_LM,
-    lambda cfg: StreamSpec(PARALLEL, cfg.data.parallel_mask_rate),
-    lambda cfg: tlm,
+    lambda context: StreamSpec(PARALLEL, context.mask_rates.parallel),
+    lambda context: tlm,
     catalog.BY_OBJECTIVE["tlm"],
     masked_lm_flops,
 )

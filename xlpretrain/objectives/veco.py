@@ -13,6 +13,7 @@ under `stop_gradient`. Both sequences of every pair run in the same two passes:
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING
 
 import jax
@@ -23,7 +24,7 @@ from xlpretrain.data.streams import SEGMENT_PAIRS, StreamSpec
 from xlpretrain.masks import catalog
 from xlpretrain.model.config import ModelFamily
 from xlpretrain.objectives import flops
-from xlpretrain.objectives.declaration import Objective, Requirement, Settings, encoder_config
+from xlpretrain.objectives.declaration import Context, Objective, Requirement, Section
 from xlpretrain.objectives.mlm import mask_meta, prediction_loss
 
 if TYPE_CHECKING:  # the model is built by the trainer, not imported by declarations
@@ -74,49 +75,54 @@ def make_veco(name: str, variant: str = "acl"):
     return veco
 
 
-def veco_flops(cfg, stream: StreamSpec, shape: flops.StepShape) -> float:
+def veco_flops(context: Context, stream: StreamSpec, shape: flops.StepShape) -> float:
     """Two trained passes (h and s streams), the second with a cross-attention sub-layer per
     layer: its four projections and its scores over the paired sequence."""
-    config = encoder_config(cfg)
+    config = context.model
     attention = flops.attention_scores(config, shape.tokens, shape.length)
     cross = 6.0 * config.num_layers * 4 * config.hidden_size**2 * shape.tokens + attention
     return 2 * flops.masked_lm(config, shape) + cross
 
 
-VECO_SETTINGS = Settings(
-    "veco",
-    {"variant": "acl"},  # acl: bidirectional s stream | iclr: causal s stream (CS-MLM)
-    {"variant": (lambda v: v in VARIANTS, "must be 'acl' or 'iclr'")},
+@dataclasses.dataclass(frozen=True)
+class VecoSettings:
+    """`veco.*`."""
+
+    variant: str = "acl"  # acl: bidirectional s stream | iclr: causal s stream (CS-MLM)
+
+
+VECO_SECTION = Section(
+    "veco", VecoSettings, {"variant": (lambda v: v in VARIANTS, "must be 'acl' or 'iclr'")}
 )
 NEEDS_CROSS_ATTENTION = Requirement(
     "model.cross_attention",
-    lambda cfg: cfg.model.cross_attention,
+    lambda context: context.model.cross_attention,
     "veco needs the plug-in cross-attention: set it True",
 )
 # VECO on bilingual pairs (x, y) = a sentence and its translation ...
 VECO = Objective(
     "veco",
     ModelFamily.MASKED_LM,
-    lambda cfg: StreamSpec(SEGMENT_PAIRS, cfg.data.parallel_mask_rate),
-    lambda cfg: make_veco("veco", cfg.veco.variant),
+    lambda context: StreamSpec(SEGMENT_PAIRS, context.mask_rates.parallel),
+    lambda context: make_veco("veco", context.own.variant),
     catalog.BY_OBJECTIVE["veco"],
     veco_flops,
     requires=(NEEDS_CROSS_ATTENTION,),
-    settings=VECO_SETTINGS,
+    section=VECO_SECTION,
 )
 # ... and on monolingual pairs (x, y) = two adjacent segments.
 VECO_MONO = Objective(
     "veco_mono",
     ModelFamily.MASKED_LM,
-    lambda cfg: StreamSpec(
+    lambda context: StreamSpec(
         SEGMENT_PAIRS,
-        cfg.data.parallel_mask_rate,
+        context.mask_rates.parallel,
         mono_fraction=1.0,
-        mono_mask_rate=cfg.data.mono_mask_rate,
+        mono_mask_rate=context.mask_rates.mono,
     ),
-    lambda cfg: make_veco("veco_mono", cfg.veco.variant),
+    lambda context: make_veco("veco_mono", context.own.variant),
     catalog.BY_OBJECTIVE["veco_mono"],
     veco_flops,
     requires=(NEEDS_CROSS_ATTENTION,),
-    settings=VECO_SETTINGS,
+    section=VECO_SECTION,
 )

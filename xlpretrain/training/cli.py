@@ -36,7 +36,8 @@ from xlpretrain.training.preemption import Interrupted
 from xlpretrain.training.workdir import check_workdir
 
 log = logging.getLogger("xlpretrain")
-T = TypeVar("T")
+P = TypeVar("P")  # a task's plan
+T = TypeVar("T")  # the task built from it
 
 
 @contextlib.contextmanager
@@ -203,19 +204,20 @@ def run(main: Callable[[list[str]], None], config_flag: str = "config") -> None:
 
 def run_task(
     workdir: str,
-    validate: Callable[[], object],
-    build: Callable[[], T],
+    resolve: Callable[[], P],
+    build: Callable[[P], T],
     run: Callable[[T], object],
     log_name: str,
 ) -> None:
-    """A training task from its command line: the config validated before anything touches
-    the disk, `WORKDIR/<log_name>` written by process 0, and every way it can end reported in
+    """A training task from its command line: the config resolved into the task's plan before
+    anything touches the disk, then the task built from the plan, `WORKDIR/<log_name>` written
+    by process 0, and every way it can end reported in
     one line on stderr — a user error before the first step (exit 2, and what this invocation
     added to the workdir removed), a checkpoint that cannot be read (2), divergence (1),
     Ctrl-C (130: saved after the step, or aborted by a second one)."""
     with _aborted_on_ctrl_c():
         try:
-            validate()
+            plan = resolve()
         except ConfigError as error:
             report(error)
         before = set(os.listdir(workdir)) if os.path.isdir(workdir) else None
@@ -223,7 +225,7 @@ def run_task(
         try:
             check_workdir(workdir)
             handler = _log_to(log_path)
-            task = build()
+            task = build(plan)
         except USER_ERRORS as error:
             if handler is not None:
                 log.removeHandler(handler)

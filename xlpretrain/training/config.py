@@ -1,37 +1,34 @@
-"""Default configuration and its validation.
+"""Default configuration and the checks of its keys.
 
-Every config file starts from `default_config()`; `validate()` then rejects any key the defaults do
-not know, any value of the wrong type and any value out of range, naming the key. Catching a typo
-at start-up is cheaper than discovering after a day of training that `optim.warmup_step` was
-silently ignored.
+Every config file starts from `default_config()`; `check_config()` then rejects any key the
+defaults do not know, any value of the wrong type and any value out of range, naming the key.
+Catching a typo at start-up is cheaper than discovering after a day of training that
+`optim.warmup_step` was silently ignored. What keys mean together (stages, streams, the model
+an objective needs) is checked as the run plan resolves them (`xlpretrain.training.plan`).
 """
 
 from __future__ import annotations
 
 import importlib.util
-from collections.abc import Mapping
 from typing import Any
 
 import ml_collections
 
-from xlpretrain.core.errors import INSTALL, ConfigError
+from xlpretrain.core.errors import INSTALL, ConfigError, check
 from xlpretrain.data import held_out
 from xlpretrain.model.config import ATTENTION_IMPLS
 from xlpretrain.model.kernels.tiles import Tiles
 from xlpretrain.objectives import REGISTRY
-from xlpretrain.objectives.declaration import Settings
-from xlpretrain.parallel.rules import as_rules
+from xlpretrain.objectives.declaration import Section
 from xlpretrain.training.config_keys import (
     Ranges,
-    check,
     check_keys,
-    check_rows_divide,
     non_negative,
     one_of,
     positive,
     type_ok,
 )
-from xlpretrain.training.stages import stages, start_step, stream_shapes
+from xlpretrain.training.stages import start_step
 
 # Objectives a config may name: each objective's declaration is the one place that says so.
 KNOWN_OBJECTIVES = tuple(REGISTRY)
@@ -73,43 +70,13 @@ def loop_section(
     # When no checkpoint in WORKDIR/checkpoints can be restored: False stops with an error
     # (nothing is silently thrown away), True starts again from step 0.
     train.allow_fresh_start = False
-    # A resumed run whose config changes keys outside `RESUME_NEUTRAL` (the schedule, the
+    # A resumed run whose config changes keys outside `workdir.RESUME_NEUTRAL` (the schedule, the
     # objectives, the data, the model) stops unless this is True (xlpretrain/training/workdir.py).
     train.resume_with_changes = False
     # Weights & Biases: also log every record to this project ("": off; the wandb extra).
     # The run is named after the workdir and resumed with it; WANDB_MODE=offline works.
     train.wandb_project = ""
     return train
-
-
-# Keys a resumed run may change without changing the training its checkpoint is part of: how
-# the run is stopped, logged, saved, sharded, computed and evaluated ("x." covers a section).
-LOOP_RESUME_NEUTRAL = (
-    "train.stop_at",
-    "train.log_every",
-    "train.checkpoint_every",
-    "train.keep_checkpoints",
-    "train.async_checkpointing",
-    "train.grad_accum",
-    "train.max_bad_steps",
-    "train.allow_fresh_start",
-    "train.resume_with_changes",
-    "train.wandb_project",
-    "mesh.",
-)
-RESUME_NEUTRAL = (
-    *LOOP_RESUME_NEUTRAL,
-    "train.profile_steps",
-    "data.num_workers",
-    "data.prefetch",
-    "data.strict",
-    "eval.",
-    "model.attention",
-    "model.flash_tiles",
-    "model.remat",
-    "model.loss_chunk",
-    "init.checkpoint",  # read only by a run's first start
-)
 
 
 def mesh_section() -> ml_collections.ConfigDict:
@@ -242,8 +209,8 @@ def default_config() -> ml_collections.ConfigDict:
     cfg.mesh = mesh_section()
 
     # Each objective's own section (btmlm, veco, xlm_e), as its declaration defines it.
-    for settings in objective_settings().values():
-        cfg[settings.section] = ml_collections.ConfigDict(dict(settings.defaults))
+    for section in objective_sections().values():
+        cfg[section.name] = ml_collections.ConfigDict(section.defaults)
 
     cfg.init = ml_collections.ConfigDict()
     # A model to start from: a converted checkpoint folder (python -m xlpretrain.convert from-hf
@@ -263,9 +230,9 @@ def default_config() -> ml_collections.ConfigDict:
     return cfg
 
 
-def objective_settings() -> dict[str, Settings]:
+def objective_sections() -> dict[str, Section]:
     """The objectives' own config sections by name (one per section, however many share it)."""
-    return {o.settings.section: o.settings for o in REGISTRY.values() if o.settings}
+    return {o.section.name: o.section for o in REGISTRY.values() if o.section}
 
 
 def _flash_tiles(text: str) -> bool:
@@ -354,7 +321,7 @@ _RANGES: Ranges = {
 }
 
 
-def validate(cfg: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+def check_config(cfg: ml_collections.ConfigDict) -> None:
     """Raises `ConfigError` naming the first unknown, mistyped or out-of-range key."""
     check_keys(
         cfg,
@@ -362,9 +329,9 @@ def validate(cfg: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
         {
             **_RANGES,
             **{
-                f"{section}.{key}": allowed
-                for section, settings in objective_settings().items()
-                for key, allowed in settings.ranges.items()
+                f"{name}.{key}": allowed
+                for name, section in objective_sections().items()
+                for key, allowed in section.ranges.items()
             },
         },
         own_checks={
@@ -383,41 +350,6 @@ def validate(cfg: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     else:
         check(len(cfg.objectives) > 0, "objectives", "at least one objective is required")
         check(any(w > 0 for w in cfg.objectives.values()), "objectives", "all weights are zero")
-    active = {name for stage in stages(cfg) for name in stage.weights}
-    for name in sorted(active):  # what each enabled objective declares it cannot do without
-        for requirement in REGISTRY[name].requires:
-            check(requirement.holds(cfg), requirement.key, requirement.message)
-    check(
-        cfg.model.hidden_size % cfg.model.num_heads == 0,
-        "model.hidden_size",
-        f"{cfg.model.hidden_size} is not divisible by model.num_heads={cfg.model.num_heads}",
-    )
-    for name, length_key, length, rows_key, rows in stream_shapes(cfg):
-        check(
-            length + 2 <= cfg.model.max_positions,
-            length_key,
-            f"{length} ({name}) needs max_length + 2 <= model.max_positions="
-            f"{cfg.model.max_positions} (positions start at padding id + 1 = 2)",
-        )
-        check(
-            rows % cfg.train.grad_accum == 0,
-            "train.grad_accum",
-            f"{rows_key}={rows} ({name}) is not divisible by {cfg.train.grad_accum}",
-        )
-    check(
-        cfg.model.absolute_positions or cfg.model.relative_position != "none",
-        "model.absolute_positions",
-        "without absolute positions the model needs model.relative_position",
-    )
-    by_family: dict[str, list[str]] = {}
-    for name in sorted(active):
-        by_family.setdefault(REGISTRY[name].family.value, []).append(name)
-    check(
-        len(by_family) <= 1,
-        "objectives",
-        f"objectives of different model families do not mix in one run: {by_family} "
-        "(replaced-token detection trains its own generator/discriminator pair)",
-    )
     check_stop_at(cfg.train)
     if cfg.train.profile_steps:
         parts = cfg.train.profile_steps.split(":")
@@ -426,7 +358,6 @@ def validate(cfg: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
             "train.profile_steps",
             f"expected 'START:END' with START < END, got {cfg.train.profile_steps!r}",
         )
-    return cfg
 
 
 def check_stop_at(train: ml_collections.ConfigDict) -> None:
@@ -511,13 +442,3 @@ def _check_schedule(cfg: ml_collections.ConfigDict) -> None:
                 f"must be an int > 0, got {rows!r}",
             )
         previous = start
-
-
-def check_batch_divides(cfg: ml_collections.ConfigDict, mesh_shape: Mapping[str, int]) -> None:
-    """Every stream's micro-batch (batch_size / grad_accum rows) splits evenly over the
-    data-parallel devices (the mesh axes the rules put `batch` on): checked once the mesh is
-    known, before compiling."""
-    for name, _, _, rows_key, rows in stream_shapes(cfg):
-        check_rows_divide(
-            rows_key, rows, cfg.train.grad_accum, mesh_shape, as_rules(cfg.mesh.rules), f" ({name})"
-        )

@@ -5,38 +5,12 @@ way, naming the key and the nearest valid names."""
 from __future__ import annotations
 
 import difflib
-import math
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import ml_collections
 
-from xlpretrain.core.errors import ConfigError
-from xlpretrain.parallel.rules import Rules, data_parallel_axes
-
-
-def check_rows_divide(
-    key: str, rows: int, grad_accum: int, mesh_shape: Mapping[str, int], rules: Rules, what: str
-) -> None:
-    """A micro-batch of `rows` global rows (`key`, of `what`) / `grad_accum` splits evenly over
-    the devices of the mesh axes the rules put `batch` on."""
-    axes = data_parallel_axes(rules)
-    parallel = math.prod(mesh_shape[axis] for axis in axes)
-    micro = rows // grad_accum
-    sizes = " × ".join(f"{axis} {mesh_shape[axis]}" for axis in axes) or "none"
-    check(
-        micro % parallel == 0,
-        key,
-        f"{rows}{what} / train.grad_accum={grad_accum} = {micro} rows per micro-batch, not "
-        f"divisible by the data-parallel size {parallel} (the mesh axes mesh.rules put "
-        f"'batch' on: {sizes})",
-    )
-
-
-def check(cond: bool, key: str, message: str) -> None:
-    """Raises `ConfigError` naming `key` with `message` unless `cond`."""
-    if not cond:
-        raise ConfigError(f"config key '{key}': {message}")
+from xlpretrain.core.errors import ConfigError, check
 
 
 def positive(v: Any) -> bool:

@@ -25,26 +25,23 @@ from collections.abc import Callable, Mapping
 
 import jax
 import jax.numpy as jnp
-import ml_collections
 import numpy as np
 from jax.experimental import multihost_utils
 
 from xlpretrain.convert.folder import DISCRIMINATOR, MASKED_LM, Pretrained
 from xlpretrain.core.errors import ConfigError
-from xlpretrain.data.corpus import configured_folder, held_out_folders
+from xlpretrain.data.corpus import CorpusSettings, configured_folder, held_out_folders
 from xlpretrain.data.folders import MonolingualSource, ParallelSource
 from xlpretrain.data.pipeline import Corpus, StepBatchBuilder
 from xlpretrain.data.protocols import ParallelCorpus
-from xlpretrain.data.streams import MONO, PARALLEL, Phase
+from xlpretrain.data.streams import MONO, PARALLEL
 from xlpretrain.data.tokenizer import Tokenizer
 from xlpretrain.model.config import ModelConfig, ModelFamily
-from xlpretrain.parallel.rules import as_rules
 from xlpretrain.parallel.sharding import global_batch, under_mesh
 from xlpretrain.training.plan import RunPlan
 from xlpretrain.training.step import Training
 
 log = logging.getLogger("xlpretrain")
-EVAL_SEED_OFFSET = 7919  # held-out rows never repeat the training stream's draws
 # The unigram baseline counts the text of the first training batches: up to this many, until
 # this many tokens (a large run's first batch is enough, and start-up stays short).
 UNIGRAM_STEPS, UNIGRAM_TOKENS = 16, 1 << 20
@@ -61,12 +58,12 @@ def without_dropout(model):
 
 
 def held_out_corpus(
-    cfg: ml_collections.ConfigDict, kinds, folders: tuple[str, str], parts: Corpus
+    settings: CorpusSettings, kinds, folders: tuple[str, str], parts: Corpus
 ) -> Corpus:
     """The held-out data of each corpus kind in `kinds`, with the training run's language ids:
     its held-out folder (`folders`: mono, parallel, from `held_out_folders`), or else the lines
     held out of the training corpus (`parts`, from `data.corpus.split_off_held_out`)."""
-    options = dict(strict=cfg.data.strict, max_line_bytes=cfg.data.max_line_bytes)
+    options = dict(strict=settings.strict, max_line_bytes=settings.max_line_bytes)
     sources, (mono_folder, parallel_folder) = {}, folders
     for kind, folder, load, part in (
         (MONO, mono_folder, MonolingualSource.from_dir, parts.mono),
@@ -80,7 +77,7 @@ def held_out_corpus(
         keys = part.languages if kind == MONO else part.pairs
         if not keys:
             raise ConfigError(
-                f"config key 'eval.held_out_fraction': {cfg.eval.held_out_fraction} of the "
+                f"config key 'eval.held_out_fraction': {settings.held_out_fraction} of the "
                 f"{kind} training data holds out no line (every language has too few lines): "
                 f"raise it, or name a held-out folder in eval.{kind}_dir"
             )
@@ -193,7 +190,6 @@ class Evaluator:
 
 
 def build_evaluator(
-    cfg: ml_collections.ConfigDict,
     plan: RunPlan,
     model,
     training: Training,
@@ -205,51 +201,38 @@ def build_evaluator(
     held out of the training corpus (`data.corpus.split_off_held_out`), evaluated where no
     held-out folder is named; `training_rows` (the run's batch builder) gives the unigram counts
     of the baselines."""
-    if cfg.eval.every_steps <= 0:
+    settings, data = plan.evaluation, plan.corpus
+    if settings.every_steps <= 0:
         return None
-    folders = held_out_folders(cfg)
-    held_out = held_out_corpus(cfg, plan.sources(), folders, held_out_parts)
+    folders = held_out_folders(data)
+    held_out = held_out_corpus(data, plan.sources(), folders, held_out_parts)
     parallel_folder = folders[1]
-    rules = as_rules(cfg.mesh.rules)
     quiet = without_dropout(model)
     batches, steps, baselines = [], [], {}
     unigram = training_unigram(training_rows, UNIGRAM_STEPS, model.config.vocab_size)
-    for stage in plan.stages:
-        builder = StepBatchBuilder(
-            held_out,
-            tokenizer,
-            {name: plan.streams[name] for name in stage.rows},
-            [Phase(0, stage.rows)],
-            seed=cfg.train.seed + EVAL_SEED_OFFSET,
-            mono_alpha=cfg.data.mono_alpha,
-            parallel_alpha=cfg.data.parallel_alpha,
-            pack=cfg.data.pack,
-            reset_positions=cfg.data.tlm_reset_positions,
-            process_index=jax.process_index(),
-            process_count=jax.process_count(),
-            anneal=plan.anneal.settled() if plan.anneal else None,  # as training ends
-        )
-        local = [builder.map(index) for index in range(cfg.eval.batches)]
+    for index, stage in enumerate(plan.stages):
+        builder = plan.batch_builder(held_out, tokenizer, held_out_stage=index)
+        local = [builder.map(batch) for batch in range(settings.batches)]
         batches.append([global_batch(batch, training.batch_sharding) for batch in local])
         for name in stage.weights:
             if plan.objectives[name].family is ModelFamily.MASKED_LM:
                 figures = unigram_baseline([b[name] for b in local], unigram)
                 for what, value in figures.items():
                     baselines[f"eval/{what}/{name}"] = {"unigram": value}
-        loss_fns = {name: plan.objectives[name].loss(cfg) for name in stage.weights}
-        step = make_eval_step(quiet, loss_fns, jax.random.key(cfg.train.seed))
+        loss_fns = {name: plan.objectives[name].loss(plan.contexts[name]) for name in stage.weights}
+        step = make_eval_step(quiet, loss_fns, jax.random.key(plan.sampling.seed))
         steps.append(
             jax.jit(
-                under_mesh(training.mesh, rules, step),
+                under_mesh(training.mesh, plan.mesh.rules, step),
                 in_shardings=(training.state_shardings.params, training.batch_sharding),
             )
         )
     retrieval = None
-    if cfg.eval.retrieval_lines > 0 and (held_out.parallel or parallel_folder):
+    if settings.retrieval_lines > 0 and (held_out.parallel or parallel_folder):
         retrieval = held_out.parallel or ParallelSource.from_dir(
-            parallel_folder, strict=cfg.data.strict, max_line_bytes=cfg.data.max_line_bytes
+            parallel_folder, strict=data.strict, max_line_bytes=data.max_line_bytes
         )
-        lines = [min(retrieval.num_lines(p), cfg.eval.retrieval_lines) for p in retrieval.pairs]
+        lines = [min(retrieval.num_lines(p), settings.retrieval_lines) for p in retrieval.pairs]
         baselines["eval/retrieval"] = {"chance": float(np.mean([1 / n for n in lines if n]))}
     family = next(iter(plan.objectives.values())).family
     evaluator = Evaluator(
@@ -257,7 +240,7 @@ def build_evaluator(
         batches,
         steps,
         retrieval,
-        cfg.eval.retrieval_lines,
+        settings.retrieval_lines,
         model.config,
         tokenizer,
         tuple(held_out_parts.languages),
@@ -269,8 +252,8 @@ def build_evaluator(
         baselines["eval/retrieval"] = {"step 0": start, **baselines["eval/retrieval"]}
     log.info(
         "evaluating every %d steps on %d held-out batches per stage%s; references: %s",
-        cfg.eval.every_steps,
-        cfg.eval.batches,
+        settings.every_steps,
+        settings.batches,
         f", retrieval on {len(retrieval.pairs)} pair files" if retrieval else "",
         ", ".join(
             f"{key.removeprefix('eval/')} {value:.4f} ({name})"

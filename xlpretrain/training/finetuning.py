@@ -1,11 +1,12 @@
 """Sentence-pair classification fine-tuning (XNLI, PAWS-X) as a library, on pre-training's loop.
 
-`build` a run from a validated config — the pre-trained model (`init.path`: a training workdir
-or a checkpoint folder), the pairs of one training language and of every evaluation language
-(`xlpretrain.data.pairs`), a `PairClassifier` sharded over the mesh by the logical rules, its
-optimizer — then `run` it on `xlpretrain.training.loop`, the loop pre-training runs on: gradient
-accumulation, checkpoints of the state and the input iterator with exact resume, preemption,
-divergence, metrics, and accuracy on every evaluation language each `eval.every_steps` steps.
+`build` a run from its plan (`xlpretrain.training.finetune_plan.resolve_finetuning`) — the
+pre-trained model (`init.path`: a training workdir or a checkpoint folder), the pairs of one
+training language and of every evaluation language (`xlpretrain.data.pairs`), a
+`PairClassifier` sharded over the mesh by the logical rules, its optimizer — then `run` it on
+`xlpretrain.training.loop`, the loop pre-training runs on: gradient accumulation, checkpoints
+of the state and the input iterator with exact resume, preemption, divergence, metrics, and
+accuracy on every evaluation language each `eval.every_steps` steps.
 At the end, accuracy on the training pairs and on every evaluation language (zero-shot
 transfer), each beside chance (its file's majority-label share), goes to `WORKDIR/results.json`
 and closes the log. `python -m xlpretrain.eval.finetune` is its command line.
@@ -28,13 +29,13 @@ from typing import Any
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
-import ml_collections
 import numpy as np
 import optax
 from flax import traverse_util
 from jax.sharding import NamedSharding, PartitionSpec
 
 from xlpretrain.convert import folder
+from xlpretrain.core.errors import ConfigError
 from xlpretrain.data.pairs import (
     TASK,
     Batch,
@@ -47,127 +48,17 @@ from xlpretrain.data.pairs import (
 from xlpretrain.data.pipeline import make_dataset
 from xlpretrain.data.sources import DataError, format_stats, parse_pair
 from xlpretrain.model.classifier import PairClassifier
-from xlpretrain.model.config import ATTENTION_IMPLS
-from xlpretrain.parallel.rules import as_rules
-from xlpretrain.parallel.sharding import global_batch, make_mesh, under_mesh
+from xlpretrain.parallel.sharding import global_batch, under_mesh
 from xlpretrain.training import loop
-from xlpretrain.training.config import (
-    LOOP_RANGES,
-    LOOP_RESUME_NEUTRAL,
-    MESH_RANGES,
-    ConfigError,
-    check_stop_at,
-    loop_section,
-    mesh_section,
-)
-from xlpretrain.training.config_keys import Ranges, check_keys, check_rows_divide
-from xlpretrain.training.optim import adamw_from, parameter_path, warmup_linear_decay
+from xlpretrain.training import workdir as workdir_lib
+from xlpretrain.training.finetune_plan import FineTunePlan, TaskData
+from xlpretrain.training.optim import adamw_from, parameter_path
+from xlpretrain.training.sections import OptimizerSettings
 from xlpretrain.training.step import Training, TrainState, make_train_step, sharded_training
-from xlpretrain.training.workdir import check_resume, check_workdir, save_config
+from xlpretrain.training.workdir import check_workdir, save_config
 
 log = logging.getLogger("xlpretrain")
-
-PLUG_IN = ("auto", "in", "out")
 Params = Any
-
-
-def default_config() -> ml_collections.ConfigDict:
-    """Every key a fine-tuning run may set; `configs/finetune_pairs.py` starts from this."""
-    cfg = ml_collections.ConfigDict()
-    cfg.init = ml_collections.ConfigDict()
-    cfg.init.path = ""  # a pre-training workdir or an xlpretrain checkpoint folder (required)
-
-    cfg.data = ml_collections.ConfigDict()
-    cfg.data.dir = ""  # folder of <lang>/<split>.tsv files (required)
-    cfg.data.train_language = "en"
-    cfg.data.train_split = "train"
-    cfg.data.eval_split = "test"
-    cfg.data.eval_languages = ()  # empty: every <lang> folder with an <eval_split>.tsv
-    cfg.data.labels = ()  # label strings in id order; empty: the training labels, sorted
-    cfg.data.max_length = 128  # tokens per pair, special tokens included
-    cfg.data.batch_size = 32  # global rows per step (and per evaluation batch)
-    cfg.data.num_workers = 0  # grain worker processes (0: build batches in the main process)
-    cfg.data.prefetch = 2  # batches built ahead of the step
-
-    cfg.model = ml_collections.ConfigDict()
-    cfg.model.plug_in = "auto"  # VECO's cross-attention: in | out | auto (in if the model has it)
-    cfg.model.dropout_rate = 0.1
-    cfg.model.attention_dropout_rate = 0.1
-    cfg.model.dtype = "float32"  # compute dtype; parameters stay float32
-    cfg.model.attention = "xla"  # as pre-training's model.attention
-
-    cfg.optim = ml_collections.ConfigDict()
-    cfg.optim.learning_rate = 2e-5
-    cfg.optim.layer_decay = 0.8  # 1.0: every layer at the full rate
-    cfg.optim.warmup_fraction = 0.1
-    cfg.optim.b1 = 0.9
-    cfg.optim.b2 = 0.999
-    cfg.optim.eps = 1e-8
-    cfg.optim.weight_decay = 0.01
-    cfg.optim.clip_norm = 1.0  # global-norm clipping; 0 disables
-
-    cfg.train = loop_section(steps=10_000, log_every=100, checkpoint_every=1000, keep=2)
-
-    # Accuracy on every evaluation language (dropout off) each `every_steps` steps, logged as
-    # eval/accuracy/<lang> with that step's metrics; 0: only at the end.
-    cfg.eval = ml_collections.ConfigDict()
-    cfg.eval.every_steps = 0
-
-    cfg.mesh = mesh_section()
-    return cfg
-
-
-# Keys a resumed fine-tuning run may change (`xlpretrain.training.workdir.check_resume`).
-RESUME_NEUTRAL = (
-    *LOOP_RESUME_NEUTRAL,
-    "data.num_workers",
-    "data.prefetch",
-    "eval.",
-    "model.attention",
-)
-
-
-_RANGES: Ranges = {
-    "init.path": (bool, "required: a pre-training workdir or checkpoint folder"),
-    "data.dir": (bool, "required: a folder of <lang>/<split>.tsv files"),
-    "data.train_language": (bool, "required"),
-    "data.max_length": (lambda v: v >= 8, "must be >= 8"),
-    "data.batch_size": (lambda v: v > 0, "must be > 0"),
-    "data.num_workers": (lambda v: v >= 0, "must be >= 0"),
-    "data.prefetch": (lambda v: v >= 0, "must be >= 0"),
-    "model.plug_in": (lambda v: v in PLUG_IN, f"must be one of {PLUG_IN}"),
-    "model.dropout_rate": (lambda v: 0.0 <= v < 1.0, "must be in [0, 1)"),
-    "model.attention_dropout_rate": (lambda v: 0.0 <= v < 1.0, "must be in [0, 1)"),
-    "model.dtype": (lambda v: v in ("float32", "bfloat16"), "must be 'float32' or 'bfloat16'"),
-    "model.attention": (lambda v: v in ATTENTION_IMPLS, f"must be one of {ATTENTION_IMPLS}"),
-    "optim.learning_rate": (lambda v: v > 0, "must be > 0"),
-    "optim.layer_decay": (lambda v: 0.0 < v <= 1.0, "must be in (0, 1]"),
-    "optim.warmup_fraction": (lambda v: 0.0 <= v < 1.0, "must be in [0, 1)"),
-    "optim.clip_norm": (lambda v: v >= 0, "must be >= 0 (0 disables clipping)"),
-    "eval.every_steps": (lambda v: v >= 0, "must be >= 0"),
-    **LOOP_RANGES,
-    **MESH_RANGES,
-}
-
-
-def validate(cfg: ml_collections.ConfigDict) -> None:
-    """Raises `ConfigError` naming the first unknown, mistyped or out-of-range key, through
-    pre-training's `check_keys`."""
-    check_keys(cfg, default_config(), _RANGES)
-    check_stop_at(cfg.train)
-    if cfg.data.batch_size % cfg.train.grad_accum:
-        raise ConfigError(
-            f"config key 'train.grad_accum': data.batch_size={cfg.data.batch_size} is not "
-            f"divisible by {cfg.train.grad_accum}"
-        )
-
-
-def check_batch_divides(cfg: ml_collections.ConfigDict, mesh_shape: dict[str, int]) -> None:
-    """A micro-batch's rows split evenly over the data-parallel devices."""
-    rules = as_rules(cfg.mesh.rules)
-    check_rows_divide(
-        "data.batch_size", cfg.data.batch_size, cfg.train.grad_accum, mesh_shape, rules, ""
-    )
 
 
 # --- data -------------------------------------------------------------------------------------
@@ -192,9 +83,8 @@ def folder_languages(name: str) -> tuple[str, str]:
         return name, name
 
 
-def load_task(cfg: ml_collections.ConfigDict, pretrained: folder.Pretrained, plug_in: bool) -> Task:
+def load_task(data: TaskData, pretrained: folder.Pretrained, plug_in: bool) -> Task:
     """Reads `data.dir/<lang>/<split>.tsv` and tokenizes it for the pre-trained model."""
-    data = cfg.data
     if not os.path.isdir(data.dir):
         raise DataError(f"config key 'data.dir': no folder {data.dir}")
     languages = list(data.eval_languages) or sorted(
@@ -271,20 +161,13 @@ def scale_updates(factors: Params) -> optax.GradientTransformation:
     return optax.stateless(lambda updates, _: jax.tree.map(jnp.multiply, updates, factors))
 
 
-def finetune_schedule(cfg: ml_collections.ConfigDict) -> optax.Schedule:
-    """Pre-training's warm-up and linear decay, the warm-up a fraction of `train.steps`."""
-    warmup = round(cfg.optim.warmup_fraction * cfg.train.steps)
-    return warmup_linear_decay(cfg.optim.learning_rate, warmup, cfg.train.steps)
-
-
 def make_finetune_optimizer(
-    cfg: ml_collections.ConfigDict, params: Params, num_layers: int
+    optim: OptimizerSettings, params: Params, num_layers: int
 ) -> optax.GradientTransformation:
-    """Pre-training's clipped AdamW on this schedule, then the layer-wise decay. `params` may
-    be abstract: only paths and ranks are read."""
-    tx = adamw_from(cfg.optim, finetune_schedule(cfg))
-    factors = layer_decay_factors(params, num_layers, cfg.optim.layer_decay)
-    return optax.chain(tx, scale_updates(factors))
+    """Pre-training's clipped AdamW on its schedule (the warm-up a fraction of `train.steps`),
+    then the layer-wise decay. `params` may be abstract: only paths and ranks are read."""
+    factors = layer_decay_factors(params, num_layers, optim.layer_decay)
+    return optax.chain(adamw_from(optim), scale_updates(factors))
 
 
 # --- model, step, evaluation ------------------------------------------------------------------
@@ -380,7 +263,7 @@ def make_accuracy(
 class FineTuning:
     """Everything a fine-tuning run builds before its first step; `run()` drives it."""
 
-    cfg: ml_collections.ConfigDict
+    plan: FineTunePlan
     workdir: str
     task: Task
     plug_in: bool
@@ -389,37 +272,28 @@ class FineTuning:
     accuracy: Accuracy
 
 
-def build(
-    cfg: ml_collections.ConfigDict, workdir: str, devices: list[jax.Device] | None = None
-) -> FineTuning:
-    """Validates `cfg` and builds the run on `devices` (default: all)."""
-    validate(cfg)
-    mesh = make_mesh(cfg.mesh.data, cfg.mesh.fsdp, cfg.mesh.tensor, devices)
-    check_batch_divides(cfg, dict(mesh.shape))
-    pretrained = folder.read(cfg.init.path)
+def build(plan: FineTunePlan, workdir: str, devices: list[jax.Device] | None = None) -> FineTuning:
+    """Builds the run of `plan` on `devices` (default: all)."""
+    mesh = plan.mesh.make(devices)
+    plan.check_batch_divides(dict(mesh.shape))
+    pretrained = folder.read(plan.init_path)
     if pretrained.tokenizer is None:
-        raise FileNotFoundError(f"{cfg.init.path} has no tokenizer.model")
+        raise FileNotFoundError(f"{plan.init_path} has no tokenizer.model")
     workdir = os.path.abspath(workdir)
     check_workdir(workdir)
-    resume_step = loop.checkpointer(workdir, cfg.train).latest_step()
+    resume_step = loop.checkpointer(workdir, plan.loop).latest_step()
     if resume_step is not None:
-        check_resume(workdir, cfg, resume_step, RESUME_NEUTRAL, finetune_schedule)
-    config = dataclasses.replace(
-        pretrained.config,
-        dtype=cfg.model.dtype,
-        dropout_rate=cfg.model.dropout_rate,
-        attention_dropout_rate=cfg.model.attention_dropout_rate,
-        attention_impl=cfg.model.attention,
-    )
-    plug_in = resolve_plug_in(cfg.model.plug_in, config.cross_attention)
-    task = load_task(cfg, pretrained, plug_in)
+        workdir_lib.check_resume(workdir, plan.config, resume_step)
+    config = plan.model.applied_to(pretrained.config)
+    plug_in = resolve_plug_in(plan.model.plug_in, config.cross_attention)
+    task = load_task(plan.data, pretrained, plug_in)
     classifier = PairClassifier(config, num_labels=len(task.labels), plug_in=plug_in)
     log.info(
         "fine-tuning %s (cross-attention plugged %s) on %d %s pairs, labels %s",
-        cfg.init.path,
+        plan.init_path,
         "in" if plug_in else "out",
         len(task.train),
-        cfg.data.train_language,
+        plan.data.train_language,
         task.labels,
     )
 
@@ -429,28 +303,28 @@ def build(
         return classifier.init(rng, example)["params"]
 
     abstract = jax.eval_shape(lambda rng: nn.unbox(init_params(rng)), jax.random.key(0))
-    optimizer = make_finetune_optimizer(cfg, abstract, config.num_layers)
+    optimizer = make_finetune_optimizer(plan.optim, abstract, config.num_layers)
     step = make_train_step(
         classifier,
         {TASK: classification_loss},
         {TASK: 1.0},
         optimizer,
-        finetune_schedule(cfg),
-        cfg.train.grad_accum,
+        plan.optim.schedule(),
+        plan.loop.grad_accum,
     )
-    rules = as_rules(cfg.mesh.rules)
-    training = sharded_training(mesh, rules, init_params, optimizer, [step], cfg.train.seed)
-    training = with_backbone(training, pretrained.params, cfg.init.path)
+    rules = plan.mesh.rules
+    training = sharded_training(mesh, rules, init_params, optimizer, [step], plan.loop.seed)
+    training = with_backbone(training, pretrained.params, plan.init_path)
     batches = PairBatches(
         task.train,
-        cfg.data.batch_size,
-        cfg.train.seed,
+        plan.data.batch_size,
+        plan.loop.seed,
         process_index=jax.process_index(),
         process_count=jax.process_count(),
     )
-    accuracy = make_accuracy(classifier, training, rules, cfg.data.batch_size)
-    save_config(workdir, cfg, resume_step or 0)  # last: a run that fails to start changes none
-    return FineTuning(cfg, workdir, task, plug_in, training, batches, accuracy)
+    accuracy = make_accuracy(classifier, training, rules, plan.data.batch_size)
+    save_config(workdir, plan.config, resume_step or 0)  # last: a failed start changes none
+    return FineTuning(plan, workdir, task, plug_in, training, batches, accuracy)
 
 
 def run(tuning: FineTuning) -> dict | None:
@@ -458,7 +332,7 @@ def run(tuning: FineTuning) -> dict | None:
     `train.stop_at` or `train.steps`, then measures accuracy on the training pairs and every
     evaluation language and writes `WORKDIR/results.json`. Returns the results, or None when a
     preemption notice stopped the run early (the checkpoint is saved; run again to resume)."""
-    cfg, task = tuning.cfg, tuning.task
+    plan, task = tuning.plan, tuning.task
 
     def evaluate(params, _stage: int) -> dict[str, float]:
         scores = {lang: tuning.accuracy(params, data) for lang, data in task.evaluation.items()}
@@ -468,26 +342,24 @@ def run(tuning: FineTuning) -> dict | None:
             **{f"eval/accuracy/{lang}": score for lang, score in scores.items()},
         }
 
-    settings = loop.settings(cfg.train)
     state: TrainState = loop.run(
         loop.Loop(
             tuning.workdir,
             tuning.training,
             make_dataset(
                 tuning.batches,
-                cfg.train.steps,
-                num_workers=cfg.data.num_workers,
-                prefetch=cfg.data.prefetch,
+                plan.loop.steps,
+                num_workers=plan.pipeline.num_workers,
+                prefetch=plan.pipeline.prefetch,
             ),
-            loop.checkpointer(tuning.workdir, cfg.train),
-            **settings,
-            evaluate=evaluate if cfg.eval.every_steps else None,
-            eval_every=cfg.eval.every_steps,
-            run_config=cfg.to_dict(),
+            loop.checkpointer(tuning.workdir, plan.loop),
+            **loop.settings(plan.loop),
+            evaluate=evaluate if plan.loop.eval_every else None,
+            run_config=plan.config,
         )
     )
     step = int(state.step)
-    if step < settings["end_step"]:
+    if step < plan.loop.end_step:
         return None
 
     languages = {
@@ -499,7 +371,7 @@ def run(tuning: FineTuning) -> dict | None:
         for lang, data in task.evaluation.items()
     }
     results = {
-        "train_language": cfg.data.train_language,
+        "train_language": plan.data.train_language,
         "labels": task.labels,
         "plug_in": tuning.plug_in,
         "steps": step,
@@ -522,7 +394,7 @@ def run(tuning: FineTuning) -> dict | None:
             result["accuracy"],
             result["chance"],
             result["n"],
-            "; the training language" if lang == cfg.data.train_language else "",
+            "; the training language" if lang == plan.data.train_language else "",
         )
     log.info(
         "average over %d languages: %.4f (chance %.4f)",

@@ -19,7 +19,6 @@ from typing import Any
 
 import grain
 import jax
-import ml_collections
 import numpy as np
 
 from xlpretrain.data.pipeline import iterators
@@ -35,6 +34,7 @@ from xlpretrain.training.metrics import (
     summary_lines,
 )
 from xlpretrain.training.preemption import Interrupted, PreemptionWatch
+from xlpretrain.training.sections import LoopSettings
 from xlpretrain.training.step import Training, TrainState
 
 log = logging.getLogger("xlpretrain")
@@ -76,8 +76,8 @@ class Loop:
     run_config: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # for W&B
 
 
-def checkpointer(workdir: str, train: ml_collections.ConfigDict) -> Checkpointer:
-    """`WORKDIR/checkpoints/` as the `train` section (`config.loop_section`) keeps them."""
+def checkpointer(workdir: str, train: LoopSettings) -> Checkpointer:
+    """`WORKDIR/checkpoints/` as the loop's settings keep them."""
     return Checkpointer(
         os.path.join(workdir, "checkpoints"),
         keep=train.keep_checkpoints,
@@ -85,25 +85,25 @@ def checkpointer(workdir: str, train: ml_collections.ConfigDict) -> Checkpointer
     )
 
 
-def settings(train: ml_collections.ConfigDict) -> dict[str, Any]:
-    """The `Loop` fields the `train` section (`config.loop_section`) sets, for every task."""
+def settings(train: LoopSettings) -> dict[str, Any]:
+    """The `Loop` fields the loop's settings set, for every task."""
     return {
-        "end_step": train.stop_at if train.stop_at > 0 else train.steps,
+        "end_step": train.end_step,
         "total_steps": train.steps,
         "log_every": train.log_every,
         "checkpoint_every": train.checkpoint_every,
         "max_bad_steps": train.max_bad_steps,
         "allow_fresh_start": train.allow_fresh_start,
         "wandb_project": train.wandb_project,
+        "eval_every": train.eval_every,
     }
 
 
-def finished(workdir: str, step: int | None, train: ml_collections.ConfigDict) -> str | None:
+def finished(workdir: str, step: int | None, train: LoopSettings) -> str | None:
     """What a run whose newest checkpoint is at `step` has left to do under `train`: None if
     it has steps to run, else the one line that says so and how to go on (read before any
     data is scanned or anything compiled, so re-running a finished run answers at once)."""
-    end = settings(train)["end_step"]
-    if step is None or step < end:
+    if step is None or step < train.end_step:
         return None
     where = os.path.join(workdir, "checkpoints", str(step))
     if step < train.steps:

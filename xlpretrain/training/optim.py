@@ -5,27 +5,9 @@ from __future__ import annotations
 import re
 
 import jax
-import ml_collections
 import optax
 
-
-def warmup_linear_decay(peak: float, warmup_steps: int, total_steps: int) -> optax.Schedule:
-    """0 → `peak` over `warmup_steps`, then linearly to 0 at `total_steps`: from plain numbers,
-    so that fine-tuning (warm-up as a fraction of its steps) builds it without a pre-training
-    config."""
-    warmup = min(warmup_steps, total_steps)
-    return optax.join_schedules(
-        [
-            optax.linear_schedule(0.0, peak, max(warmup, 1)),
-            optax.linear_schedule(peak, 0.0, max(total_steps - warmup, 1)),
-        ],
-        boundaries=[warmup],
-    )
-
-
-def learning_rate_schedule(cfg: ml_collections.ConfigDict) -> optax.Schedule:
-    """Pre-training's schedule: `optim.learning_rate`, `optim.warmup_steps`, `train.steps`."""
-    return warmup_linear_decay(cfg.optim.learning_rate, cfg.optim.warmup_steps, cfg.train.steps)
+from xlpretrain.training.sections import OptimizerSettings
 
 
 def weight_decay_mask(params) -> object:
@@ -81,13 +63,11 @@ def adamw(
     return optax.chain(*[t for t in (freeze(trainable), clip, decayed) if t], freeze(trainable))
 
 
-def adamw_from(
-    optim: ml_collections.ConfigDict, schedule: optax.Schedule, trainable: str = ""
-) -> optax.GradientTransformation:
-    """`adamw` on `schedule` with the numbers of an `optim` config section (b1, b2, eps,
-    weight_decay, clip_norm), the section pre-training and fine-tuning configs both have."""
+def adamw_from(optim: OptimizerSettings, trainable: str = "") -> optax.GradientTransformation:
+    """`adamw` on the schedule and with the numbers of a run's `optim` section, the section
+    pre-training and fine-tuning plans both have."""
     return adamw(
-        schedule,
+        optim.schedule(),
         b1=optim.b1,
         b2=optim.b2,
         eps=optim.eps,
@@ -95,13 +75,6 @@ def adamw_from(
         clip_norm=optim.clip_norm,
         trainable=trainable,
     )
-
-
-def make_optimizer(
-    cfg: ml_collections.ConfigDict, trainable: str = ""
-) -> optax.GradientTransformation:
-    """Pre-training's `adamw`: the `optim.*` numbers on `learning_rate_schedule(cfg)`."""
-    return adamw_from(cfg.optim, learning_rate_schedule(cfg), trainable)
 
 
 def restart_moments(opt_state):

@@ -1,27 +1,47 @@
-"""The run plan: what a validated config means for training, resolved once.
+"""The run plan: what a config means for a run, resolved once by `resolve`, the only reader of
+the raw config.
 
-The stages (objectives, weights, trainable parameters, global rows per objective), every
-objective's stream at its row length, hence its prediction and placeholder slots and every
-batch's shapes, and the data settings that anneal with the step. The trainer, the step, the
-input pipeline, `bench` and `aot` read the plan and never re-derive these from the raw config,
-so the batch `aot` sizes is the batch training feeds.
+`resolve` checks every key (`config.check_config`), then resolves and checks what the keys mean
+together: the stages (objectives, weights, trainable parameters, global rows per objective),
+every objective's typed settings (`objectives.declaration.Context`) and stream at its row length,
+hence its prediction and placeholder slots and every batch's shapes, the data settings that
+anneal with the step, and the typed sections the rest of the run reads — the model, the
+corpus, sampling, the optimizer and its schedule, the loop, evaluation and the mesh. The
+trainer, the step, evaluation, the input pipeline, `bench` and `aot` read the plan and never
+the config, so the batch `aot` sizes is the batch training feeds.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Mapping
+from typing import Any
 
 import jax
 import ml_collections
 
 from xlpretrain import objectives as objectives_lib
+from xlpretrain.core.errors import check
 from xlpretrain.data.anneal import Anneal
+from xlpretrain.data.corpus import CorpusSettings, TfdsSettings, tokenizer_vocab_size
+from xlpretrain.data.held_out import DEFAULT_FRACTION
+from xlpretrain.data.pipeline import Corpus, StepBatchBuilder
 from xlpretrain.data.streams import MONO, SEGMENT_PAIRS, Phase, StreamSpec, phase_index
-from xlpretrain.objectives.declaration import Objective
+from xlpretrain.data.tokenizer import Tokenizer
+from xlpretrain.model.config import ModelConfig
+from xlpretrain.objectives.declaration import Context, MaskRates, Objective
+from xlpretrain.training.config import check_config
+from xlpretrain.training.sections import (
+    LoopSettings,
+    MeshSettings,
+    OptimizerSettings,
+    PipelineSettings,
+)
 from xlpretrain.training.stages import Stage, stages
 
 FieldShapes = dict[str, tuple[tuple[int, ...], type]]
+EVAL_SEED_OFFSET = 7919  # held-out rows never repeat the training stream's draws
 
 
 def _sized_for(spec: StreamSpec, anneal: Anneal) -> StreamSpec:
@@ -38,22 +58,141 @@ def _sized_for(spec: StreamSpec, anneal: Anneal) -> StreamSpec:
 
 
 @dataclasses.dataclass(frozen=True)
+class Sampling:
+    """How step batches are drawn (`train.seed`, `data.*_alpha`, `data.pack`,
+    `data.tlm_reset_positions`); the settings that anneal are the plan's `anneal`."""
+
+    seed: int
+    mono_alpha: float
+    parallel_alpha: float
+    pack: bool
+    reset_positions: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class EvalSettings:
+    """`eval.*` beside the held-out data (which is the corpus's: `CorpusSettings`)."""
+
+    every_steps: int  # 0: no evaluation during training
+    batches: int  # held-out batches per stage
+    retrieval_lines: int  # 0: no retrieval
+
+
+def corpus_settings(config: Mapping[str, Any]) -> CorpusSettings:
+    """The corpus section of a config read as a mapping: a `ConfigDict`, or a workdir's saved
+    `config.json` (the resume guard compares which lines the two hold out)."""
+    data, evaluation = config["data"], config["eval"]
+    return CorpusSettings(
+        store=data["store"],
+        mono_dir=data["mono_dir"],
+        parallel_dir=data["parallel_dir"],
+        mono_tfds=TfdsSettings(**data["mono_tfds"]),
+        parallel_tfds=TfdsSettings(
+            **{
+                **data["parallel_tfds"],
+                "language_keys": tuple(data["parallel_tfds"]["language_keys"]),
+            }
+        ),
+        strict=data["strict"],
+        max_line_bytes=data["max_line_bytes"],
+        demo_languages=data["demo_languages"],
+        tokenizer_path=config["tokenizer"]["path"],
+        sentences_per_language=config["tokenizer"]["sentences_per_language"],
+        init_checkpoint=config["init"]["checkpoint"],
+        seed=config["train"]["seed"],
+        evaluates=evaluation["every_steps"] > 0,
+        eval_mono_dir=evaluation["mono_dir"],
+        eval_parallel_dir=evaluation["parallel_dir"],
+        held_out_fraction=evaluation.get("held_out_fraction", DEFAULT_FRACTION),
+    )
+
+
+@dataclasses.dataclass(frozen=True)
 class RunPlan:
     stages: tuple[Stage, ...]
     objectives: Mapping[str, Objective]  # every objective some stage trains
+    contexts: Mapping[str, Context]  # each one's typed settings
     streams: Mapping[str, StreamSpec]  # each one's stream, its row length resolved
+    model: ModelConfig  # the encoder (no language table: `model_config` adds the data's)
+    language_embeddings: bool  # `model.language_embeddings`
+    mask_rates: MaskRates  # `data.*_mask_rate`, as every objective's context has them
+    # `data.batch_size` and `data.max_length`: the rows and row length of an objective that
+    # sets none of its own, which `bench` reports and its PyTorch peer runs.
+    batch_size: int
+    max_length: int
+    corpus: CorpusSettings
+    sampling: Sampling
+    pipeline: PipelineSettings
+    optim: OptimizerSettings
+    loop: LoopSettings
+    evaluation: EvalSettings
+    mesh: MeshSettings
+    profile: tuple[int, int] | None  # `train.profile_steps`: [start, end) traced
+    config: Mapping[str, Any]  # the config as `config.json` records it (JSON values)
     anneal: Anneal | None = None  # `data.anneal`; streams are sized for its highest mask rates
 
-    @classmethod
-    def from_config(cls, cfg: ml_collections.ConfigDict) -> RunPlan:
-        """The plan of a validated config."""
-        run_stages = tuple(stages(cfg))
-        active = {name: objectives_lib.get(name) for s in run_stages for name in s.weights}
-        streams = {name: o.stream(cfg) for name, o in active.items()}
-        anneal = Anneal.from_config(cfg.data.anneal, cfg.train.steps) if cfg.data.anneal else None
-        if anneal is not None:
-            streams = {name: _sized_for(spec, anneal) for name, spec in streams.items()}
-        return cls(run_stages, active, streams, anneal)
+    def model_config(self, num_languages: int, kernel_platform: str = "") -> ModelConfig:
+        """The encoder of a run over `num_languages` languages (its language-embedding table,
+        if `model.language_embeddings`), its kernels built for `kernel_platform` ('cpu',
+        'gpu', 'tpu'; empty: this host's)."""
+        return dataclasses.replace(
+            self.model,
+            num_languages=num_languages if self.language_embeddings else 0,
+            kernel_platform=kernel_platform,
+        )
+
+    def with_vocab_size(self, vocab_size: int) -> RunPlan:
+        """The plan of `model.vocab_size` = `vocab_size` (the tokenizer's, where the config
+        gave 0), recorded in its config."""
+        model = dataclasses.replace(self.model, vocab_size=vocab_size)
+        config = {**self.config, "model": {**self.config["model"], "vocab_size": vocab_size}}
+        contexts = {n: dataclasses.replace(c, model=model) for n, c in self.contexts.items()}
+        return dataclasses.replace(self, model=model, contexts=contexts, config=config)
+
+    def sized(self, workdir: str | None) -> RunPlan:
+        """The plan with `model.vocab_size` 0 replaced by the size of the tokenizer the run
+        uses (`data.corpus.tokenizer_vocab_size`); unchanged where the config gives one."""
+        if self.model.vocab_size:
+            return self
+        return self.with_vocab_size(tokenizer_vocab_size(self.corpus, workdir))
+
+    def check_batch_divides(self, mesh_shape: Mapping[str, int]) -> None:
+        """Every stream's micro-batch (its rows / grad_accum) splits evenly over the
+        data-parallel devices of a mesh of `mesh_shape`: checked once the mesh is known,
+        before compiling."""
+        for stage in self.stages:
+            for name, rows in stage.rows.items():
+                self.mesh.check_rows_divide(
+                    stage.rows_keys[name], rows, self.loop.grad_accum, mesh_shape, f" ({name})"
+                )
+
+    def batch_builder(
+        self, corpus: Corpus, tokenizer: Tokenizer, held_out_stage: int | None = None
+    ) -> StepBatchBuilder:
+        """This process's step-batch builder: the whole input pipeline but the grain plumbing.
+        For training, every stage's streams from the run's seed, the data settings annealed
+        with the step; for `held_out_stage`, that stage's streams and rows at every index,
+        from a seed of their own, the data settings as training ends (evaluation's batches)."""
+        phases, streams, seed, anneal = self.phases, self.streams, self.sampling.seed, self.anneal
+        if held_out_stage is not None:
+            rows = self.stages[held_out_stage].rows
+            phases, streams = [Phase(0, rows)], {name: self.streams[name] for name in rows}
+            seed += EVAL_SEED_OFFSET
+            anneal = anneal.settled() if anneal else None
+        return StepBatchBuilder(
+            corpus,
+            tokenizer,
+            streams,
+            phases,
+            seed=seed,
+            mono_alpha=self.sampling.mono_alpha,
+            parallel_alpha=self.sampling.parallel_alpha,
+            pack=self.sampling.pack,
+            reset_positions=self.sampling.reset_positions,
+            process_index=jax.process_index(),
+            process_count=jax.process_count(),
+            anneal=anneal,
+        )
 
     @property
     def phases(self) -> list[Phase]:
@@ -115,3 +254,124 @@ class RunPlan:
             }
             for name, fields in self.batch_shapes(stage).items()
         }
+
+
+def _contexts(
+    cfg: ml_collections.ConfigDict, rates: MaskRates, model: ModelConfig, names
+) -> dict[str, Context]:
+    """Each objective's typed settings: the mask rates, the model and its own section."""
+    contexts = {}
+    for name in names:
+        section = objectives_lib.get(name).section
+        own = section.values(**cfg[section.name]) if section else None
+        contexts[name] = Context(rates, model, cfg.model.language_embeddings, own)
+    return contexts
+
+
+def _row_length(cfg: ml_collections.ConfigDict, name: str) -> tuple[str, int]:
+    """(the config key that sets objective `name`'s row length, the length):
+    `data.per_objective.NAME.max_length`, else `data.max_length`."""
+    override = cfg.data.per_objective.get(name, {})
+    if "max_length" in override:
+        return f"data.per_objective.{name}.max_length", override["max_length"]
+    return "data.max_length", cfg.data.max_length
+
+
+def _check_model(model: ml_collections.ConfigDict) -> None:
+    check(
+        model.hidden_size % model.num_heads == 0,
+        "model.hidden_size",
+        f"{model.hidden_size} is not divisible by model.num_heads={model.num_heads}",
+    )
+    check(
+        model.absolute_positions or model.relative_position != "none",
+        "model.absolute_positions",
+        "without absolute positions the model needs model.relative_position",
+    )
+
+
+def _profile_window(spec: str) -> tuple[int, int] | None:
+    if not spec:
+        return None
+    start, end = spec.split(":")
+    return int(start), int(end)
+
+
+def resolve(cfg: ml_collections.ConfigDict) -> RunPlan:
+    """The plan of a pre-training config, or `ConfigError` naming the first key that is
+    unknown, mistyped, out of range, or at odds with the rest of the run."""
+    check_config(cfg)
+    _check_model(cfg.model)
+    run_stages = tuple(stages(cfg))
+    active = {name: objectives_lib.get(name) for s in run_stages for name in s.weights}
+    model = ModelConfig.from_run_config(cfg.model, num_languages=0)
+    rates = MaskRates(
+        cfg.data.mono_mask_rate, cfg.data.parallel_mask_rate, cfg.data.camlm_mask_rate
+    )
+    contexts = _contexts(cfg, rates, model, sorted(active))
+    for name in sorted(active):  # what each enabled objective declares it cannot do without
+        for requirement in active[name].requires:
+            check(requirement.holds(contexts[name]), requirement.key, requirement.message)
+    streams = {}
+    for name, objective in active.items():
+        length_key, length = _row_length(cfg, name)
+        check(
+            length + 2 <= cfg.model.max_positions,
+            length_key,
+            f"{length} ({name}) needs max_length + 2 <= model.max_positions="
+            f"{cfg.model.max_positions} (positions start at padding id + 1 = 2)",
+        )
+        streams[name] = objective.stream_spec(contexts[name]).at_length(length)
+    for stage in run_stages:
+        for name, rows in stage.rows.items():
+            check(
+                rows % cfg.train.grad_accum == 0,
+                "train.grad_accum",
+                f"{stage.rows_keys[name]}={rows} ({name}) is not divisible by "
+                f"{cfg.train.grad_accum}",
+            )
+    by_family: dict[str, list[str]] = {}
+    for name in sorted(active):
+        by_family.setdefault(active[name].family.value, []).append(name)
+    check(
+        len(by_family) <= 1,
+        "objectives",
+        f"objectives of different model families do not mix in one run: {by_family} "
+        "(replaced-token detection trains its own generator/discriminator pair)",
+    )
+    anneal = Anneal.from_config(cfg.data.anneal, cfg.train.steps) if cfg.data.anneal else None
+    if anneal is not None:
+        streams = {name: _sized_for(spec, anneal) for name, spec in streams.items()}
+    return RunPlan(
+        stages=run_stages,
+        objectives=active,
+        contexts=contexts,
+        streams=streams,
+        model=model,
+        language_embeddings=cfg.model.language_embeddings,
+        mask_rates=rates,
+        batch_size=cfg.data.batch_size,
+        max_length=cfg.data.max_length,
+        corpus=corpus_settings(cfg),
+        sampling=Sampling(
+            cfg.train.seed,
+            cfg.data.mono_alpha,
+            cfg.data.parallel_alpha,
+            cfg.data.pack,
+            cfg.data.tlm_reset_positions,
+        ),
+        pipeline=PipelineSettings.of(cfg),
+        optim=OptimizerSettings.of(cfg),
+        loop=LoopSettings.of(cfg),
+        evaluation=EvalSettings(cfg.eval.every_steps, cfg.eval.batches, cfg.eval.retrieval_lines),
+        mesh=MeshSettings.of(cfg),
+        profile=_profile_window(cfg.train.profile_steps),
+        config=json.loads(cfg.to_json_best_effort()),
+        anneal=anneal,
+    )
+
+
+def resolve_record(config: Mapping[str, Any]) -> RunPlan:
+    """The plan of a config as `config.json` records it (`RunPlan.config`): what a run handed
+    to another process (`bench`'s store measurement) or read from a workdir resolves."""
+    return resolve(ml_collections.ConfigDict(config))

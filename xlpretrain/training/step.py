@@ -15,17 +15,15 @@ import flax.linen as nn
 import flax.struct
 import jax
 import jax.numpy as jnp
-import ml_collections
 import optax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from xlpretrain.core.errors import ConfigError
 from xlpretrain.objectives.declaration import LossFn
-from xlpretrain.parallel.rules import Rules, as_rules
+from xlpretrain.parallel.rules import Rules
 from xlpretrain.parallel.sharding import batch_sharding, logical_shardings, under_mesh
-from xlpretrain.training.config import ConfigError
 from xlpretrain.training.optim import (
-    learning_rate_schedule,
-    make_optimizer,
+    adamw_from,
     restart_moments,
     trainable_mask,
 )
@@ -144,7 +142,6 @@ class Training:
 
 
 def setup_training(
-    cfg: ml_collections.ConfigDict,
     plan: RunPlan,
     model: nn.Module,
     init_params: Callable[[jax.Array], Any],
@@ -154,9 +151,9 @@ def setup_training(
     """Pre-training's `Training`: one optimizer and one step per stage of the plan (each stage
     freezes its own parameters), on `sharded_training`."""
     # One optimizer per stage (each freezes its own parameters), all with the same state.
-    optimizers = [make_optimizer(cfg, stage.trainable) for stage in plan.stages]
+    optimizers = [adamw_from(plan.optim, stage.trainable) for stage in plan.stages]
     abstract_params = jax.eval_shape(
-        lambda rng: nn.unbox(init_params(rng)), jax.random.key(cfg.train.seed)
+        lambda rng: nn.unbox(init_params(rng)), jax.random.key(plan.loop.seed)
     )
     for stage in plan.stages:
         if stage.trainable and not any(
@@ -169,21 +166,21 @@ def setup_training(
     steps = [
         make_train_step(
             model,
-            {name: plan.objectives[name].loss(cfg) for name in stage.weights},
+            {name: plan.objectives[name].loss(plan.contexts[name]) for name in stage.weights},
             stage.weights,
             stage_optimizer,
-            learning_rate_schedule(cfg),
-            cfg.train.grad_accum,
+            plan.optim.schedule(),
+            plan.loop.grad_accum,
         )
         for stage, stage_optimizer in zip(plan.stages, optimizers, strict=True)
     ]
     return sharded_training(
         mesh,
-        as_rules(cfg.mesh.rules),
+        plan.mesh.rules,
         init_params,
         optimizers[0],
         steps,
-        cfg.train.seed,
+        plan.loop.seed,
         materialize=materialize,
     )
 

@@ -1,21 +1,19 @@
-"""Training as a library: `build` a run from a validated config (mesh, corpus, tokenizer,
-plan, model, sharded state, input pipeline, checkpointer, evaluator), then `run` it — resuming
-from the workdir's newest readable checkpoint, checkpointing on schedule and on preemption,
-logging metrics, stopping on repeated non-finite steps. `python -m xlpretrain.train` is its
-command line.
+"""Training as a library: `build` a run from its plan (`xlpretrain.training.plan.resolve`):
+mesh, corpus, tokenizer, model, sharded state, input pipeline, checkpointer, evaluator; then
+`run` it — resuming from the workdir's newest readable checkpoint, checkpointing on schedule
+and on preemption, logging metrics, stopping on repeated non-finite steps.
+`python -m xlpretrain.train` is its command line.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
 import json
 import logging
 import os
 import shutil
 
 import jax
-import ml_collections
 
 from xlpretrain import objectives as objectives_lib
 from xlpretrain.convert import folder as convert_folder
@@ -26,20 +24,16 @@ from xlpretrain.data.corpus import (
     load_corpus,
     load_tokenizer,
     split_off_held_out,
-    with_vocab_size,
 )
 from xlpretrain.data.pipeline import Corpus, StepBatchBuilder, make_dataset
 from xlpretrain.data.sampling import format_sampling_table
-from xlpretrain.data.tokenizer import Tokenizer
-from xlpretrain.parallel.sharding import make_mesh
 from xlpretrain.training import loop, warm_start
+from xlpretrain.training import workdir as workdir_lib
 from xlpretrain.training.checkpoint import Checkpointer
-from xlpretrain.training.config import RESUME_NEUTRAL, check_batch_divides, validate
 from xlpretrain.training.evaluation import Evaluator, build_evaluator
-from xlpretrain.training.optim import learning_rate_schedule
-from xlpretrain.training.plan import RunPlan
+from xlpretrain.training.plan import RunPlan, corpus_settings
 from xlpretrain.training.step import Training, TrainState, setup_training
-from xlpretrain.training.workdir import WorkdirError, check_resume, check_workdir, save_config
+from xlpretrain.training.workdir import WorkdirError, check_workdir, save_config
 
 log = logging.getLogger("xlpretrain")
 
@@ -86,7 +80,6 @@ def _check_languages(workdir: str, languages: list[str]) -> None:
 class Trainer:
     """Everything a run builds before its first step; `run()` drives it."""
 
-    cfg: ml_collections.ConfigDict
     plan: RunPlan
     workdir: str
     training: Training
@@ -95,83 +88,72 @@ class Trainer:
     evaluator: Evaluator | None = None
 
 
-def finished(cfg: ml_collections.ConfigDict, workdir: str) -> str | None:
-    """Why a run of `cfg` in `workdir` has nothing left to do (its newest checkpoint is at its
+def finished(plan: RunPlan, workdir: str) -> str | None:
+    """Why a run of `plan` in `workdir` has nothing left to do (its newest checkpoint is at its
     last step), or None: read from the checkpoint folder alone, before any data is scanned."""
-    checkpointer = loop.checkpointer(workdir, cfg.train)
+    checkpointer = loop.checkpointer(workdir, plan.loop)
     try:
-        return loop.finished(workdir, checkpointer.latest_step(), cfg.train)
+        return loop.finished(workdir, checkpointer.latest_step(), plan.loop)
     finally:
         checkpointer.close()
 
 
-def build(
-    cfg: ml_collections.ConfigDict, workdir: str, devices: list[jax.Device] | None = None
-) -> Trainer:
-    """Validates `cfg` and builds the run on `devices` (default: all)."""
-    validate(cfg)
+def check_resume(plan: RunPlan, workdir: str, step: int) -> None:
+    """The resume guard (`workdir.check_resume`) for pre-training, which also compares the
+    held-out shares of a config, the new or the saved, as the plan resolves them."""
+    kinds = plan.sources()
+    workdir_lib.check_resume(
+        workdir,
+        plan.config,
+        step,
+        lambda config: held_out_shares(corpus_settings(config), kinds),
+    )
+
+
+def build(plan: RunPlan, workdir: str, devices: list[jax.Device] | None = None) -> Trainer:
+    """Builds the run of `plan` on `devices` (default: all)."""
     workdir = os.path.abspath(workdir)
     check_workdir(workdir)
-    cfg = with_vocab_size(cfg, workdir)
-    plan = RunPlan.from_config(cfg)
-    checkpointer = loop.checkpointer(workdir, cfg.train)
+    plan = plan.sized(workdir)
+    checkpointer = loop.checkpointer(workdir, plan.loop)
     resume_step = checkpointer.latest_step()
     if resume_step is not None:
-        shares = functools.partial(held_out_shares, kinds=plan.sources())
-        check_resume(workdir, cfg, resume_step, RESUME_NEUTRAL, learning_rate_schedule, shares)
-    mesh = make_mesh(cfg.mesh.data, cfg.mesh.fsdp, cfg.mesh.tensor, devices)
-    check_batch_divides(cfg, mesh.shape)
+        check_resume(plan, workdir, resume_step)
+    mesh = plan.mesh.make(devices)
+    plan.check_batch_divides(mesh.shape)
     corpus, held_out = split_off_held_out(
-        load_corpus(cfg, plan.sources()), held_out_splits(cfg, plan.sources())
+        load_corpus(plan.corpus, plan.sources()), held_out_splits(plan.corpus, plan.sources())
     )
     _check_languages(workdir, corpus.languages)
     pretrained = None
-    if cfg.init.checkpoint and resume_step is None:  # resuming ignores it
-        if not os.path.isdir(cfg.init.checkpoint):
-            raise ConfigError(f"config key 'init.checkpoint': no folder {cfg.init.checkpoint}")
-        pretrained = convert_folder.read(cfg.init.checkpoint)
-    tokenizer = load_tokenizer(cfg, workdir, corpus)
+    init_checkpoint = plan.corpus.init_checkpoint
+    if init_checkpoint and resume_step is None:  # resuming ignores it
+        if not os.path.isdir(init_checkpoint):
+            raise ConfigError(f"config key 'init.checkpoint': no folder {init_checkpoint}")
+        pretrained = convert_folder.read(init_checkpoint)
+    tokenizer = load_tokenizer(plan.corpus, workdir, corpus, plan.model.vocab_size)
 
-    model, init_params = objectives_lib.build_model(cfg, plan.objectives, len(corpus.languages))
+    model, init_params = objectives_lib.build_model(
+        plan.model_config(len(corpus.languages)), plan.objectives, plan.contexts
+    )
     if jax.process_index() == 0:
         convert_folder.record_family(workdir, objectives_lib.model_family(plan.objectives))
-    training = setup_training(cfg, plan, model, init_params, mesh)
-    check_free_space(workdir, training.state, cfg.train.keep_checkpoints)
+    training = setup_training(plan, model, init_params, mesh)
+    check_free_space(workdir, training.state, plan.loop.keep_checkpoints)
     if pretrained is not None:
         fresh = jax.device_get(training.state.params)
-        params, _, _ = warm_start.merge(fresh, model.config, pretrained, cfg.init.checkpoint)
+        params, _, _ = warm_start.merge(fresh, model.config, pretrained, init_checkpoint)
         params = jax.device_put(params, training.state_shardings.params)
         training = dataclasses.replace(training, state=training.state.replace(params=params))
 
-    builder = batch_builder(cfg, plan, corpus, tokenizer)
+    builder = plan.batch_builder(corpus, tokenizer)
     for title, counts, probabilities in _sampling_tables(builder, corpus):
         for line in format_sampling_table(counts, probabilities, title):
             log.info("%s", line)
 
-    evaluator = build_evaluator(cfg, plan, model, training, held_out, tokenizer, builder)
-    save_config(workdir, cfg, resume_step or 0)  # last: a run that fails to start changes none
-    return Trainer(cfg, plan, workdir, training, builder, checkpointer, evaluator)
-
-
-def batch_builder(
-    cfg: ml_collections.ConfigDict, plan: RunPlan, corpus: Corpus, tokenizer: Tokenizer
-) -> StepBatchBuilder:
-    """This process's step-batch builder for the plan's streams and stages, with the config's
-    sampling and packing settings: the whole input pipeline but the grain plumbing."""
-    return StepBatchBuilder(
-        corpus,
-        tokenizer,
-        plan.streams,
-        plan.phases,
-        seed=cfg.train.seed,
-        mono_alpha=cfg.data.mono_alpha,
-        parallel_alpha=cfg.data.parallel_alpha,
-        pack=cfg.data.pack,
-        reset_positions=cfg.data.tlm_reset_positions,
-        process_index=jax.process_index(),
-        process_count=jax.process_count(),
-        anneal=plan.anneal,
-    )
+    evaluator = build_evaluator(plan, model, training, held_out, tokenizer, builder)
+    save_config(workdir, plan.config, resume_step or 0)  # last: a failed start changes none
+    return Trainer(plan, workdir, training, builder, checkpointer, evaluator)
 
 
 def _sampling_tables(builder: StepBatchBuilder, corpus: Corpus):
@@ -182,13 +164,6 @@ def _sampling_tables(builder: StepBatchBuilder, corpus: Corpus):
         counts = {f"{a}-{b}": corpus.parallel.num_lines((a, b)) for a, b in corpus.parallel.pairs}
         probabilities = {f"{a}-{b}": p for (a, b), p in builder.parallel_probabilities.items()}
         yield "parallel sampling (language pairs)", counts, probabilities
-
-
-def _profile_window(spec: str) -> tuple[int, int] | None:
-    if not spec:
-        return None
-    start, end = spec.split(":")
-    return int(start), int(end)
 
 
 def next_steps(workdir: str) -> list[str]:
@@ -203,12 +178,12 @@ def next_steps(workdir: str) -> list[str]:
 def run(trainer: Trainer) -> TrainState:
     """Trains from the newest readable checkpoint (or step 0) to `train.stop_at` or
     `train.steps` on the shared loop (`xlpretrain.training.loop`)."""
-    cfg = trainer.cfg
+    plan = trainer.plan
     dataset = make_dataset(
         trainer.builder,
-        cfg.train.steps,
-        num_workers=cfg.data.num_workers,
-        prefetch=cfg.data.prefetch,
+        plan.loop.steps,
+        num_workers=plan.pipeline.num_workers,
+        prefetch=plan.pipeline.prefetch,
     )
     return loop.run(
         loop.Loop(
@@ -216,17 +191,16 @@ def run(trainer: Trainer) -> TrainState:
             trainer.training,
             dataset,
             trainer.checkpointer,
-            **loop.settings(cfg.train),
-            stage_of=trainer.plan.stage_index,
-            describe_stage=trainer.plan.describe_stage,
-            restarts_moments=trainer.plan.starts_training_others,
-            staged=len(trainer.plan.stages) > 1,
+            **loop.settings(plan.loop),
+            stage_of=plan.stage_index,
+            describe_stage=plan.describe_stage,
+            restarts_moments=plan.starts_training_others,
+            staged=len(plan.stages) > 1,
             evaluate=trainer.evaluator,
-            eval_every=cfg.eval.every_steps,
             baselines=trainer.evaluator.baselines if trainer.evaluator else {},
-            data_scalars=trainer.plan.anneal.at if trainer.plan.anneal else None,
-            profile=_profile_window(cfg.train.profile_steps),
+            data_scalars=plan.anneal.at if plan.anneal else None,
+            profile=plan.profile,
             next_steps=next_steps(trainer.workdir),
-            run_config=cfg.to_dict(),
+            run_config=plan.config,
         )
     )

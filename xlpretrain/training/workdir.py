@@ -15,18 +15,46 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import jax
-import ml_collections
 import optax
 
 from xlpretrain.core.errors import ConfigError
+from xlpretrain.training.sections import OptimizerSettings
 
 log = logging.getLogger("xlpretrain")
 CONFIG = "config.json"
 _ABSENT = object()  # a key one of two configs lacks
+
+
+# Keys a resumed run may change without changing the training its checkpoint is part of: how
+# the run is stopped, logged, saved, sharded, computed and evaluated ("x." covers a section).
+# One list for every task (a fine-tuning config has a subset of these keys).
+RESUME_NEUTRAL = (
+    "train.stop_at",
+    "train.log_every",
+    "train.checkpoint_every",
+    "train.keep_checkpoints",
+    "train.async_checkpointing",
+    "train.grad_accum",
+    "train.max_bad_steps",
+    "train.allow_fresh_start",
+    "train.resume_with_changes",
+    "train.wandb_project",
+    "mesh.",
+    "train.profile_steps",
+    "data.num_workers",
+    "data.prefetch",
+    "data.strict",
+    "eval.",
+    "model.attention",
+    "model.flash_tiles",
+    "model.remat",
+    "model.loss_chunk",
+    "init.checkpoint",  # read only by a run's first start
+)
 
 
 class WorkdirError(OSError):
@@ -61,14 +89,10 @@ def _flat(tree: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
         yield prefix[:-1], tree
 
 
-def _as_json(cfg: ml_collections.ConfigDict) -> dict:
-    """The config as `config.json` holds it (tuples as lists), so saved and new compare."""
-    return json.loads(cfg.to_json_best_effort())
-
-
-def changes(saved: Mapping, cfg: ml_collections.ConfigDict) -> list[tuple[str, Any, Any]]:
-    """(key, saved value, new value) of every key whose value differs, in key order."""
-    old, new = dict(_flat(saved)), dict(_flat(_as_json(cfg)))
+def changes(saved: Mapping, config: Mapping) -> list[tuple[str, Any, Any]]:
+    """(key, saved value, new value) of every key whose value differs, in key order (`config`
+    as `config.json` holds it: JSON values, tuples as lists)."""
+    old, new = dict(_flat(saved)), dict(_flat(config))
     return [
         (key, old.get(key, _ABSENT), new.get(key, _ABSENT))
         for key in sorted(old.keys() | new.keys())
@@ -80,35 +104,35 @@ def _value(value: Any) -> str:
     return "(absent)" if value is _ABSENT else json.dumps(value)
 
 
-def _neutral(key: str, neutral: Sequence[str]) -> bool:
-    """`key` is one of `neutral`, or under one of its sections (`"eval."`)."""
-    return any(key == n or (n.endswith(".") and key.startswith(n)) for n in neutral)
+def _neutral(key: str) -> bool:
+    """`key` is one of `RESUME_NEUTRAL`, or under one of its sections (`"eval."`)."""
+    return any(key == n or (n.endswith(".") and key.startswith(n)) for n in RESUME_NEUTRAL)
 
 
 def check_resume(
     workdir: str,
-    cfg: ml_collections.ConfigDict,
+    config: Mapping,
     step: int,
-    neutral: Sequence[str],
-    schedule: Callable[[ml_collections.ConfigDict], optax.Schedule],
     derived: Callable[[Mapping], Mapping[str, Any]] | None = None,
 ) -> None:
-    """Logs how `cfg` differs from the workdir's `config.json` for a run resuming at `step`;
-    raises `ConfigError` when a change outside `neutral` (key prefixes) is not accepted by
-    `train.resume_with_changes`. `derived` names what neutral keys decide together that
-    alters the training (which lines evaluation holds out of it): compared as keys of its own."""
+    """Logs how `config` (the run plan's record of its config) differs from the workdir's
+    `config.json` for a run resuming at `step`; raises `ConfigError` when a change outside
+    `RESUME_NEUTRAL` is not accepted by `train.resume_with_changes`, and states what a changed
+    schedule means for the next step's learning rate. `derived` resolves what neutral keys
+    decide together that alters the training (which lines evaluation holds out of it) from a
+    config read as a mapping, the new one or the saved one: compared as keys of its own."""
     path = os.path.join(workdir, CONFIG)
     if not os.path.isfile(path):
         return
     with open(path) as f:
         saved = json.load(f)
-    found = [c for c in changes(saved, cfg) if c[0] != "train.resume_with_changes"]
+    found = [c for c in changes(saved, config) if c[0] != "train.resume_with_changes"]
     if derived is not None:
-        old, new = derived(saved), derived(cfg)
+        old, new = derived(saved), derived(config)
         found += [(key, old[key], new[key]) for key in sorted(old) if old[key] != new[key]]
-    altering = [c for c in found if not _neutral(c[0], neutral)]
+    altering = [c for c in found if not _neutral(c[0])]
     listed = ", ".join(f"{key} {_value(old)} → {_value(new)}" for key, old, new in found)
-    if altering and not cfg.train.resume_with_changes:
+    if altering and not config["train"]["resume_with_changes"]:
         keys = ", ".join(key for key, _, _ in altering)
         raise ConfigError(
             f"the config differs from {path}, whose run is at step {step}: {listed}; {keys} "
@@ -122,13 +146,17 @@ def check_resume(
             "the learning-rate schedule is rebuilt from the new config: step %d trains at %.3g "
             "(step %d trained at %.3g under the old one)",
             step + 1,
-            float(schedule(cfg)(step)),
+            float(_schedule(config)(step)),
             step,
-            float(schedule(ml_collections.ConfigDict(saved))(step - 1)),
+            float(_schedule(saved)(step - 1)),
         )
 
 
-def save_config(workdir: str, cfg: ml_collections.ConfigDict, step: int) -> None:
+def _schedule(config: Mapping) -> optax.Schedule:
+    return OptimizerSettings.of(config).schedule()
+
+
+def save_config(workdir: str, config: Mapping, step: int) -> None:
     """Writes `config.json`; a different one already there is kept as `config.step-N.json`
     (N: `step`, where the run it describes had got to)."""
     if jax.process_index() != 0:
@@ -137,7 +165,7 @@ def save_config(workdir: str, cfg: ml_collections.ConfigDict, step: int) -> None
     if os.path.isfile(path):
         with open(path) as f:
             saved = json.load(f)
-        if not changes(saved, cfg):
+        if not changes(saved, config):
             return
         kept, number = os.path.join(workdir, f"config.step-{step}.json"), 1
         while os.path.exists(kept):
@@ -146,5 +174,5 @@ def save_config(workdir: str, cfg: ml_collections.ConfigDict, step: int) -> None
         os.replace(path, kept)
         log.info("the previous config is kept as %s", kept)
     with open(path + ".tmp", "w") as f:
-        f.write(cfg.to_json_best_effort(indent=2))
+        json.dump(config, f, indent=2)
     os.replace(path + ".tmp", path)

@@ -1,0 +1,162 @@
+"""The typed, frozen sections of a resolved run, shared by every task (pre-training and
+fine-tuning): the loop (`train.*`), the optimizer and its schedule (`optim.*`), the device mesh
+(`mesh.*`) and the input pipeline's workers.
+
+Each is built by `of(config)` from a validated config read as a mapping — a `ConfigDict` or a
+workdir's saved `config.json` alike, so the resume guard resolves the config a checkpoint was
+trained with the same way as the new one. Only the run plan builds them; the rest of training
+reads their fields.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import jax
+import optax
+
+from xlpretrain.core.errors import check
+from xlpretrain.parallel.rules import Rules, as_rules, data_parallel_axes
+
+
+def warmup_linear_decay(peak: float, warmup_steps: int, total_steps: int) -> optax.Schedule:
+    """0 → `peak` over `warmup_steps`, then linearly to 0 at `total_steps`: every seed
+    paper's schedule."""
+    warmup = min(warmup_steps, total_steps)
+    return optax.join_schedules(
+        [
+            optax.linear_schedule(0.0, peak, max(warmup, 1)),
+            optax.linear_schedule(peak, 0.0, max(total_steps - warmup, 1)),
+        ],
+        boundaries=[warmup],
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class LoopSettings:
+    """`train.*` as the shared training loop reads it (`xlpretrain.training.loop`)."""
+
+    steps: int  # the run's length: the schedule is built from it
+    stop_at: int  # halt after this step with a checkpoint (-1: run to `steps`)
+    log_every: int
+    checkpoint_every: int
+    keep_checkpoints: int
+    async_checkpointing: bool
+    seed: int
+    grad_accum: int
+    max_bad_steps: int
+    allow_fresh_start: bool
+    resume_with_changes: bool
+    wandb_project: str
+    eval_every: int  # `eval.every_steps`: 0 evaluates only at the end (fine-tuning) or never
+
+    @classmethod
+    def of(cls, config: Mapping[str, Any]) -> LoopSettings:
+        train = config["train"]
+        fields = [f.name for f in dataclasses.fields(cls) if f.name != "eval_every"]
+        return cls(
+            **{name: train[name] for name in fields}, eval_every=config["eval"]["every_steps"]
+        )
+
+    @property
+    def end_step(self) -> int:
+        """The last step this invocation runs: `stop_at`, else `steps`."""
+        return self.stop_at if self.stop_at > 0 else self.steps
+
+
+@dataclasses.dataclass(frozen=True)
+class OptimizerSettings:
+    """`optim.*`: clipped AdamW on linear warm-up and linear decay to 0 at `steps`."""
+
+    learning_rate: float
+    warmup_steps: int
+    steps: int
+    b1: float
+    b2: float
+    eps: float
+    weight_decay: float
+    clip_norm: float  # global-norm clipping; 0 disables
+    layer_decay: float = 1.0  # fine-tuning's layer-wise learning-rate decay (1: none)
+
+    @classmethod
+    def of(cls, config: Mapping[str, Any]) -> OptimizerSettings:
+        """Pre-training's `optim.warmup_steps`, or fine-tuning's `optim.warmup_fraction` of
+        `train.steps`."""
+        optim, steps = config["optim"], config["train"]["steps"]
+        warmup = (
+            optim["warmup_steps"]
+            if "warmup_steps" in optim
+            else round(optim["warmup_fraction"] * steps)
+        )
+        return cls(
+            learning_rate=optim["learning_rate"],
+            warmup_steps=warmup,
+            steps=steps,
+            b1=optim["b1"],
+            b2=optim["b2"],
+            eps=optim["eps"],
+            weight_decay=optim["weight_decay"],
+            clip_norm=optim["clip_norm"],
+            layer_decay=optim.get("layer_decay", 1.0),
+        )
+
+    def schedule(self) -> optax.Schedule:
+        return warmup_linear_decay(self.learning_rate, self.warmup_steps, self.steps)
+
+
+@dataclasses.dataclass(frozen=True)
+class MeshSettings:
+    """`mesh.*`: the `data × fsdp × tensor` mesh (-1: the devices the others leave) and the
+    logical axis rules placed on it."""
+
+    data: int
+    fsdp: int
+    tensor: int
+    rules: Rules
+
+    @classmethod
+    def of(cls, config: Mapping[str, Any]) -> MeshSettings:
+        mesh = config["mesh"]
+        return cls(mesh["data"], mesh["fsdp"], mesh["tensor"], as_rules(mesh["rules"]))
+
+    @property
+    def data_parallel_axes(self) -> tuple[str, ...]:
+        """The mesh axes the rules put `batch` on: a step's rows divide over their devices."""
+        return data_parallel_axes(self.rules)
+
+    def make(self, devices: Sequence[jax.Device] | None = None) -> jax.sharding.Mesh:
+        from xlpretrain.parallel.sharding import make_mesh  # Flax
+
+        return make_mesh(self.data, self.fsdp, self.tensor, devices)
+
+    def check_rows_divide(
+        self, rows_key: str, rows: int, grad_accum: int, shape: Mapping[str, int], what: str = ""
+    ) -> None:
+        """`rows` global rows (set by config key `rows_key`) / `grad_accum` split evenly over
+        the data-parallel devices of a mesh of `shape`."""
+        axes = self.data_parallel_axes
+        parallel = math.prod(shape[axis] for axis in axes)
+        micro = rows // grad_accum
+        sizes = " × ".join(f"{axis} {shape[axis]}" for axis in axes) or "none"
+        check(
+            micro % parallel == 0,
+            rows_key,
+            f"{rows}{what} / train.grad_accum={grad_accum} = {micro} rows per micro-batch, not "
+            f"divisible by the data-parallel size {parallel} (the mesh axes mesh.rules put "
+            f"'batch' on: {sizes})",
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class PipelineSettings:
+    """How the input pipeline runs (`data.num_workers`, `data.prefetch`): not what it reads."""
+
+    num_workers: int
+    prefetch: int
+
+    @classmethod
+    def of(cls, config: Mapping[str, Any]) -> PipelineSettings:
+        return cls(config["data"]["num_workers"], config["data"]["prefetch"])
