@@ -42,7 +42,7 @@ def test_points_are_joined_linearly_and_held_outside():
     "points, message",
     [
         (({"step": 0, "mono_alfa": 0.5},), "unknown keys \\['mono_alfa'\\]"),
-        (({"step": 10, "mono_alpha": 0.5}, {"step": 5, "mono_alpha": 0.3}), "not after"),
+        (({"step": 10, "mono_alpha": 0.5}, {"step": 5, "mono_alpha": 0.3}), "before the previous"),
         (({"step": 0, "mono_mask_rate": 1.5},), "mono_mask_rate=1.5 must be in \\(0, 1\\]"),
         (({"mono_alpha": 0.5},), "point 0 has no 'step'"),
         (({"step": 0},), "gives no setting"),
@@ -119,3 +119,18 @@ def test_settings_in_force_are_logged_and_a_resume_mid_schedule_is_exact(udhr_ru
         )
     assert [r["step"] for r in resumed] == [r["step"] for r in whole]
     np.testing.assert_allclose([r["loss"] for r in resumed], [r["loss"] for r in whole], rtol=1e-5)
+
+
+def test_two_points_at_one_step_are_a_jump():
+    """mmBERT's phases: a setting holds through a phase and changes at the next one's start."""
+    anneal = Anneal.from_config(
+        (
+            {"step": 0, "mono_mask_rate": 0.3},
+            {"step": 6, "mono_mask_rate": 0.3},
+            {"step": 6, "mono_mask_rate": 0.15},
+            {"step": 10, "mono_mask_rate": 0.05},
+        ),
+        total_steps=20,
+    )
+    rates = [anneal.value("mono_mask_rate", s) for s in (0, 5, 6, 8, 10, 15)]
+    assert rates == pytest.approx([0.3, 0.3, 0.15, 0.1, 0.05, 0.05])

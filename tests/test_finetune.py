@@ -375,7 +375,7 @@ def test_optimizer_is_pretrainings_with_warmup_as_a_fraction():
         for got, want in zip(jax.tree.leaves(ours), jax.tree.leaves(theirs), strict=True):
             np.testing.assert_array_equal(got, want)
     assert all(np.abs(u).max() > 0 for u in jax.tree.leaves(ours))
-    rates = [plan.optim.schedule()(s) for s in (0, 1, 2, 8)]
+    rates = [plan.optim.learning_rates()(s) for s in (0, 1, 2, 8)]
     np.testing.assert_allclose(rates, np.array([0, 0.5, 1, 0]) * cfg.optim.learning_rate, 1e-6)
 
 

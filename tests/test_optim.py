@@ -5,6 +5,7 @@ pre-training's warm-up steps and of fine-tuning's warm-up fraction are one sched
 import jax
 import numpy as np
 import optax
+import pytest
 
 from xlpretrain.training import optim
 from xlpretrain.training.config import default_config
@@ -23,8 +24,8 @@ def test_warmup_steps_and_warmup_fraction_give_one_schedule():
     cfg.optim.learning_rate, cfg.optim.warmup_steps, cfg.train.steps = 1e-3, 3, 10
     tuning = finetune_config()
     tuning.optim.learning_rate, tuning.optim.warmup_fraction, tuning.train.steps = 1e-3, 0.3, 10
-    pretraining = resolve(cfg).optim.schedule()
-    finetuning = OptimizerSettings.of(tuning).schedule()
+    pretraining = resolve(cfg).optim.learning_rates()
+    finetuning = OptimizerSettings.of(tuning).learning_rates()
     explicit = warmup_linear_decay(1e-3, warmup_steps=3, total_steps=10)
     for schedule in (pretraining, finetuning):
         assert [float(schedule(s)) for s in range(12)] == [float(explicit(s)) for s in range(12)]
@@ -59,3 +60,27 @@ def test_adamw_from_a_section_updates_as_adamw_from_numbers():
             np.testing.assert_array_equal(got, want)
     assert np.abs(updates["explicit"]["dense"]["kernel"]).max() > 0
     assert not np.any(updates["explicit"]["norm"]["scale"])  # frozen: not "dense"
+
+
+@pytest.mark.parametrize(
+    "shape, decaying",
+    [("linear", [1.0, 0.75, 0.5, 0.25, 0.0]),
+     ("1-sqrt", [1.0, 0.5, 1 - 0.5**0.5, 1 - 0.75**0.5, 0.0]),
+     ("cosine", [1.0, (1 + 2**-0.5) / 2, 0.5, (1 - 2**-0.5) / 2, 0.0])],
+)  # fmt: skip
+def test_warmup_stable_decay_by_hand(shape, decaying):
+    """mmBERT's trapezoid: 2 warm-up steps, the peak until the last 4 of 10 steps, then to 0
+    along the shape; a longer run trains at the same rates until its own decay starts."""
+    cfg = default_config()
+    cfg.train.steps = 10
+    cfg.optim.update(schedule="wsd", decay_steps=4, decay_shape=shape)
+    cfg.optim.update(learning_rate=1.0, warmup_steps=2)
+    rates = resolve(cfg).optim.learning_rates()
+    expected = [0.0, 0.5, 1.0, 1.0, 1.0, 1.0, *decaying, 0.0]
+    np.testing.assert_allclose([float(rates(s)) for s in range(12)], expected, atol=1e-6)
+    cfg.train.steps = 30
+    longer = resolve(cfg).optim.learning_rates()
+    assert [float(longer(s)) for s in range(27)] == [
+        *(float(rates(s)) for s in range(6)),
+        *[1.0] * 21,
+    ]

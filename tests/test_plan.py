@@ -37,6 +37,7 @@ SHIPPED = [  # (file, argument, data.* settings)
     *(("ernie_m.py", size, {}) for size in ("tiny", "base", "large")),
     *(("veco.py", size, {}) for size in ("tiny", "small", "large")),
     *(("xlm_e.py", size, {}) for size in ("tiny", "base")),
+    *(("mmbert.py", size, {}) for size in ("tiny", "small", "base")),
 ]
 
 

@@ -471,7 +471,7 @@ def test_first_update_after_unfreezing_is_a_fresh_adam_step():
 
 def _lr_ratio(cfg, step: int) -> float:
 
-    schedule = resolve(cfg).optim.schedule()
+    schedule = resolve(cfg).optim.learning_rates()
     return float(schedule(step) / schedule(0))
 
 

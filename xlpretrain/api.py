@@ -33,6 +33,8 @@ from xlpretrain.convert.folder import DISCRIMINATOR, Pretrained, read
 from xlpretrain.data.tokenizer import Tokenizer
 from xlpretrain.model.config import ModelConfig
 from xlpretrain.model.encoder import Encoder, MaskedLM
+from xlpretrain.model.layers import layer_norm
+from xlpretrain.model.modern import ModernLayer, layer_schedule
 
 POOLINGS = ("mean", "cls")
 MIN_WIDTH = 16  # the shortest padded length: very short inputs share one program
@@ -254,30 +256,47 @@ def _logits(config: ModelConfig, params, ids, mask, lang_ids) -> jax.Array:
 def _hidden(config: ModelConfig, params, ids, mask, lang_ids, *, layer: int | None) -> jax.Array:
     """All states ``[B, num_layers + 1, L, H]`` (``layer=None``) or one, ``[B, L, H]``.
 
-    The model's own ``Encoder``, built with one layer, runs each layer in turn on its slice of
-    the stacked params plus the encoder's shared ones (e.g. a relative-position table).
+    Each layer runs in turn on its slice of the stacked params: XLM-R's through the model's own
+    ``Encoder`` built with one layer (plus the encoder's shared params, e.g. a relative-position
+    table); ModernBERT's as its ``ModernLayer`` with its slice of the layer schedule (window,
+    rotary base), the final norm applied to the last layer's state, which the MLM head reads.
     """
     positions, meta = _meta(config, ids, mask)
     x = MaskedLM(config).apply(
         {"params": params}, method=lambda m: m.embeddings(ids, positions, lang_ids, True)
     )
-    one_layer = Encoder(dataclasses.replace(config, num_layers=1))
-    shared = {k: v for k, v in params["encoder"].items() if k != "layers"}
-
-    def step(h, layer_params):
-        stack_of_one = jax.tree.map(lambda p: p[None], layer_params)
-        h = one_layer.apply(
-            {"params": {**shared, "layers": stack_of_one}},
-            h,
-            meta,
-            mask_fn=masks.mmlm,
-            deterministic=True,
-        )
-        return h, h
-
     depth = config.num_layers if layer is None else layer
     stacked = jax.tree.map(lambda p: p[:depth], params["encoder"]["layers"])
-    last, states = jax.lax.scan(step, x, stacked)
+    if config.architecture == "modernbert":
+        modern = ModernLayer(config, masks.mmlm, deterministic=True)
+        schedule = {k: v[:depth] for k, v in layer_schedule(config).items()}
+
+        def step(h, inputs):
+            layer_params, at = inputs
+            h = modern.apply({"params": layer_params}, h, meta, None, at)[0]
+            return h, h
+
+        last, states = jax.lax.scan(step, x, (stacked, schedule))
+        if depth == config.num_layers:
+            final = {"params": params["encoder"]["final_norm"]}
+            last = layer_norm(config, "final_norm").apply(final, last)
+            states = states.at[-1].set(last)
+    else:
+        one_layer = Encoder(dataclasses.replace(config, num_layers=1))
+        shared = {k: v for k, v in params["encoder"].items() if k != "layers"}
+
+        def step(h, layer_params):
+            stack_of_one = jax.tree.map(lambda p: p[None], layer_params)
+            h = one_layer.apply(
+                {"params": {**shared, "layers": stack_of_one}},
+                h,
+                meta,
+                mask_fn=masks.mmlm,
+                deterministic=True,
+            )
+            return h, h
+
+        last, states = jax.lax.scan(step, x, stacked)
     if layer is not None:
         return last.astype(jnp.float32)
     return jnp.concatenate([x[:, None], jnp.moveaxis(states, 0, 1)], 1).astype(jnp.float32)

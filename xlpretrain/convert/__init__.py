@@ -1,36 +1,48 @@
-"""Hugging Face XLM-R import/export: ``python -m xlpretrain.convert {from-hf,to-hf,to-hf-seq2seq}``.
+"""Hugging Face XLM-R / ModernBERT import/export: ``python -m xlpretrain.convert
+{from-hf,to-hf,to-hf-seq2seq}``.
 
-``from_hf`` turns an HF ``XLMRobertaForMaskedLM`` folder into an xlpretrain checkpoint folder
-(``folder.py`` describes it); ``to_hf`` turns a checkpoint folder or a training workdir into
-an HF folder that ``transformers`` loads as is (``XLMRobertaForMaskedLM``; for an XLM-E run its
-discriminator as ``XLMRobertaModel``); ``to_hf_seq2seq`` turns a VECO model into an
-``EncoderDecoderModel`` whose decoder cross-attention is VECO's plug-in (``seq2seq.py``).
+``from_hf`` turns an HF ``XLMRobertaForMaskedLM`` or ``ModernBertForMaskedLM`` folder into an
+xlpretrain checkpoint folder (``folder.py`` describes it); ``to_hf`` turns a checkpoint folder
+or a training workdir into an HF folder that ``transformers`` loads as is
+(``XLMRobertaForMaskedLM`` or ``ModernBertForMaskedLM`` by the model's architecture; for an
+XLM-E run its discriminator as ``XLMRobertaModel`` / ``ModernBertModel``); ``to_hf_seq2seq``
+turns a VECO model into an ``EncoderDecoderModel`` whose decoder cross-attention is VECO's
+plug-in (``seq2seq.py``).
 """
 
 from __future__ import annotations
 
 import os
 
-from xlpretrain.convert import folder, hf, seq2seq
+from xlpretrain.convert import folder, hf, modernbert, seq2seq
 from xlpretrain.convert.folder import Pretrained
 
 
 def from_hf(
     src: str | os.PathLike, dst: str | os.PathLike, *, allow_missing_head: bool = False
 ) -> Pretrained:
-    """HF folder ``src`` → new checkpoint folder ``dst``; returns the converted model."""
+    """HF folder ``src`` → new checkpoint folder ``dst``; returns the converted model. Its
+    ``model_type`` picks the converter: ``modernbert``, else ``hf`` (XLM-R / RoBERTa)."""
     folder.new_folder(dst)  # fail before reading a large checkpoint
-    model = hf.read_hf(src, allow_missing_head=allow_missing_head)
+    _, hf_config = hf.read_config(src)
+    if hf_config.get("model_type") == modernbert.MODEL_TYPE:
+        model = modernbert.read_hf(src)
+    else:
+        model = hf.read_hf(src, allow_missing_head=allow_missing_head)
     folder.write(model, dst)
     return model
 
 
 def to_hf(src: str | os.PathLike, dst: str | os.PathLike) -> Pretrained:
-    """Checkpoint folder or training workdir ``src`` → new HF folder ``dst``."""
+    """Checkpoint folder or training workdir ``src`` → new HF folder ``dst``, of the model's
+    architecture (``config.architecture``)."""
     folder.new_folder(dst)  # fail before reading a large checkpoint
     hf.safetensors_writer()
     model = folder.read(src)
-    hf.write_hf(model, dst)
+    if model.config.architecture == "modernbert":
+        modernbert.write_hf(model, dst)
+    else:
+        hf.write_hf(model, dst)
     return model
 
 

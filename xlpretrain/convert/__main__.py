@@ -13,15 +13,17 @@ from xlpretrain.core import programs
 def main(argv: list[str] | None = None) -> None:
     parser = programs.ArgumentParser(
         prog="python -m xlpretrain.convert",
-        description="Convert between Hugging Face XLM-R and xlpretrain checkpoints.",
+        description="Convert between Hugging Face XLM-R / ModernBERT and xlpretrain checkpoints.",
     )
     commands = parser.add_subparsers(dest="command", required=True)
     pull = commands.add_parser(
         "from-hf",
-        help="HF XLMRobertaForMaskedLM folder -> xlpretrain checkpoint folder",
+        help="HF XLMRobertaForMaskedLM or ModernBertForMaskedLM folder -> xlpretrain "
+        "checkpoint folder",
         description="SRC: a folder with config.json, model.safetensors or pytorch_model.bin "
-        "and optionally sentencepiece.bpe.model. DST: a new xlpretrain checkpoint folder "
-        "(model.json, params/, tokenizer.model).",
+        "and optionally sentencepiece.bpe.model (a ModernBERT folder's tokenizer.json is not "
+        "converted). DST: a new xlpretrain checkpoint folder (model.json, params/, "
+        "tokenizer.model).",
     )
     pull.add_argument("src", metavar="SRC")
     pull.add_argument("dst", metavar="DST")
@@ -34,9 +36,10 @@ def main(argv: list[str] | None = None) -> None:
         "to-hf",
         help="xlpretrain checkpoint folder or training workdir -> HF folder",
         description="SRC: an xlpretrain checkpoint folder, or a training workdir (its latest "
-        "checkpoint). DST: a new HF XLMRobertaForMaskedLM folder (config.json, "
-        "model.safetensors, sentencepiece.bpe.model when there is a tokenizer); for an XLM-E "
-        "workdir, its discriminator as an XLMRobertaModel folder.",
+        "checkpoint). DST: a new HF XLMRobertaForMaskedLM folder (ModernBertForMaskedLM for "
+        "a ModernBERT model; config.json, model.safetensors, sentencepiece.bpe.model when "
+        "there is a tokenizer); for an XLM-E workdir, its discriminator as an "
+        "XLMRobertaModel (ModernBertModel) folder.",
     )
     push.add_argument("src", metavar="SRC")
     push.add_argument("dst", metavar="DST")

@@ -7,7 +7,8 @@ projections keep heads as their own axis. Every name is checked both ways: a ten
 does not know, or a parameter it does not fill, is an error rather than a silent drop.
 
 Exports also write bare encoders (``XLMRobertaModel``: an XLM-E discriminator) and, through
-``seq2seq.py``, VECO's ``EncoderDecoderModel``, from the same rules.
+``seq2seq.py``, VECO's ``EncoderDecoderModel``, from the same rules. ``modernbert.py`` converts
+ModernBERT models with this module's machinery (``xlpretrain.convert`` picks the converter).
 
 Reading needs only ``safetensors`` (+ NumPy) for ``model.safetensors``; ``torch`` is imported
 only for ``pytorch_model.bin``. Writing needs only ``safetensors``.
@@ -74,7 +75,7 @@ FIXED_HF_SETTINGS = {
 # ModelConfig fields that say how to compute, not what: they never block an export.
 RUNTIME_FIELDS = (
     "dtype", "remat", "scan_layers", "attention_impl", "kernel_platform", "flash_tiles",
-    "vocab_multiple",
+    "vocab_multiple", "loss_chunk",
 )  # fmt: skip
 # Why an export refuses a model option; the error names both.
 OPTION_REASONS = {
@@ -82,6 +83,7 @@ OPTION_REASONS = {
     "cross_attention": "VECO's plug-in cross-attention: export it with to-hf-seq2seq",
     "relative_position": "HF XLM-R has no relative position bias",
     "absolute_positions": "HF XLM-R always adds absolute position embeddings",
+    "architecture": "a ModernBERT model exports as ModernBertForMaskedLM, with to-hf",
 }
 MASKED_LM_ARCHITECTURE = "XLMRobertaForMaskedLM"
 ENCODER_ARCHITECTURE = "XLMRobertaModel"
@@ -221,19 +223,40 @@ def check_exportable(
     expressible: Iterable[str] = (),
 ) -> None:
     """Raises if ``config`` uses a model option HF ``architecture`` has no place for."""
-    default = ModelConfig()
+    refuse_options(
+        config,
+        ModelConfig(),
+        (*CONFIG_KEYS, *expressible),
+        architecture=architecture,
+        reasons=OPTION_REASONS,
+        scope="only a plain XLM-R encoder can be exported",
+    )
+
+
+def refuse_options(
+    config: ModelConfig,
+    default: ModelConfig,
+    mapped: Iterable[str],
+    *,
+    architecture: str,
+    reasons: Mapping[str, str],
+    scope: str,
+) -> None:
+    """Raises if ``config`` sets a model option away from ``default`` that HF ``architecture``
+    has no place for: any field not ``mapped`` to its config and not in ``RUNTIME_FIELDS``.
+    The error names each option, its ``reasons`` entry if any, and the ``scope`` of exports."""
     blocking = [
         field.name
         for field in dataclasses.fields(config)
-        if field.name not in (*CONFIG_KEYS, *RUNTIME_FIELDS, *expressible)
+        if field.name not in (*mapped, *RUNTIME_FIELDS)
         and getattr(config, field.name) != getattr(default, field.name)
     ]
     if blocking:
         options = ", ".join(f"{name}={getattr(config, name)!r}" for name in blocking)
-        reasons = "; ".join(OPTION_REASONS[name] for name in blocking if name in OPTION_REASONS)
+        why = "; ".join(reasons[name] for name in blocking if name in reasons)
         raise ValueError(
             f"Hugging Face {architecture} cannot express the model option(s) {options}"
-            f"{f' ({reasons})' if reasons else ''}; only a plain XLM-R encoder can be exported"
+            f"{f' ({why})' if why else ''}; {scope}"
         )
 
 
@@ -253,10 +276,28 @@ def params_from_hf(
     With ``allow_missing_head`` a state dict without any ``lm_head.*`` tensor (a bare
     ``XLMRobertaModel``) gets a freshly initialised head, as ``init_params`` would make it.
     """
-    tensors = _untie(_with_prefix(tensors))
+    tensors = untie(_with_prefix(tensors), TIED)
     fresh_head = allow_missing_head and not any(n.startswith("lm_head.") for n in tensors)
     rules = [r for r in RULES if not (fresh_head and r[0].startswith("lm_head."))]
-    _check_names(tensors, _expand(rules, config.num_layers))
+    params = import_tensors(tensors, rules, config, model="an XLM-R masked LM", ignored=IGNORED)
+    if fresh_head:
+        log.warning("no lm_head.* tensors: the MLM head is freshly initialised")
+        params["lm_head"] = _fresh_head(config, params)
+    return params
+
+
+def import_tensors(
+    tensors: Mapping[str, np.ndarray],
+    rules: Sequence[Rule],
+    config: ModelConfig,
+    *,
+    model: str,
+    ignored: tuple[str, ...] = (),
+) -> Params:
+    """Our float32 params (layers stacked) from HF ``tensors`` by ``rules``, which must name
+    every tensor but those starting with an ``ignored`` prefix (``model`` says, in errors,
+    what the tensors should have been), and every parameter they fill."""
+    _check_names(tensors, _expand(rules, config.num_layers), model, ignored)
     abstract = traverse_util.flatten_dict(abstract_params(config), sep="/")
     flat = {}
     for hf_name, ours, layout in rules:
@@ -270,11 +311,7 @@ def params_from_hf(
             )
         else:
             flat[ours] = _to_ours(tensors, hf_name, layout, shape)
-    params = traverse_util.unflatten_dict(flat, sep="/")
-    if fresh_head:
-        log.warning("no lm_head.* tensors: the MLM head is freshly initialised")
-        params["lm_head"] = _fresh_head(config, params)
-    return params
+    return traverse_util.unflatten_dict(flat, sep="/")
 
 
 class Part(NamedTuple):
@@ -335,9 +372,10 @@ def _with_prefix(tensors: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     return {(n if n.startswith("lm_head.") else "roberta." + n): t for n, t in tensors.items()}
 
 
-def _untie(tensors: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Folds tied copies into their originals, refusing checkpoints where they differ."""
-    for alias, original in TIED.items():
+def untie(tensors: dict[str, np.ndarray], tied: Mapping[str, str]) -> dict[str, np.ndarray]:
+    """Folds the ``tied`` copies (alias → original) into their originals, refusing checkpoints
+    where they differ."""
+    for alias, original in tied.items():
         if alias not in tensors:
             continue
         copy = tensors.pop(alias)
@@ -346,7 +384,7 @@ def _untie(tensors: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         elif copy.shape != tensors[original].shape or not np.array_equal(copy, tensors[original]):
             raise ValueError(
                 f"{alias} differs from {original}: the checkpoint unties them, but xlpretrain's "
-                "LM head always decodes with the word embeddings and lm_head.bias"
+                f"LM head always decodes with {original}"
             )
     return tensors
 
@@ -361,22 +399,24 @@ def _expand(rules: Iterable[Rule], num_layers: int) -> set[str]:
     return names
 
 
-def _check_names(tensors: Mapping[str, np.ndarray], expected: set[str]) -> None:
+def _check_names(
+    tensors: Mapping[str, np.ndarray], expected: set[str], model: str, ignored: tuple[str, ...]
+) -> None:
     missing = sorted(expected - set(tensors))
     if missing:
         hint = ""
         if all(name.startswith("lm_head.") for name in missing):
             hint = " (a bare encoder: pass --allow-missing-head to start a fresh MLM head)"
         raise ValueError(f"missing tensor(s) {_listing(missing)}{hint}")
-    ignored = sorted(n for n in tensors if n not in expected and n.startswith(IGNORED))
-    unexpected = sorted(set(tensors) - expected - set(ignored))
+    dropped = sorted(n for n in tensors if n not in expected and n.startswith(ignored))
+    unexpected = sorted(set(tensors) - expected - set(dropped))
     if unexpected:
         raise ValueError(
-            f"unexpected tensor(s) {_listing(unexpected)}: not part of an XLM-R masked LM "
+            f"unexpected tensor(s) {_listing(unexpected)}: not part of {model} "
             "that xlpretrain can express"
         )
-    if ignored:
-        log.info("dropping tensors outside the masked LM: %s", _listing(ignored))
+    if dropped:
+        log.info("dropping tensors outside the masked LM: %s", _listing(dropped))
 
 
 def _to_ours(
@@ -439,27 +479,38 @@ def _read_file(file: Path) -> dict[str, np.ndarray]:
 
 def read_hf(path: str | os.PathLike, *, allow_missing_head: bool = False) -> Pretrained:
     """Reads an HF ``XLMRobertaForMaskedLM`` folder (config, weights, SentencePiece model)."""
+    path, hf_config = read_config(path)
+    config_file = path / "config.json"
+    config = config_from_hf(hf_config, config_file)
+    _check_architectures(hf_config.get("architectures") or [], config_file, allow_missing_head)
+    params = params_from_hf(read_tensors(path), config, allow_missing_head=allow_missing_head)
+    return Pretrained(config, params, read_tokenizer(path, config))
+
+
+def read_config(path: str | os.PathLike) -> tuple[Path, dict]:
+    """``path`` made absolute, and its ``config.json``; errors if it is no HF model folder."""
     path = Path(path).absolute()
     if not path.is_dir():
         raise FileNotFoundError(f"no such folder: {path}")
     config_file = path / "config.json"
     if not config_file.is_file():
         raise FileNotFoundError(f"{path} has no config.json: not a Hugging Face model folder")
-    hf_config = json.loads(config_file.read_text())
-    config = config_from_hf(hf_config, config_file)
-    _check_architectures(hf_config.get("architectures") or [], config_file, allow_missing_head)
-    params = params_from_hf(read_tensors(path), config, allow_missing_head=allow_missing_head)
-    tokenizer = None
-    if (path / HF_TOKENIZER_FILE).is_file():
-        tokenizer = Tokenizer.load(path / HF_TOKENIZER_FILE)
-        if tokenizer.vocab_size != config.vocab_size:
-            log.warning(
-                "%s has %d ids but the model's vocab_size is %d",
-                HF_TOKENIZER_FILE,
-                tokenizer.vocab_size,
-                config.vocab_size,
-            )
-    return Pretrained(config, params, tokenizer)
+    return path, json.loads(config_file.read_text())
+
+
+def read_tokenizer(path: Path, config: ModelConfig) -> Tokenizer | None:
+    """The folder's SentencePiece model (``HF_TOKENIZER_FILE``), if it has one."""
+    if not (path / HF_TOKENIZER_FILE).is_file():
+        return None
+    tokenizer = Tokenizer.load(path / HF_TOKENIZER_FILE)
+    if tokenizer.vocab_size != config.vocab_size:
+        log.warning(
+            "%s has %d ids but the model's vocab_size is %d",
+            HF_TOKENIZER_FILE,
+            tokenizer.vocab_size,
+            config.vocab_size,
+        )
+    return tokenizer
 
 
 def _check_architectures(architectures: list[str], source: Path, allow_missing_head: bool) -> None:

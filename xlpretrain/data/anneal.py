@@ -4,7 +4,9 @@ mmBERT anneals its data over training (mask rate 30% → 15% → 5%, sampling α
 in three separate runs. Here one run does it: `data.anneal` is a sequence of points
 `{"step": S, "mono_alpha": a, ...}`, each giving some of `KEYS` at step S (a logged step, or a
 float in (0, 1): that fraction of `train.steps`); between two points a value moves linearly,
-before the first and after the last it stays. A value no point gives is the config's constant.
+before the first and after the last it stays; two points at one step are a jump (the first's
+value up to it, the second's from it: mmBERT's phases). A value no point gives is the config's
+constant.
 
 Languages can join as training goes (mmBERT: 60 → 110 → 1833 languages): `mono_languages`
 (`parallel_pairs`) N draws monolingual rows (pairs) from the N languages (pairs) with the most
@@ -50,8 +52,8 @@ class Anneal:
                 known = [*KEYS, *COUNTS]
                 raise ValueError(f"point {n}: unknown keys {unknown}; annealable: {known}")
             step = _step(point.pop("step"), total_steps, n)
-            if last is not None and step <= last:
-                raise ValueError(f"point {n}: step {step} is not after the previous point's")
+            if last is not None and step < last:
+                raise ValueError(f"point {n}: step {step} is before the previous point's")
             last = step
             if not point:
                 raise ValueError(f"point {n} gives no setting (one of {[*KEYS, *COUNTS]})")
@@ -71,12 +73,14 @@ class Anneal:
         return key in self.points
 
     def value(self, key: str, step: int) -> float:
-        """`key` at logged step `step` (linear between points, constant outside them; a count
-        holds from its point to the next)."""
+        """`key` at logged step `step` (linear between points, constant outside them, from the
+        later of two points at one step; a count holds from its point to the next)."""
         steps, values = self.points[key]
-        if key in COUNTS:
-            return values[max(int(np.searchsorted(steps, step, side="right")) - 1, 0)]
-        return float(np.interp(step, steps, values))
+        after = int(np.searchsorted(steps, step, side="right"))  # the first point past `step`
+        if key in COUNTS or after in (0, len(steps)):
+            return values[max(after - 1, 0)] if after else values[0]
+        (s0, s1), (v0, v1) = steps[after - 1 : after + 1], values[after - 1 : after + 1]
+        return v0 + (v1 - v0) * (step - s0) / (s1 - s0)
 
     def maximum(self, key: str) -> float:
         return max(self.points[key][1])

@@ -29,6 +29,7 @@ from jax.sharding import PartitionSpec
 
 from xlpretrain import masks
 from xlpretrain.model import kernels, relative_position
+from xlpretrain.model import rotary as rotary_lib
 from xlpretrain.model.config import ModelConfig
 from xlpretrain.model.kernels import flash, splash
 from xlpretrain.model.relative_position import RelativeBias
@@ -236,13 +237,16 @@ class MultiHeadAttention(nn.Module):
         k_meta: masks.Meta,
         deterministic: bool,
         relative_table: jax.Array | None = None,
+        rotary: tuple[jax.Array, jax.Array] | None = None,
     ) -> jax.Array:
+        """``rotary``: (positions from 0 ``[B, L]``, base) rotate queries and keys (ModernBERT)."""
         cfg = self.config
         init = nn.initializers.normal(cfg.initializer_range)
 
         def projection(name: str) -> nn.DenseGeneral:
             return nn.DenseGeneral(
                 features=(cfg.num_heads, cfg.head_dim),
+                use_bias=cfg.biased,
                 dtype=cfg.compute_dtype,
                 kernel_init=nn.with_logical_partitioning(init, ("embed", "heads", "kv")),
                 bias_init=nn.with_logical_partitioning(nn.initializers.zeros, ("heads", "kv")),
@@ -253,6 +257,8 @@ class MultiHeadAttention(nn.Module):
         q = sharding.constrain(projection("query")(inputs_q), heads)
         k = sharding.constrain(projection("key")(inputs_kv), heads)
         v = sharding.constrain(projection("value")(inputs_kv), heads)
+        if rotary is not None:
+            q, k = rotary_lib.rotate(q, *rotary), rotary_lib.rotate(k, *rotary)
         rate = cfg.attention_dropout_rate
         dropout_rng = None if deterministic or rate == 0.0 else self.make_rng("dropout")
         bias = None
@@ -276,6 +282,7 @@ class MultiHeadAttention(nn.Module):
         return nn.DenseGeneral(
             features=cfg.hidden_size,
             axis=(-2, -1),
+            use_bias=cfg.biased,
             dtype=cfg.compute_dtype,
             kernel_init=nn.with_logical_partitioning(init, ("heads", "kv", "embed")),
             bias_init=nn.with_logical_partitioning(nn.initializers.zeros, ("embed",)),

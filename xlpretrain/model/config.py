@@ -12,6 +12,10 @@ from xlpretrain.model import kernels, vocab
 DTYPES = ("float32", "bfloat16")
 REMAT = ("none", "full", "dots")
 RELATIVE_POSITIONS = ("none", "bucketed", "gated")
+# xlmr: XLM-R's post-LN layers with biases and learned positions (model/layers.py);
+# modernbert: ModernBERT/mmBERT's pre-norm, bias-free layers with rotary positions, GeGLU and
+# alternating local/global attention (model/modern.py).
+ARCHITECTURES = ("xlmr", "modernbert")
 ATTENTION_IMPLS = ("xla", "cudnn", "pallas", "splash", "auto")
 
 
@@ -32,6 +36,7 @@ class ModelConfig:
     adds an XLM-style language-embedding table (off for XLM-R compatibility).
     """
 
+    architecture: str = "xlmr"
     vocab_size: int = 250002
     # The vocabulary-indexed parameters have rows for ids up to a multiple of this, so that a
     # tensor-parallel mesh axis divides them (``model.vocab``); the extra rows are never used.
@@ -64,6 +69,12 @@ class ModelConfig:
     flash_tiles: str = ""
     loss_chunk: int = 1024  # predictions per vocabulary-projection chunk of the MLM loss
     initializer_range: float = 0.02
+    # modernbert: every `global_every`-th layer (from the first) attends globally, the others
+    # within a window of `local_window` tokens (`local_window // 2` each side); rotary bases.
+    local_window: int = 128
+    global_every: int = 3
+    rope_theta: float = 160_000.0
+    local_rope_theta: float = 10_000.0
 
     def __post_init__(self) -> None:
         if not self.kernel_platform:
@@ -74,6 +85,7 @@ class ModelConfig:
             ("remat", REMAT),
             ("attention_impl", ATTENTION_IMPLS),
             ("relative_position", RELATIVE_POSITIONS),
+            ("architecture", ARCHITECTURES),
         ):
             if getattr(self, name) not in allowed:
                 raise ValueError(f"model.{name}={getattr(self, name)!r}; expected one of {allowed}")
@@ -82,8 +94,19 @@ class ModelConfig:
                 f"model.hidden_size={self.hidden_size} is not divisible by "
                 f"model.num_heads={self.num_heads}"
             )
-        if not self.absolute_positions and self.relative_position == "none":
+        if self.architecture == "modernbert":
+            if self.absolute_positions or self.relative_position != "none":
+                raise ValueError(
+                    "model.architecture='modernbert' has rotary positions: set "
+                    "model.absolute_positions=False and model.relative_position='none'"
+                )
+        elif not self.absolute_positions and self.relative_position == "none":
             raise ValueError("model.absolute_positions=False needs a model.relative_position")
+
+    @property
+    def biased(self) -> bool:
+        """XLM-R's linear layers and norms have biases; ModernBERT's have none."""
+        return self.architecture == "xlmr"
 
     @property
     def padded_vocab_size(self) -> int:

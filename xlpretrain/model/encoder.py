@@ -43,7 +43,8 @@ from xlpretrain import masks
 from xlpretrain.model.attention import relative_table_param
 from xlpretrain.model.config import ModelConfig
 from xlpretrain.model.heads import LMHead, cross_entropy_per_device
-from xlpretrain.model.layers import Embeddings, EncoderLayer
+from xlpretrain.model.layers import Embeddings, EncoderLayer, layer_norm
+from xlpretrain.model.modern import ModernLayer, layer_schedule
 
 # 'dots' keeps the weight matmuls' outputs and recomputes the rest (attention scores, GELU,
 # LayerNorm), the usual memory/compute trade-off for Transformer training.
@@ -54,8 +55,9 @@ _REMAT_POLICIES = {
 
 
 class Encoder(nn.Module):
-    """``num_layers`` post-LN layers, under ``nn.scan`` (stacked params, one compiled body)
-    or unrolled, optionally rematerialised."""
+    """``num_layers`` layers — XLM-R's post-LN ones, or ModernBERT's pre-norm ones and the
+    final norm (``model.modern``) — under ``nn.scan`` (stacked params, one compiled body) or
+    unrolled, optionally rematerialised."""
 
     config: ModelConfig
 
@@ -71,6 +73,8 @@ class Encoder(nn.Module):
         cross_mask_fn: masks.MaskFn | None = None,
     ) -> jax.Array:
         cfg = self.config
+        if cfg.architecture == "modernbert":
+            return self._modern(x, meta, mask_fn, deterministic, memory, cross_mask_fn)
         layer = EncoderLayer
         if cfg.remat != "none":
             # prevent_cse is unnecessary inside scan and only blocks optimisations there.
@@ -98,6 +102,35 @@ class Encoder(nn.Module):
                 x, meta, memory, table
             )
         return x
+
+    def _modern(self, x, meta, mask_fn, deterministic, memory, cross_mask_fn) -> jax.Array:
+        """The ModernBERT stack: each layer reads its window and rotary base from the
+        schedule (scanned alongside its parameters), then the final norm."""
+        cfg = self.config
+        layer = ModernLayer
+        if cfg.remat != "none":
+            layer = nn.remat(
+                layer, policy=_REMAT_POLICIES[cfg.remat], prevent_cse=not cfg.scan_layers
+            )
+        schedule = layer_schedule(cfg)
+        if cfg.scan_layers:
+            stack = nn.scan(
+                layer,
+                variable_axes={"params": 0},
+                split_rngs={"params": True, "dropout": True},
+                in_axes=(nn.broadcast, nn.broadcast, 0),
+                length=cfg.num_layers,
+                metadata_params={nn.PARTITION_NAME: "layers"},
+            )
+            x, _ = stack(cfg, mask_fn, deterministic, cross_mask_fn, name="layers")(
+                x, meta, memory, schedule
+            )
+        else:
+            for i in range(cfg.num_layers):
+                x, _ = layer(cfg, mask_fn, deterministic, cross_mask_fn, name=f"layers_{i}")(
+                    x, meta, memory, {key: value[i] for key, value in schedule.items()}
+                )
+        return layer_norm(cfg, "final_norm")(x)
 
 
 class MaskedLM(nn.Module):

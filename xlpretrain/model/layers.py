@@ -15,10 +15,12 @@ from xlpretrain.parallel import sharding
 
 
 def dense(config: ModelConfig, features: int, axes: tuple[str, str], name: str) -> nn.Dense:
-    """A biased dense layer initialised like HF (normal(initializer_range), zero bias)."""
+    """A dense layer initialised like HF (normal(initializer_range), zero bias), biased as the
+    architecture is (`ModelConfig.biased`)."""
     init = nn.initializers.normal(config.initializer_range)
     return nn.Dense(
         features,
+        use_bias=config.biased,
         dtype=config.compute_dtype,
         kernel_init=nn.with_logical_partitioning(init, axes),
         bias_init=nn.with_logical_partitioning(nn.initializers.zeros, axes[1:]),
@@ -27,9 +29,11 @@ def dense(config: ModelConfig, features: int, axes: tuple[str, str], name: str) 
 
 
 def layer_norm(config: ModelConfig, name: str) -> nn.LayerNorm:
-    """LayerNorm with float32 statistics whose output is cast to the compute dtype."""
+    """LayerNorm with float32 statistics whose output is cast to the compute dtype (with an
+    offset where the architecture has biases)."""
     return nn.LayerNorm(
         epsilon=config.layer_norm_eps,
+        use_bias=config.biased,
         dtype=config.compute_dtype,
         scale_init=nn.with_logical_partitioning(nn.initializers.ones, ("embed",)),
         bias_init=nn.with_logical_partitioning(nn.initializers.zeros, ("embed",)),
@@ -43,7 +47,8 @@ def gelu(x: jax.Array) -> jax.Array:
 
 
 class Embeddings(nn.Module):
-    """word + position (+ token type 0) (+ language) → LayerNorm → dropout.
+    """word + position (+ token type 0) (+ language) → LayerNorm → dropout; ModernBERT's are
+    word (+ language) → LayerNorm → dropout (its positions are rotary, in attention).
 
     Lookups and the sum run in float32 (they are O(L·H), precision is free), the LayerNorm
     output is in the compute dtype. ``token_type_embeddings`` has one row, always added, so
@@ -67,7 +72,8 @@ class Embeddings(nn.Module):
         self.word_embeddings = table(cfg.padded_vocab_size, "vocab", "word_embeddings")
         if cfg.absolute_positions:
             self.position_embeddings = table(cfg.max_positions, "positions", "position_embeddings")
-        self.token_type_embeddings = table(1, None, "token_type_embeddings")
+        if cfg.architecture == "xlmr":  # one row, always added, so HF checkpoints import
+            self.token_type_embeddings = table(1, None, "token_type_embeddings")
         if cfg.num_languages > 0:
             self.language_embeddings = table(cfg.num_languages, "languages", "language_embeddings")
         self.layer_norm = layer_norm(cfg, "layer_norm")
@@ -83,7 +89,8 @@ class Embeddings(nn.Module):
         x = self.word_embeddings(input_ids)
         if self.config.absolute_positions:
             x = x + self.position_embeddings(positions)
-        x = x + self.token_type_embeddings.embedding[0]
+        if self.config.architecture == "xlmr":
+            x = x + self.token_type_embeddings.embedding[0]
         if self.config.num_languages > 0:
             if lang_ids is None:
                 raise ValueError("model.num_languages > 0 but no lang_ids were given")

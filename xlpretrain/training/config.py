@@ -16,7 +16,7 @@ import ml_collections
 
 from xlpretrain.core.errors import INSTALL, ConfigError, check
 from xlpretrain.data import held_out
-from xlpretrain.model.config import ATTENTION_IMPLS
+from xlpretrain.model.config import ARCHITECTURES, ATTENTION_IMPLS
 from xlpretrain.model.kernels.tiles import Tiles
 from xlpretrain.objectives import REGISTRY
 from xlpretrain.objectives.declaration import Section
@@ -28,6 +28,7 @@ from xlpretrain.training.config_keys import (
     positive,
     type_ok,
 )
+from xlpretrain.training.sections import DECAY_SHAPES, SCHEDULES
 from xlpretrain.training.stages import start_step
 
 # Objectives a config may name: each objective's declaration is the one place that says so.
@@ -166,6 +167,10 @@ def default_config() -> ml_collections.ConfigDict:
     cfg.tokenizer.sentences_per_language = 2000
 
     cfg.model = ml_collections.ConfigDict()
+    # xlmr (XLM-R's post-LN layers, learned positions) | modernbert (ModernBERT / mmBERT:
+    # pre-norm, no biases, rotary positions, GeGLU, local/global attention; set
+    # absolute_positions False): xlpretrain/model/modern.py.
+    cfg.model.architecture = "xlmr"
     # Ids of the model's vocabulary; the size of the SentencePiece model a run trains when it
     # has none (tokenizer.path, data.store, init.checkpoint); 0: the size of the one it has.
     cfg.model.vocab_size = 250002
@@ -186,6 +191,12 @@ def default_config() -> ml_collections.ConfigDict:
     cfg.model.max_distance = 128
     cfg.model.share_relative_table = True  # one table for all layers; gates stay per layer
     cfg.model.absolute_positions = True
+    # modernbert: every global_every-th layer from the first attends to the whole row, the
+    # others to local_window tokens around each (half each side); the rotary bases of each.
+    cfg.model.local_window = 128
+    cfg.model.global_every = 3
+    cfg.model.rope_theta = 160_000.0
+    cfg.model.local_rope_theta = 10_000.0
     cfg.model.dtype = "float32"  # compute dtype; parameters are always float32
     cfg.model.remat = "none"  # none | full | dots
     cfg.model.scan_layers = True
@@ -205,6 +216,12 @@ def default_config() -> ml_collections.ConfigDict:
     cfg.optim.eps = 1e-6
     cfg.optim.weight_decay = 0.01
     cfg.optim.clip_norm = 1.0  # global-norm clipping; 0 disables
+    # linear: warm-up, then linearly to 0 at train.steps (the seed papers'); wsd: warm-up,
+    # stable, then to 0 over the last `decay_steps` steps along `decay_shape` (0: no decay), so
+    # a longer train.steps only lengthens the stable part (ModernBERT, mmBERT).
+    cfg.optim.schedule = "linear"
+    cfg.optim.decay_steps = 0
+    cfg.optim.decay_shape = "linear"  # linear | cosine | 1-sqrt
 
     cfg.mesh = mesh_section()
 
@@ -308,6 +325,11 @@ _RANGES: Ranges = {
         "must be 'none', 'bucketed' or 'gated'",
     ),
     "model.num_buckets": (lambda v: v >= 4 and v % 2 == 0, "must be even and >= 4"),
+    "model.architecture": (one_of(*ARCHITECTURES), f"must be one of {', '.join(ARCHITECTURES)}"),
+    "model.local_window": (lambda v: v >= 2 and v % 2 == 0, "must be even and >= 2"),
+    "model.global_every": (positive, "must be >= 1 (1: every layer global)"),
+    "model.rope_theta": (positive, "must be > 0"),
+    "model.local_rope_theta": (positive, "must be > 0"),
     "model.max_distance": (lambda v: v >= 2, "must be >= 2"),
     "optim.learning_rate": (positive, "must be > 0"),
     "optim.warmup_steps": (non_negative, "must be >= 0"),
@@ -316,6 +338,9 @@ _RANGES: Ranges = {
     "optim.eps": (positive, "must be > 0"),
     "optim.weight_decay": (non_negative, "must be >= 0"),
     "optim.clip_norm": (non_negative, "must be >= 0 (0 disables clipping)"),
+    "optim.schedule": (one_of(*SCHEDULES), f"must be one of {', '.join(SCHEDULES)}"),
+    "optim.decay_steps": (non_negative, "must be >= 0 (0: no decay)"),
+    "optim.decay_shape": (one_of(*DECAY_SHAPES), f"must be one of {', '.join(DECAY_SHAPES)}"),
     **LOOP_RANGES,
     **MESH_RANGES,
 }

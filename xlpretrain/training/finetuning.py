@@ -309,7 +309,7 @@ def build(plan: FineTunePlan, workdir: str, devices: list[jax.Device] | None = N
         {TASK: classification_loss},
         {TASK: 1.0},
         optimizer,
-        plan.optim.schedule(),
+        plan.optim.learning_rates(),
         plan.loop.grad_accum,
     )
     rules = plan.mesh.rules

@@ -67,7 +67,7 @@ def adamw_from(optim: OptimizerSettings, trainable: str = "") -> optax.GradientT
     """`adamw` on the schedule and with the numbers of a run's `optim` section, the section
     pre-training and fine-tuning plans both have."""
     return adamw(
-        optim.schedule(),
+        optim.learning_rates(),
         b1=optim.b1,
         b2=optim.b2,
         eps=optim.eps,

@@ -283,6 +283,21 @@ def _check_model(model: ml_collections.ConfigDict) -> None:
         "model.hidden_size",
         f"{model.hidden_size} is not divisible by model.num_heads={model.num_heads}",
     )
+    if model.architecture == "modernbert":
+        rotary = "model.architecture='modernbert' has rotary positions"
+        check(not model.absolute_positions, "model.absolute_positions", f"{rotary}: set False")
+        check(
+            model.relative_position == "none",
+            "model.relative_position",
+            f"{rotary}, which already make attention depend on distance: set 'none'",
+        )
+        check(
+            model.hidden_size // model.num_heads % 2 == 0,
+            "model.num_heads",
+            f"rotary positions turn pairs of features: hidden_size / num_heads = "
+            f"{model.hidden_size // model.num_heads} must be even",
+        )
+        return
     check(
         model.absolute_positions or model.relative_position != "none",
         "model.absolute_positions",

@@ -16,10 +16,36 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import optax
 
 from xlpretrain.core.errors import check
 from xlpretrain.parallel.rules import Rules, as_rules, data_parallel_axes
+
+SCHEDULES = ("linear", "wsd")
+DECAY_SHAPES = ("linear", "cosine", "1-sqrt")
+
+
+def warmup_stable_decay(
+    peak: float, warmup_steps: int, total_steps: int, decay: int, shape: str
+) -> optax.Schedule:
+    """Warm-up, stable, decay (the trapezoid of ModernBERT and mmBERT): 0 → `peak` over
+    `warmup_steps`, `peak` until the last `decay` steps, then to 0 at `total_steps` along
+    `shape` (linear; cosine; 1-sqrt, 1 − √(t/decay)). A longer run lengthens the stable part
+    alone: the steps before its decay train at the same rates."""
+    warmup = min(warmup_steps, total_steps)
+    start = max(total_steps - decay, warmup)
+    span = max(total_steps - start, 1)
+    shapes = {
+        "linear": optax.linear_schedule(peak, 0.0, span),
+        "cosine": optax.cosine_decay_schedule(peak, span),
+        "1-sqrt": lambda t: peak * (1.0 - jnp.sqrt(jnp.minimum(t, span) / span)),
+    }
+    return optax.join_schedules(
+        [optax.linear_schedule(0.0, peak, max(warmup, 1)), optax.constant_schedule(peak),
+         shapes[shape]],
+        boundaries=[warmup, start],
+    )  # fmt: skip
 
 
 def warmup_linear_decay(peak: float, warmup_steps: int, total_steps: int) -> optax.Schedule:
@@ -80,6 +106,9 @@ class OptimizerSettings:
     weight_decay: float
     clip_norm: float  # global-norm clipping; 0 disables
     layer_decay: float = 1.0  # fine-tuning's layer-wise learning-rate decay (1: none)
+    schedule: str = "linear"  # linear | wsd (warm-up, stable, decay)
+    decay_steps: int = 0  # wsd: the decay's length
+    decay_shape: str = "linear"  # wsd: linear | cosine | 1-sqrt
 
     @classmethod
     def of(cls, config: Mapping[str, Any]) -> OptimizerSettings:
@@ -101,9 +130,17 @@ class OptimizerSettings:
             weight_decay=optim["weight_decay"],
             clip_norm=optim["clip_norm"],
             layer_decay=optim.get("layer_decay", 1.0),
+            schedule=optim.get("schedule", "linear"),
+            decay_steps=optim.get("decay_steps", 0),
+            decay_shape=optim.get("decay_shape", "linear"),
         )
 
-    def schedule(self) -> optax.Schedule:
+    def learning_rates(self) -> optax.Schedule:
+        if self.schedule == "wsd":
+            return warmup_stable_decay(
+                self.learning_rate, self.warmup_steps, self.steps, self.decay_steps,
+                self.decay_shape,
+            )  # fmt: skip
         return warmup_linear_decay(self.learning_rate, self.warmup_steps, self.steps)
 
 

@@ -169,7 +169,7 @@ def setup_training(
             {name: plan.objectives[name].loss(plan.contexts[name]) for name in stage.weights},
             stage.weights,
             stage_optimizer,
-            plan.optim.schedule(),
+            plan.optim.learning_rates(),
             plan.loop.grad_accum,
         )
         for stage, stage_optimizer in zip(plan.stages, optimizers, strict=True)

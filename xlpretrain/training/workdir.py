@@ -153,7 +153,7 @@ def check_resume(
 
 
 def _schedule(config: Mapping) -> optax.Schedule:
-    return OptimizerSettings.of(config).schedule()
+    return OptimizerSettings.of(config).learning_rates()
 
 
 def save_config(workdir: str, config: Mapping, step: int) -> None:

@@ -33,7 +33,7 @@ from xlpretrain.model.kernels.block_mask import EMPTY, FULL, classify_tiles, pad
 from xlpretrain.model.kernels.tiles import KERNELS, KernelTiles, Tiles, default_tiles
 from xlpretrain.model.relative_position import RelativeBias, relative_position_bucket
 
-META_FIELDS = ("segment_ids", "pair_ids", "side", "positions", "is_masked")
+META_FIELDS = ("segment_ids", "pair_ids", "side", "positions", "is_masked", "window")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,0 +1,369 @@
+"""Hugging Face ``ModernBertForMaskedLM`` folders ⇄ xlpretrain ModernBERT / mmBERT models.
+
+Our ModernBERT layers (``xlpretrain.model.modern``) hold HF's weights one for one, so this is
+the XLM-R converter's machinery (``hf.py``: rules, layouts, names checked both ways, folders)
+with ModernBERT's names, and three differences:
+
+- HF stores query, key and value as one ``attn.Wqkv`` and GeGLU's input and gate as one
+  ``mlp.Wi``, stacked on the output axis. Such a tensor is split into named parts
+  (``attn.Wqkv.weight#query``) before the one-to-one rules run, and joined after an export.
+- HF's first layer has no attention norm (it reads the embeddings' norm). Ours exists, stacked
+  with the others, and layer 0 ignores it: it imports as ones and exports as nothing.
+- Nothing has a bias but the decoder, and ``config.json`` states the local/global pattern and
+  the rotary bases in its own terms: ``layer_types`` and ``rope_parameters`` (transformers 5),
+  or ``global_attn_every_n_layers`` and ``{global,local}_rope_theta`` (transformers 4), which
+  exports write too so that either reads them.
+
+Token ids are not converted: the embedding rows stay in the HF vocabulary's order. The config
+keeps xlpretrain's pad id, which numbers the batch's positions (``rotary.rotary_positions``),
+and exports write xlpretrain's special ids, as XLM-R exports do. A ModernBERT folder's tokenizer
+is a ``tokenizer.json``, not a SentencePiece model, and is not read: the import has none.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Mapping
+
+import numpy as np
+
+from xlpretrain.convert.folder import DISCRIMINATOR, Params, Pretrained, unpadded
+from xlpretrain.convert.hf import (
+    COPY,
+    HEADS_IN,
+    HEADS_OUT,
+    HF_TOKENIZER_FILE,
+    LINEAR,
+    OPTION_REASONS,
+    Part,
+    Rule,
+    export_tensors,
+    import_tensors,
+    read_config,
+    read_tensors,
+    read_tokenizer,
+    refuse_options,
+    untie,
+    write_folder,
+)
+from xlpretrain.data.tokenizer import Tokenizer
+from xlpretrain.model import vocab
+from xlpretrain.model.config import ModelConfig
+
+log = logging.getLogger(__name__)
+
+MODEL_TYPE = "modernbert"
+MASKED_LM_ARCHITECTURE = "ModernBertForMaskedLM"
+ENCODER_ARCHITECTURE = "ModernBertModel"
+
+# ModelConfig field -> HF config.json key. HF places dropout differently (``mlp_dropout`` before
+# ``mlp.Wo``, ``attention_dropout`` on the attention output too); it acts in training only.
+CONFIG_KEYS = {
+    "vocab_size": "vocab_size",
+    "hidden_size": "hidden_size",
+    "num_layers": "num_hidden_layers",
+    "num_heads": "num_attention_heads",
+    "mlp_dim": "intermediate_size",
+    "max_positions": "max_position_embeddings",
+    "layer_norm_eps": "norm_eps",
+    "local_window": "local_attention",
+    "dropout_rate": "embedding_dropout",
+    "attention_dropout_rate": "attention_dropout",
+    "initializer_range": "initializer_range",
+}
+# HF settings that xlpretrain's ModernBERT implements one way only (each HF's default).
+FIXED_HF_SETTINGS = {
+    "hidden_activation": "gelu",
+    "classifier_activation": "gelu",
+    "attention_bias": False,
+    "mlp_bias": False,
+    "norm_bias": False,
+    "classifier_bias": False,
+    "decoder_bias": True,
+    "tie_word_embeddings": True,
+}
+FULL, SLIDING = "full_attention", "sliding_attention"  # HF's layer types
+# Where config.json leaves them out: transformers' defaults, and its version 4 names.
+DEFAULT_GLOBAL_EVERY = 3
+DEFAULT_THETA = {FULL: 160_000.0, SLIDING: 10_000.0}
+LEGACY_THETA = {FULL: "global_rope_theta", SLIDING: "local_rope_theta"}
+# ModelConfig fields an export states, besides CONFIG_KEYS; the relative-position ones mean
+# nothing without relative positions, which a ModernBERT config cannot have.
+EXPRESSED = (
+    *CONFIG_KEYS, "architecture", "absolute_positions", "global_every", "rope_theta",
+    "local_rope_theta", "pad_token_id", "num_buckets", "max_distance", "share_relative_table",
+)  # fmt: skip
+REASONS = {
+    "num_languages": OPTION_REASONS["num_languages"],
+    "cross_attention": "VECO's plug-in cross-attention has no ModernBERT counterpart",
+}
+
+# HF tensors holding several of our parameters, stacked on the output (first) axis in order.
+FUSED = {"attn.Wqkv.weight": ("query", "key", "value"), "mlp.Wi.weight": ("input", "gate")}
+_LAYER = "layers.{i}."
+_STACK = "encoder/layers/"
+_LAYER_RULES: tuple[Rule, ...] = (
+    ("attn_norm.weight", "attention_norm/scale", COPY),
+    *(
+        (f"attn.Wqkv.weight#{name}", f"attention/{name}/kernel", HEADS_IN)
+        for name in ("query", "key", "value")
+    ),
+    ("attn.Wo.weight", "attention/out/kernel", HEADS_OUT),
+    ("mlp_norm.weight", "mlp_norm/scale", COPY),
+    ("mlp.Wi.weight#input", "mlp/wi_0/kernel", LINEAR),
+    ("mlp.Wi.weight#gate", "mlp/wi_1/kernel", LINEAR),
+    ("mlp.Wo.weight", "mlp/wo/kernel", LINEAR),
+)
+# ENCODER_RULES name ``ModernBertModel``'s tensors, RULES ``ModernBertForMaskedLM``'s (the
+# encoder under ``model.``, then the head); "{i}" as in ``hf.RULES``.
+ENCODER_RULES: tuple[Rule, ...] = (
+    ("embeddings.tok_embeddings.weight", "embeddings/word_embeddings/embedding", COPY),
+    ("embeddings.norm.weight", "embeddings/layer_norm/scale", COPY),
+    *((_LAYER + hf, _STACK + ours, layout) for hf, ours, layout in _LAYER_RULES),
+    ("final_norm.weight", "encoder/final_norm/scale", COPY),
+)
+RULES: tuple[Rule, ...] = (
+    *(("model." + hf, ours, layout) for hf, ours, layout in ENCODER_RULES),
+    ("head.dense.weight", "lm_head/dense/kernel", LINEAR),
+    ("head.norm.weight", "lm_head/layer_norm/scale", COPY),
+    ("decoder.bias", "lm_head/bias", COPY),
+)
+TIED = {"decoder.weight": "model.embeddings.tok_embeddings.weight"}
+FIRST_NORM = "layers.0.attn_norm.weight"  # the one rule name HF lacks (an nn.Identity there)
+
+
+# --- configs --------------------------------------------------------------------------------
+
+
+def config_from_hf(hf_config: Mapping, source: str | os.PathLike = "config.json") -> ModelConfig:
+    """The ``ModelConfig`` of an HF ModernBERT config; settings xlpretrain does not implement
+    are errors that name them."""
+    if hf_config.get("model_type") != MODEL_TYPE:
+        raise ValueError(
+            f"{source}: model_type={hf_config.get('model_type')!r} is not {MODEL_TYPE!r}"
+        )
+    for key, value in FIXED_HF_SETTINGS.items():
+        if key in hf_config and hf_config[key] != value:
+            raise ValueError(
+                f"{source}: {key}={hf_config[key]!r} is not supported; xlpretrain's ModernBERT "
+                f"has {key}={value!r}"
+            )
+    missing = [key for key in CONFIG_KEYS.values() if key not in hf_config]
+    if missing:
+        raise ValueError(f"{source}: missing key(s) {', '.join(missing)}")
+    dropout = hf_config["embedding_dropout"]
+    if hf_config.get("mlp_dropout", dropout) != dropout:
+        raise ValueError(
+            f"{source}: mlp_dropout={hf_config['mlp_dropout']!r} differs from "
+            f"embedding_dropout={dropout!r}; xlpretrain's ModernBERT has one rate for both"
+        )
+    head_dim = hf_config["hidden_size"] // hf_config["num_attention_heads"]
+    if hf_config.get("head_dim", head_dim) != head_dim:
+        raise ValueError(
+            f"{source}: head_dim={hf_config['head_dim']!r} is not supported; xlpretrain's "
+            "heads are hidden_size / num_attention_heads wide"
+        )
+    rope_theta, local_rope_theta = _rope_thetas(hf_config, source)
+    return ModelConfig(
+        architecture="modernbert",
+        absolute_positions=False,
+        **{ours: hf_config[key] for ours, key in CONFIG_KEYS.items()},
+        global_every=_global_every(hf_config, source),
+        rope_theta=rope_theta,
+        local_rope_theta=local_rope_theta,
+    )
+
+
+def layer_types(num_layers: int, global_every: int) -> list[str]:
+    """HF's ``layer_types``: global attention in every ``global_every``-th layer from the
+    first, local in the others (``modern.layer_schedule``)."""
+    return [SLIDING if i % global_every else FULL for i in range(num_layers)]
+
+
+def _global_every(hf_config: Mapping, source: str | os.PathLike) -> int:
+    """ModelConfig's ``global_every`` for HF's ``layer_types`` (else for transformers 4's
+    ``global_attn_every_n_layers``), which must follow our one pattern."""
+    every = hf_config.get("global_attn_every_n_layers", DEFAULT_GLOBAL_EVERY)
+    if not isinstance(every, int) or every < 1:
+        raise ValueError(f"{source}: global_attn_every_n_layers={every!r} is not a positive int")
+    kinds = hf_config.get("layer_types")
+    if kinds is None:
+        return every
+    num_layers = hf_config["num_hidden_layers"]
+    full = [i for i, kind in enumerate(kinds) if kind == FULL]
+    # The second global layer gives the period; with only the first, any period past the end.
+    every = full[1] if len(full) > 1 else max(every, num_layers)
+    if list(kinds) != layer_types(num_layers, every):
+        raise ValueError(
+            f"{source}: layer_types={kinds!r} is not supported; xlpretrain's ModernBERT has "
+            f"{num_layers} layers, {FULL!r} every n-th from the first and {SLIDING!r} between"
+        )
+    return every
+
+
+def _rope_thetas(hf_config: Mapping, source: str | os.PathLike) -> tuple[float, float]:
+    """(global, local) rotary bases, resolved as transformers resolves them: ``rope_scaling``
+    over ``rope_parameters[type]`` over the version 4 keys over the defaults."""
+    rope = hf_config.get("rope_parameters") or {}
+    scaling = hf_config.get("rope_scaling") or {}
+    unknown = sorted(set(rope) - {FULL, SLIDING})
+    if unknown:
+        raise ValueError(
+            f"{source}: rope_parameters has {unknown}; xlpretrain reads one entry per layer "
+            f"type ({FULL!r}, {SLIDING!r})"
+        )
+    thetas = {}
+    for kind in (FULL, SLIDING):
+        params = {**(rope.get(kind) or {}), **scaling}
+        rope_type = params.get("rope_type", params.get("type", "default"))
+        if rope_type != "default":
+            where = f"rope_parameters[{kind!r}]"
+            if "rope_type" in scaling or "type" in scaling:
+                where = "rope_scaling"
+            raise ValueError(
+                f"{source}: {where} has rope_type={rope_type!r}, which is not supported; "
+                "xlpretrain's rotary embedding is the default (unscaled) RoPE"
+            )
+        default = hf_config.get(LEGACY_THETA[kind], DEFAULT_THETA[kind])
+        thetas[kind] = float(params.get("rope_theta", default))
+    return thetas[FULL], thetas[SLIDING]
+
+
+def config_to_hf(config: ModelConfig, architecture: str = MASKED_LM_ARCHITECTURE) -> dict:
+    """``config.json`` of the HF ModernBERT ``architecture`` equivalent to ``config``."""
+    check_exportable(config, architecture)
+    return {
+        "architectures": [architecture],
+        "model_type": MODEL_TYPE,
+        **{key: getattr(config, ours) for ours, key in CONFIG_KEYS.items()},
+        "mlp_dropout": config.dropout_rate,
+        **FIXED_HF_SETTINGS,
+        "layer_types": layer_types(config.num_layers, config.global_every),
+        "rope_parameters": {
+            FULL: {"rope_type": "default", "rope_theta": config.rope_theta},
+            SLIDING: {"rope_type": "default", "rope_theta": config.local_rope_theta},
+        },
+        "global_attn_every_n_layers": config.global_every,
+        LEGACY_THETA[FULL]: config.rope_theta,
+        LEGACY_THETA[SLIDING]: config.local_rope_theta,
+        "pad_token_id": config.pad_token_id,
+        "bos_token_id": Tokenizer.BOS_ID,
+        "cls_token_id": Tokenizer.BOS_ID,
+        "eos_token_id": Tokenizer.EOS_ID,
+        "sep_token_id": Tokenizer.EOS_ID,
+    }
+
+
+def check_exportable(config: ModelConfig, architecture: str = MASKED_LM_ARCHITECTURE) -> None:
+    """Raises if ``config`` uses a model option HF ModernBERT has no place for."""
+    refuse_options(
+        config,
+        ModelConfig(architecture="modernbert", absolute_positions=False),
+        EXPRESSED,
+        architecture=architecture,
+        reasons=REASONS,
+        scope="only a plain ModernBERT encoder can be exported",
+    )
+
+
+# --- parameters -----------------------------------------------------------------------------
+
+
+def params_from_hf(tensors: Mapping[str, np.ndarray], config: ModelConfig) -> Params:
+    """Our float32 params (layers stacked) from an HF ``ModernBertForMaskedLM`` state dict."""
+    tensors = untie(_split(tensors), TIED)
+    first_norm = "model." + FIRST_NORM
+    if first_norm in tensors:
+        raise ValueError(
+            f"unexpected tensor {first_norm}: ModernBERT's first layer has no attention norm"
+        )
+    tensors[first_norm] = np.ones(config.hidden_size, np.float32)  # layer 0 ignores it
+    return import_tensors(tensors, RULES, config, model="a ModernBERT masked LM")
+
+
+def params_to_hf(params: Params, config: ModelConfig) -> dict[str, np.ndarray]:
+    """The HF ``ModernBertForMaskedLM`` state dict (as ``save_pretrained`` writes it: no tied
+    ``decoder.weight``) of our masked LM, without the vocabulary rows padded for sharding."""
+    return _export(params, config, RULES, "model.")
+
+
+def _export(
+    params: Params, config: ModelConfig, rules: tuple[Rule, ...], prefix: str
+) -> dict[str, np.ndarray]:
+    """HF tensors of ``params`` by ``rules`` (the encoder's under ``prefix``)."""
+    params = vocab.with_rows(params, config.vocab_size)
+    tensors = export_tensors(params, [Part("", rules, range(config.num_layers))])
+    del tensors[prefix + FIRST_NORM]
+    return _fuse(tensors)
+
+
+def _parts(name: str) -> tuple[str, ...] | None:
+    """The parts an HF tensor of this name stacks, or None if it is one parameter."""
+    return next((parts for fused, parts in FUSED.items() if name.endswith("." + fused)), None)
+
+
+def _split(tensors: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """``tensors`` with each fused one replaced by its parts, ``name#part``: equal row blocks."""
+    split = {}
+    for name, tensor in tensors.items():
+        parts = _parts(name)
+        if parts is None:
+            split[name] = tensor
+            continue
+        if tensor.ndim != 2 or tensor.shape[0] % len(parts):
+            raise ValueError(
+                f"tensor {name} has shape {tuple(tensor.shape)}, but it should stack "
+                f"{', '.join(parts)} as equal blocks of rows"
+            )
+        blocks = np.split(np.asarray(tensor), len(parts))
+        split.update({f"{name}#{part}": b for part, b in zip(parts, blocks, strict=True)})
+    return split
+
+
+def _fuse(tensors: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The inverse of ``_split``: each ``name#part`` family stacked back into ``name``."""
+    fused = {}
+    for name, tensor in tensors.items():
+        base, _, part = name.partition("#")
+        if not part:
+            fused[name] = tensor
+        elif base not in fused:
+            blocks = [tensors[f"{base}#{p}"] for p in _parts(base)]
+            fused[base] = np.ascontiguousarray(np.concatenate(blocks))
+    return fused
+
+
+# --- folders --------------------------------------------------------------------------------
+
+
+def read_hf(path: str | os.PathLike) -> Pretrained:
+    """Reads an HF ``ModernBertForMaskedLM`` folder: config, weights, and the SentencePiece
+    model only an xlpretrain export has (``tokenizer.json`` is not read)."""
+    path, hf_config = read_config(path)
+    source = path / "config.json"
+    config = config_from_hf(hf_config, source)
+    architectures = hf_config.get("architectures") or []
+    if architectures and MASKED_LM_ARCHITECTURE not in architectures:
+        raise ValueError(
+            f"{source}: unsupported architecture {architectures}: from-hf converts ModernBERT "
+            f"masked LMs ({MASKED_LM_ARCHITECTURE})"
+        )
+    params = params_from_hf(read_tensors(path), config)
+    tokenizer = read_tokenizer(path, config)
+    if tokenizer is None:
+        log.info("%s: no %s, so the model has no tokenizer", path, HF_TOKENIZER_FILE)
+    return Pretrained(config, params, tokenizer)
+
+
+def write_hf(model: Pretrained, path: str | os.PathLike) -> None:
+    """Writes an HF ``ModernBertForMaskedLM`` folder, or for an XLM-E discriminator (no MLM
+    head) a ``ModernBertModel`` one; ``path`` must not exist yet."""
+    model = unpadded(model)
+    config = model.config
+    if model.kind == DISCRIMINATOR:
+        hf_config = config_to_hf(config, ENCODER_ARCHITECTURE)
+        tensors = _export(model.params, config, ENCODER_RULES, "")
+    else:
+        hf_config, tensors = config_to_hf(config), params_to_hf(model.params, config)
+    write_folder(path, hf_config, tensors, model.tokenizer)
