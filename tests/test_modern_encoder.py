@@ -21,7 +21,7 @@ from xlpretrain.core.errors import ConfigError
 from xlpretrain.model import MaskedLM, ModelConfig, init_params
 from xlpretrain.model.kernels import block_mask
 from xlpretrain.model.layers import layer_norm
-from xlpretrain.model.modern import GLOBAL, ModernLayer, layer_schedule, windowed
+from xlpretrain.model.modern import GLOBAL, ModernLayer, layer_schedule
 from xlpretrain.objectives.flops import attention_scores, encoder_matmuls
 from xlpretrain.parallel.sharding import make_mesh
 from xlpretrain.training.plan import resolve
@@ -51,18 +51,20 @@ def test_the_schedule_alternates_global_and_local_layers():
 def test_a_windowed_mask_is_the_objectives_mask_within_the_distance():
     meta = packed_meta()
     window = jnp.full_like(meta["positions"], 3)
-    allowed = masks.materialize(windowed(masks.tlm), {**meta, "window": window})[:, 0]
+    allowed = masks.materialize(masks.windowed(masks.tlm), {**meta, "window": window})[:, 0]
     plain = masks.materialize(masks.tlm, meta)[:, 0]
     index = np.arange(allowed.shape[1])
     near = np.abs(index[:, None] - index[None, :]) <= 3
     np.testing.assert_array_equal(allowed, plain & near[None])
-    assert windowed(masks.tlm) is windowed(masks.tlm)  # one identity: one compiled program
+    assert masks.windowed(masks.tlm) is masks.windowed(
+        masks.tlm
+    )  # one identity: one compiled program
 
 
 def test_the_fused_kernel_equals_the_reference_on_a_window_and_skips_tiles_outside_it():
     meta = packed_meta()
     meta = {**meta, "window": jnp.full_like(meta["positions"], 5)}
-    mask_fn = windowed(masks.mmlm)
+    mask_fn = masks.windowed(masks.mmlm)
     assert_same_value_and_grads(
         lambda q, k, v: fused(q, k, v, mask_fn, meta),
         lambda q, k, v: reference_attention(q, k, v, mask_fn, meta),

@@ -42,6 +42,7 @@ def check_cases(
         *(FlashCase(mask, "none", **shape) for mask in masks.MASKS),
         FlashCase("tlm", "none", dropout=0.1, **shape),
         FlashCase("camlm", "gated", dropout=0.1, **shape),
+        FlashCase("tlm", "none", window=16, **shape),  # a ModernBERT local layer
         *(FlashCase(mask, bias, **shape) for bias in ("gated", "bucketed") for mask in masks.MASKS),
     ]
 
@@ -123,7 +124,9 @@ def check_case(case: FlashCase, platform: str, seed: int = 0) -> dict:
     gradients of a random projection of it, max abs error per tensor, within tolerance or not."""
     rng = np.random.default_rng(seed)
     meta = packed_meta(case.mask, case.batch, case.length, rng)
-    mask_fn = masks.get(case.mask)
+    if case.window:
+        meta["window"] = jnp.full_like(meta["positions"], case.window)
+    mask_fn = case.mask_fn()
     dropout_rng = jax.random.key(seed) if case.dropout else None
     keep = None
     if case.dropout:

@@ -17,6 +17,7 @@ Additive score modifications (relative position bias) follow the same idea as ``
 
 import dataclasses
 import enum
+import functools
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -63,6 +64,20 @@ def materialize(mask_fn: MaskFn, meta: Meta, k_meta: Meta | None = None) -> jax.
     k["index"] = jnp.arange(k_len)[None, None, :]
     allowed = jnp.broadcast_to(mask_fn(q, k), (batch, q_len, k_len))
     return allowed[:, None].astype(bool)
+
+
+@functools.cache
+def windowed(mask_fn: MaskFn) -> MaskFn:
+    """``mask_fn`` within the query's window: its distance to the key in the row (``index``,
+    which the reference path and the fused kernel both supply) at most ``q["window"]`` (a
+    ModernBERT local layer's; a metadata field, so every layer shares one program). Cached,
+    so a mask keeps one identity and compiles once."""
+
+    def allowed(q: Meta, k: Meta) -> jax.Array:
+        return mask_fn(q, k) & (jnp.abs(q["index"] - k["index"]) <= q["window"])
+
+    allowed.__name__ = f"{getattr(mask_fn, '__name__', 'mask')}_windowed"
+    return allowed
 
 
 def mmlm(q: Meta, k: Meta) -> jax.Array:

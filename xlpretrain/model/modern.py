@@ -5,7 +5,7 @@ A layer is ``x + attn(norm(x))`` then ``x + wo(gelu(wi_0(x')) · wi_1(x'))`` wit
 ``x' = norm(x)``; the first layer has no attention norm (the embeddings end in one). The
 window is not a different program per layer: it is per-token metadata (``meta["window"]``,
 the largest distance a query may attend over, for every token of a local layer; "unbounded"
-for a global one) that ``windowed`` adds to any objective's mask function, so one scanned
+for a global one) that ``masks.windowed`` adds to any objective's mask function, so one scanned
 layer body serves every layer and the fused kernel skips the tiles outside the window like
 any masked-out tile. The rotary base differs per layer in the same way (``layer_schedule``).
 
@@ -27,8 +27,6 @@ gate on the output axis), ``mlp.Wo``, ``model.final_norm``.
 """
 
 from __future__ import annotations
-
-import functools
 
 import flax.linen as nn
 import jax
@@ -58,19 +56,6 @@ def layer_schedule(config: ModelConfig) -> dict[str, jax.Array]:
         ),
         "first": jnp.asarray(layers == 0),
     }
-
-
-@functools.cache
-def windowed(mask_fn: masks.MaskFn) -> masks.MaskFn:
-    """``mask_fn`` within the query's window: its distance to the key in the row (``index``,
-    which the reference path and the fused kernel both supply) at most ``q["window"]``.
-    Cached, so a mask keeps one identity and compiles once."""
-
-    def allowed(q: masks.Meta, k: masks.Meta) -> jax.Array:
-        return mask_fn(q, k) & (jnp.abs(q["index"] - k["index"]) <= q["window"])
-
-    allowed.__name__ = f"{getattr(mask_fn, '__name__', 'mask')}_windowed"
-    return allowed
 
 
 class GatedMlp(nn.Module):
@@ -115,7 +100,7 @@ class ModernLayer(nn.Module):
         h = MultiHeadAttention(cfg, name="attention")(
             inputs,
             inputs,
-            mask_fn=windowed(self.mask_fn),
+            mask_fn=masks.windowed(self.mask_fn),
             q_meta=local,
             k_meta=local,
             deterministic=self.deterministic,

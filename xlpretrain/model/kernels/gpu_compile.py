@@ -169,7 +169,8 @@ def _read_dump(dump: pathlib.Path, kernels: tuple[str, ...]) -> list[KernelRepor
 class FlashCase:
     """One configuration of the fused attention whose gradient program is compiled (and, on a
     GPU, run): a registered mask, its relative bias ('none', 'bucketed', XLM-E's 'gated'),
-    input dtype, row length (need not be a multiple of the tile), attention dropout."""
+    input dtype, row length (need not be a multiple of the tile), attention dropout, and a
+    ModernBERT local layer's window (the largest query-key distance; 0: none)."""
 
     mask: str
     bias: str = "none"
@@ -181,15 +182,23 @@ class FlashCase:
     head_dim: int = 64
     num_buckets: int = 32
     max_distance: int = 128
+    window: int = 0
 
     def __str__(self) -> str:
+        window = f"/window{self.window}" if self.window else ""
         return (f"{self.mask}/{self.bias}/{self.dtype}/L{self.length}/dropout{self.dropout}"
-                f"/d{self.head_dim}")  # fmt: skip
+                f"/d{self.head_dim}{window}")  # fmt: skip
+
+    def mask_fn(self):
+        """The case's mask function, within its window if it has one."""
+        from xlpretrain import masks
+
+        mask_fn = masks.get(self.mask)
+        return masks.windowed(mask_fn) if self.window else mask_fn
 
     def loss(self, tiles=None, platform: str = "gpu") -> Callable:
         """``loss(q, k, v, table, gate_u, gate_v, gate_w, meta)``: the sum of the fused
         attention's output (float32); its gradient reaches every kernel."""
-        from xlpretrain import masks
         from xlpretrain.model import relative_position
         from xlpretrain.model.kernels import flash
 
@@ -202,7 +211,7 @@ class FlashCase:
                     table, scale, self.num_buckets, self.max_distance
                 )
             out = flash.attention(
-                q, k, v, mask_fn=masks.get(self.mask), q_meta=meta, k_meta=meta, bias=bias,
+                q, k, v, mask_fn=self.mask_fn(), q_meta=meta, k_meta=meta, bias=bias,
                 dropout_rate=self.dropout,
                 dropout_rng=jax.random.key(0) if self.dropout else None,
                 tiles=tiles, platform=platform,
@@ -219,7 +228,8 @@ class FlashCase:
 
         qkv = shape(self.batch, self.length, self.heads, self.head_dim, dtype=self.dtype)
         gate = shape(self.heads, self.head_dim)
-        meta = {f: shape(self.batch, self.length, dtype=jnp.int32) for f in META_FIELDS}
+        fields = (*META_FIELDS, "window") if self.window else META_FIELDS
+        meta = {f: shape(self.batch, self.length, dtype=jnp.int32) for f in fields}
         return (qkv, qkv, qkv, shape(self.num_buckets, self.heads), gate, gate, shape(), meta)
 
     def gradient(self, tiles=None, platform: str = "gpu") -> Callable:
@@ -249,4 +259,7 @@ def checked_cases() -> list[FlashCase]:
         FlashCase("mmlm", "none", "float32", 128, 0.1, heads=4, head_dim=32),
         FlashCase("camlm", "gated", "float32", 300, 0.1, heads=4, head_dim=32),
         FlashCase("camlm", "gated", "bfloat16", 300, 0.1, heads=4, head_dim=128),
+        # ModernBERT's local layers: mmBERT's window at its lengths, and at the heaviest.
+        FlashCase("mmlm", "none", "bfloat16", 1024, 0.0, window=64),
+        FlashCase("tlm", "none", "float32", 300, 0.1, window=64),
     ]
