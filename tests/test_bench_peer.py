@@ -5,7 +5,7 @@ import math
 import pytest
 
 from tests.tiny import run_config
-from xlpretrain.bench.peer import PEER, format_peer, peer_benchmark
+from xlpretrain.bench.peer import PEERS, format_peer, peer_benchmark
 from xlpretrain.training.plan import resolve
 
 pytest.importorskip("torch")
@@ -28,7 +28,7 @@ def test_peer_reports_throughput_and_an_untrained_loss():
         "dtype",
         "modes",
     }
-    assert report["peer"] == PEER and isinstance(report["device"], str)
+    assert report["peer"] == PEERS["xlmr"] and isinstance(report["device"], str)
     assert (report["batch_size"], report["max_length"], report["dtype"]) == (2, 32, "float32")
     eager = report["modes"]["eager"]
     assert set(eager) == {"step_time_s", "tokens_per_s", "peak_memory_gib", "final_loss"}, eager
@@ -66,3 +66,13 @@ def test_format_peer_gives_our_speed_up_per_mode():
         "peer (eager): 1,000 tokens/s, peak memory n/a, ours / peer (eager): 3.12x",
         "peer (compile): failed: RuntimeError: no C++ compiler",
     ]
+
+
+def test_a_modernbert_plan_is_timed_against_modernbert_for_masked_lm():
+    """The peer of `model.architecture="modernbert"` is HF's ModernBERT built from the config
+    `convert to-hf` writes (local and global layers, rotary bases, GeGLU), on the same rows."""
+    cfg = tiny_config()
+    cfg.model.update(architecture="modernbert", absolute_positions=False, local_window=8)
+    report = peer_benchmark(resolve(cfg), steps=1, warmup=1, modes=("eager",))
+    assert report["peer"] == PEERS["modernbert"]
+    assert abs(report["modes"]["eager"]["final_loss"] - math.log(1000)) < 1.5

@@ -1,12 +1,13 @@
 """PyTorch peer for the step benchmark: `python -m xlpretrain.bench --peer`.
 
 Our tokens/s means little on its own; next to the step a user would otherwise run, Hugging Face
-`XLMRobertaForMaskedLM` with PyTorch's fused (SDPA) attention and AdamW, it says whether the JAX
-stack pays off. The peer runs the plan's model shape on the benchmark's rows (full rows
-`<s> … </s>`, `data.batch_size` × `data.max_length`, the MMLM masking rate), eager and under
-`torch.compile`, with our numerics policy (bf16 compute under autocast, fp32 parameters).
-Unlike ours, HF applies the LM head to every token, not only to the predicted ones: that is
-part of what the comparison measures.
+`XLMRobertaForMaskedLM` (`ModernBertForMaskedLM` for `model.architecture="modernbert"`, its
+config the one `convert to-hf` writes) with PyTorch's fused (SDPA) attention and AdamW, it says
+whether the JAX stack pays off. The peer runs the plan's model shape on the benchmark's rows
+(full rows `<s> … </s>`, `data.batch_size` × `data.max_length`, the MMLM masking rate), eager
+and under `torch.compile`, with our numerics policy (bf16 compute under autocast, fp32
+parameters). Unlike ours, HF applies the LM head to every token, not only to the predicted
+ones: that is part of what the comparison measures.
 
 torch and transformers are imported only when the peer runs, so the package works without them.
 """
@@ -21,7 +22,10 @@ from xlpretrain.data.streams import max_predictions
 from xlpretrain.model.config import ModelConfig
 from xlpretrain.training.plan import RunPlan
 
-PEER = "transformers XLMRobertaForMaskedLM (sdpa attention)"
+PEERS = {
+    "xlmr": "transformers XLMRobertaForMaskedLM (sdpa attention)",
+    "modernbert": "transformers ModernBertForMaskedLM (sdpa attention)",
+}
 MODES = ("eager", "compile")
 BOS, PAD, EOS, FIRST_REGULAR = 0, 1, 2, 4  # our tokenizer's ids, which XLM-R shares
 
@@ -51,7 +55,7 @@ def peer_benchmark(
         except Exception as error:  # any failure is this mode's result, not the run's
             results[mode] = {"error": f"{type(error).__name__}: {error}"}
     return {
-        "peer": PEER,
+        "peer": PEERS[plan.model.architecture],
         "torch": torch.__version__,
         "transformers": transformers.__version__,
         "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
@@ -81,15 +85,19 @@ def _synthetic_batch(
     return {name: value.to(device) for name, value in batch.items()}
 
 
-def _time_mode(
-    encoder: ModelConfig, seed: int, mode: str, batch: dict, device, steps: int, warmup: int
-) -> dict:
-    """One mode from a fresh seeded model and optimizer, so modes do not warm each other up."""
-    import torch
+def hf_model(encoder: ModelConfig):
+    """A fresh HF masked LM of ``encoder``'s shape (its dropout rates included)."""
+    if encoder.architecture == "modernbert":
+        from transformers import ModernBertConfig, ModernBertForMaskedLM
+
+        from xlpretrain.convert import modernbert
+
+        settings = modernbert.config_to_hf(encoder)
+        del settings["architectures"], settings["model_type"]
+        return ModernBertForMaskedLM(ModernBertConfig(**settings, attn_implementation="sdpa"))
     from transformers import XLMRobertaConfig, XLMRobertaForMaskedLM
 
-    torch.manual_seed(seed)
-    model = XLMRobertaForMaskedLM(
+    return XLMRobertaForMaskedLM(
         XLMRobertaConfig(
             vocab_size=encoder.vocab_size,
             hidden_size=encoder.hidden_size,
@@ -106,7 +114,17 @@ def _time_mode(
             layer_norm_eps=1e-5,
             attn_implementation="sdpa",
         )
-    ).to(device)  # float32 parameters: the master weights
+    )
+
+
+def _time_mode(
+    encoder: ModelConfig, seed: int, mode: str, batch: dict, device, steps: int, warmup: int
+) -> dict:
+    """One mode from a fresh seeded model and optimizer, so modes do not warm each other up."""
+    import torch
+
+    torch.manual_seed(seed)
+    model = hf_model(encoder).to(device)  # float32 parameters: the master weights
     model.train()
     optimizer = torch.optim.AdamW(
         model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-6, weight_decay=0.01
