@@ -11,9 +11,10 @@ The recipe in one run (the three phases are `data.anneal` points at their bounda
 tokens, of which pre-training 2.3 T (60 languages, 30 % masked, sampling α 0.7), mid-training
 0.6 T (110 languages, 15 %, α 0.5) and the decay phase 0.1 T (every language, 5 %, α 0.3), on
 a warm-up–stable–decay learning rate whose decay is the decay phase (ModernBERT's 1-sqrt shape).
-Not yet here: mid-training's context extension to 8,192 tokens (a row length per stage) and the
-merge of the decay phase's checkpoints. The learning rate, batch and warm-up are ours: the
-facts above do not give them.
+The merge of the decay phase's checkpoints is a separate command, `python -m xlpretrain.convert
+merge WORKDIR --steps N1,N2,... --out DIR` (docs/modern.md). Not yet here: mid-training's context
+extension to 8,192 tokens (a row length per stage). The learning rate, batch and warm-up are
+ours: the facts above do not give them.
 
 tiny trains on the demo corpus on a CPU in about a minute, with TLM and CAMLM beside MMLM (the
 cross-lingual objectives on the modern backbone), its phases scaled to its 300 steps and its 40

@@ -1,5 +1,5 @@
-"""Hugging Face XLM-R / ModernBERT import/export: ``python -m xlpretrain.convert
-{from-hf,to-hf,to-hf-seq2seq}``.
+"""Hugging Face XLM-R / ModernBERT import/export and checkpoint merging: ``python -m
+xlpretrain.convert {from-hf,to-hf,to-hf-seq2seq,merge}``.
 
 ``from_hf`` turns an HF ``XLMRobertaForMaskedLM`` or ``ModernBertForMaskedLM`` folder into an
 xlpretrain checkpoint folder (``folder.py`` describes it); ``to_hf`` turns a checkpoint folder
@@ -7,7 +7,8 @@ or a training workdir into an HF folder that ``transformers`` loads as is
 (``XLMRobertaForMaskedLM`` or ``ModernBertForMaskedLM`` by the model's architecture; for an
 XLM-E run its discriminator as ``XLMRobertaModel`` / ``ModernBertModel``); ``to_hf_seq2seq``
 turns a VECO model into an ``EncoderDecoderModel`` whose decoder cross-attention is VECO's
-plug-in (``seq2seq.py``).
+plug-in (``seq2seq.py``); ``merge`` averages checkpoints of one model into a checkpoint folder
+(``merging.py``).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import os
 
 from xlpretrain.convert import folder, hf, modernbert, seq2seq
 from xlpretrain.convert.folder import Pretrained
+from xlpretrain.convert.merging import merge
 
 
 def from_hf(
@@ -58,4 +60,4 @@ def to_hf_seq2seq(
     return model
 
 
-__all__ = ["Pretrained", "from_hf", "to_hf", "to_hf_seq2seq"]
+__all__ = ["Pretrained", "from_hf", "merge", "to_hf", "to_hf_seq2seq"]

@@ -1,19 +1,36 @@
-"""``python -m xlpretrain.convert {from-hf,to-hf,to-hf-seq2seq} SRC DST``: see
-``docs/convert.md``."""
+"""``python -m xlpretrain.convert {from-hf,to-hf,to-hf-seq2seq} SRC DST`` and ``python -m
+xlpretrain.convert merge CKPT… --out DIR``: see ``docs/convert.md``."""
 
 from __future__ import annotations
 
+import argparse
 import logging
 
-from xlpretrain.convert import from_hf, to_hf, to_hf_seq2seq
+from xlpretrain.convert import from_hf, merge, to_hf, to_hf_seq2seq
+from xlpretrain.convert.merging import normalised, workdir_checkpoints
 from xlpretrain.convert.seq2seq import decoder_layers_of
 from xlpretrain.core import programs
+
+
+def comma_list(kind: type):
+    """An argparse type: ``1,2,3`` as a list of ``kind``."""
+
+    def parse(text: str) -> list:
+        try:
+            return [kind(item) for item in text.split(",")]
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"{text!r} is not a comma-separated list of {kind.__name__}s"
+            ) from None
+
+    return parse
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = programs.ArgumentParser(
         prog="python -m xlpretrain.convert",
-        description="Convert between Hugging Face XLM-R / ModernBERT and xlpretrain checkpoints.",
+        description="Convert between Hugging Face XLM-R / ModernBERT and xlpretrain checkpoints; "
+        "merge checkpoints of one model.",
     )
     commands = parser.add_subparsers(dest="command", required=True)
     pull = commands.add_parser(
@@ -59,9 +76,34 @@ def main(argv: list[str] | None = None) -> None:
         metavar="N",
         help="build the decoder from the last N layers (default: all)",
     )
+    average = commands.add_parser(
+        "merge",
+        help="average checkpoints of one model -> xlpretrain checkpoint folder",
+        description="CKPT: an xlpretrain checkpoint folder, a training workdir (its latest "
+        "checkpoint) or one of its checkpoints, WORKDIR/checkpoints/N; all of one model (same "
+        "model config, parameters, tokenizer and languages). DIR: a new checkpoint folder "
+        "holding the parameter-wise (weighted) average, the inputs' tokenizer and languages.",
+    )
+    average.add_argument("sources", nargs="+", metavar="CKPT")
+    average.add_argument("--out", required=True, metavar="DIR", help="the new checkpoint folder")
+    average.add_argument(
+        "--weights",
+        type=comma_list(float),
+        metavar="W1,W2,...",
+        help="one weight per checkpoint, normalised to sum 1 (default: all equal)",
+    )
+    average.add_argument(
+        "--steps",
+        type=comma_list(int),
+        metavar="N1,N2,...",
+        help="average these checkpoints of the one workdir CKPT (WORKDIR/checkpoints/N), "
+        "e.g. the decay phase's",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
     programs.quiet_libraries()
+    if args.command == "merge":
+        return merge_command(args)
     if args.command == "from-hf":
         model = from_hf(args.src, args.dst, allow_missing_head=args.allow_missing_head)
     elif args.command == "to-hf":
@@ -76,6 +118,25 @@ def main(argv: list[str] | None = None) -> None:
     print(
         f"wrote {args.dst}: {layers}, hidden {c.hidden_size}, {c.num_heads} heads, "
         f"vocab {c.vocab_size}, tokenizer: {'yes' if model.tokenizer else 'no'}"
+    )
+
+
+def merge_command(args: argparse.Namespace) -> None:
+    """``merge``: the sources (``--steps`` of one workdir, else as given) averaged into
+    ``--out``."""
+    sources = args.sources
+    if args.steps is not None:
+        if len(sources) != 1:
+            raise ValueError(f"--steps picks checkpoints of one workdir, not {len(sources)}")
+        sources = workdir_checkpoints(sources[0], args.steps)
+    model = merge(sources, args.out, weights=args.weights)
+    shares = normalised(args.weights, len(sources))
+    c = model.config
+    print(
+        f"wrote {args.out}: the average of {len(sources)} checkpoints (weights "
+        f"{', '.join(f'{w:.4g}' for w in shares)}): {c.num_layers} layers, hidden "
+        f"{c.hidden_size}, {c.num_heads} heads, vocab {c.vocab_size}, tokenizer: "
+        f"{'yes' if model.tokenizer else 'no'}"
     )
 
 

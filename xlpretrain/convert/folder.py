@@ -6,8 +6,10 @@ A *checkpoint folder* holds one model for inference or export, independent of an
     params/           Orbax PyTree checkpoint of the float32 params, layers stacked
                       (the tree ``init_params`` builds with ``scan_layers=True``)
     tokenizer.model   the SentencePiece model (XLM-R id layout), when there is one
+    languages.json    the codes ``lang_ids`` index, for a model with language embeddings
 
-A *training workdir* (``python -m xlpretrain.train``) is read from its latest checkpoint: only
+A *training workdir* (``python -m xlpretrain.train``) is read from its latest checkpoint, or
+from the one a path ``WORKDIR/checkpoints/N`` names: only
 ``state.params`` is restored (not the optimizer state), with the model config rebuilt from
 ``config.json`` and ``languages.json`` exactly as the trainer built it, and the module it
 trained from ``model_family.json`` (``{"family": "masked_lm"}``; the trainer writes it, so no
@@ -39,6 +41,8 @@ from xlpretrain.model.encoder import init_params
 MODEL_JSON = "model.json"
 PARAMS_DIR = "params"
 TOKENIZER_FILE = Tokenizer.FILE
+LANGUAGES_FILE = "languages.json"  # in a checkpoint folder as in a workdir
+CHECKPOINTS_DIR = "checkpoints"  # in a training workdir: one folder per finished step
 FAMILY_FILE = "model_family.json"  # in a training workdir: the ModelFamily it trains
 # What a Pretrained holds (its ``kind``): a masked LM (embeddings, encoder, lm_head), or XLM-E's
 # discriminator (embeddings and encoder only: it has no MLM head).
@@ -46,6 +50,12 @@ MASKED_LM = "masked_lm"
 DISCRIMINATOR = "xlm_e_discriminator"
 
 Params = dict[str, Any]
+# ModelConfig fields that say how to compute, not what: two configs that differ only in them are
+# one model.
+RUNTIME_FIELDS = (
+    "dtype", "remat", "scan_layers", "attention_impl", "kernel_platform", "flash_tiles",
+    "vocab_multiple", "loss_chunk",
+)  # fmt: skip
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,6 +85,16 @@ def abstract_params(config: ModelConfig, kind: str = MASKED_LM) -> Params:
     if kind == DISCRIMINATOR:  # the masked LM's tree without its head
         del params["lm_head"]
     return params
+
+
+def different_settings(a: ModelConfig, b: ModelConfig) -> dict[str, tuple[Any, Any]]:
+    """``{field: (a's value, b's value)}`` for each field, ``RUNTIME_FIELDS`` aside, in which
+    ``a`` and ``b`` describe different models."""
+    return {
+        field.name: (getattr(a, field.name), getattr(b, field.name))
+        for field in dataclasses.fields(a)
+        if field.name not in RUNTIME_FIELDS and getattr(a, field.name) != getattr(b, field.name)
+    }
 
 
 def unpadded(model: Pretrained) -> Pretrained:
@@ -109,21 +129,33 @@ def write(model: Pretrained, path: str | os.PathLike) -> None:
         checkpointer.save(path / PARAMS_DIR, model.params)
     if model.tokenizer is not None:
         model.tokenizer.save(path / TOKENIZER_FILE)
+    if model.languages:
+        (path / LANGUAGES_FILE).write_text(json.dumps(list(model.languages)) + "\n")
 
 
 def read(path: str | os.PathLike) -> Pretrained:
-    """Reads a checkpoint folder or a training workdir (its latest checkpoint)."""
+    """Reads a checkpoint folder, a training workdir (its latest checkpoint) or one checkpoint
+    of a workdir, ``WORKDIR/checkpoints/N`` (to export or merge a step other than the last)."""
     path = Path(path).absolute()
+    # Before the folder must exist: a step that is not there is named with those that are.
+    if path.name.isdigit() and path.parent.name == CHECKPOINTS_DIR and is_workdir(path.parents[1]):
+        return _read_workdir(path.parents[1], int(path.name))
     if not path.is_dir():
         raise FileNotFoundError(f"no such folder: {path}")
     if (path / MODEL_JSON).is_file():
         return _read_checkpoint_folder(path)
-    if (path / "config.json").is_file() and (path / "checkpoints").is_dir():
+    if is_workdir(path):
         return _read_workdir(path)
     raise ValueError(
-        f"{path} is neither an xlpretrain checkpoint folder ({MODEL_JSON} + {PARAMS_DIR}/) nor "
-        "a training workdir (config.json + checkpoints/)"
+        f"{path} is neither an xlpretrain checkpoint folder ({MODEL_JSON} + {PARAMS_DIR}/), a "
+        f"training workdir (config.json + {CHECKPOINTS_DIR}/) nor one of its checkpoints "
+        f"(WORKDIR/{CHECKPOINTS_DIR}/N)"
     )
+
+
+def is_workdir(path: Path) -> bool:
+    """Whether ``path`` is a training workdir (what ``python -m xlpretrain.train`` writes)."""
+    return (path / "config.json").is_file() and (path / CHECKPOINTS_DIR).is_dir()
 
 
 def _read_checkpoint_folder(path: Path) -> Pretrained:
@@ -134,22 +166,38 @@ def _read_checkpoint_folder(path: Path) -> Pretrained:
         raise ValueError(f"{path / MODEL_JSON}: {error}") from error
     config = dataclasses.replace(config, scan_layers=True)
     params = _restore(path / PARAMS_DIR, abstract_params(config))
-    return Pretrained(config, params, _tokenizer_or_none(path / TOKENIZER_FILE))
+    languages_file = path / LANGUAGES_FILE
+    languages = tuple(json.loads(languages_file.read_text())) if languages_file.is_file() else ()
+    if languages and len(languages) != config.num_languages:
+        raise ValueError(
+            f"{languages_file}: {len(languages)} languages, but {MODEL_JSON} has "
+            f"num_languages={config.num_languages}"
+        )
+    return Pretrained(config, params, _tokenizer_or_none(path / TOKENIZER_FILE), languages)
 
 
-def _read_workdir(path: Path) -> Pretrained:
+def _read_workdir(path: Path, step: int | None = None) -> Pretrained:
+    """The model of ``path``'s checkpoint ``step`` (default: its latest finished one)."""
     run_config = json.loads((path / "config.json").read_text())
-    languages_file = path / "languages.json"
+    languages_file = path / LANGUAGES_FILE
     languages = tuple(json.loads(languages_file.read_text())) if languages_file.is_file() else ()
     if run_config["model"].get("language_embeddings") and not languages:
         raise FileNotFoundError(f"{languages_file} (the index of lang_ids) is missing")
     config = ModelConfig.from_run_config(run_config["model"], num_languages=len(languages))
     kind = DISCRIMINATOR if read_family(path) is ModelFamily.ELECTRA else MASKED_LM
-    step = max(ocp.path.step.checkpoint_steps(path / "checkpoints"), default=None)
+    checkpoints = path / CHECKPOINTS_DIR
+    finished = finished_steps(path)
+    if not finished:
+        raise FileNotFoundError(f"{checkpoints} holds no finished checkpoint")
     if step is None:
-        raise FileNotFoundError(f"{path / 'checkpoints'} holds no finished checkpoint")
+        step = finished[-1]
+    elif step not in finished:
+        raise FileNotFoundError(
+            f"{checkpoints / str(step)} is not a finished checkpoint; {checkpoints} holds "
+            f"steps {', '.join(map(str, finished))}"
+        )
     state = _restore(
-        path / "checkpoints" / str(step) / "state",
+        checkpoints / str(step) / "state",
         {"params": abstract_params(config, kind)},
         partial=True,
     )
@@ -161,6 +209,12 @@ def _read_workdir(path: Path) -> Pretrained:
         languages if config.num_languages else (),
         kind,
     )
+
+
+def finished_steps(workdir: str | os.PathLike) -> list[int]:
+    """The steps of a training workdir's finished checkpoints, in order (a save cut short is
+    none of them)."""
+    return sorted(ocp.path.step.checkpoint_steps(Path(workdir) / CHECKPOINTS_DIR))
 
 
 def record_family(workdir: str | os.PathLike, family: ModelFamily) -> None:

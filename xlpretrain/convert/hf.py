@@ -32,6 +32,7 @@ from flax import traverse_util
 
 from xlpretrain.convert.folder import (
     DISCRIMINATOR,
+    RUNTIME_FIELDS,
     Params,
     Pretrained,
     abstract_params,
@@ -72,11 +73,6 @@ FIXED_HF_SETTINGS = {
     "is_decoder": False,
     "add_cross_attention": False,
 }
-# ModelConfig fields that say how to compute, not what: they never block an export.
-RUNTIME_FIELDS = (
-    "dtype", "remat", "scan_layers", "attention_impl", "kernel_platform", "flash_tiles",
-    "vocab_multiple", "loss_chunk",
-)  # fmt: skip
 # Why an export refuses a model option; the error names both.
 OPTION_REASONS = {
     "num_languages": "num_languages > 0 means XLM-style language embeddings",
@@ -243,7 +239,8 @@ def refuse_options(
     scope: str,
 ) -> None:
     """Raises if ``config`` sets a model option away from ``default`` that HF ``architecture``
-    has no place for: any field not ``mapped`` to its config and not in ``RUNTIME_FIELDS``.
+    has no place for: any field not ``mapped`` to its config and not in ``RUNTIME_FIELDS``
+    (they never block an export).
     The error names each option, its ``reasons`` entry if any, and the ``scope`` of exports."""
     blocking = [
         field.name

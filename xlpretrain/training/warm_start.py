@@ -1,7 +1,8 @@
 """Starting a run from a pre-trained model (`init.checkpoint`), as ERNIE-M, VECO and XLM-E
 start from XLM-R: parameters the run shares with the checkpoint are loaded, the run's new ones
 (cross-attention, language embeddings, a generator, …) keep their fresh initialisation, and
-both lists are logged.
+both lists are logged, with the model settings in which the run departs from the checkpoint. A
+checkpoint of the other architecture is refused.
 """
 
 from __future__ import annotations
@@ -27,6 +28,13 @@ class WarmStartError(ValueError):
 def merge(params: Any, config: ModelConfig, pretrained: folder.Pretrained, source: str):
     """`params` (the run's fresh parameters) with every parameter found in `pretrained`
     replaced by the pre-trained value; returns (params, loaded paths, initialised paths)."""
+    if pretrained.config.architecture != config.architecture:
+        # Names and shapes alone would load some of one architecture's weights into the other's
+        # layers (embeddings, attention and output kernels) and train the mix.
+        raise WarmStartError(
+            f"init.checkpoint {source}: a {pretrained.config.architecture} model, but the run's "
+            f"model.architecture={config.architecture!r}; set it and the checkpoint's shape"
+        )
     if pretrained.config.vocab_size != config.vocab_size:
         raise WarmStartError(
             f"init.checkpoint {source}: vocabulary of {pretrained.config.vocab_size} ids, but "
@@ -52,6 +60,15 @@ def merge(params: Any, config: ModelConfig, pretrained: folder.Pretrained, sourc
         loaded.append(path)
     unused = sorted(set(theirs) - set(ours))
     log.info("init.checkpoint %s: loaded %d parameters", source, len(loaded))
+    # Some are the point of a warm start (cross-attention, dropout, a new rotary base); those
+    # that change no shape (a window, a base, a norm's epsilon) would otherwise pass unseen.
+    for name, (run, checkpoint) in folder.different_settings(config, pretrained.config).items():
+        log.info(
+            "init.checkpoint: model.%s is %r in this run, %r in the checkpoint",
+            name,
+            run,
+            checkpoint,
+        )
     for path in initialised:
         log.info("init.checkpoint: new parameter, freshly initialised: %s", path)
     for path in unused:
