@@ -19,6 +19,7 @@ setup(
         "grain>=0.2.10",
         "ml-collections>=1.0",
         "sentencepiece>=0.2",
+        "tokenizers>=0.15",  # a Hugging Face tokenizer.json (mmBERT's, ModernBERT's)
         "chex>=0.1.87",
         "absl-py>=2.0",
         "babel>=2.14",

@@ -47,6 +47,19 @@ def udhr_tokenizer_path(udhr, tmp_path_factory) -> pathlib.Path:
 
 
 @pytest.fixture(scope="session")
+def demo_json_tokenizer_path(tmp_path_factory) -> pathlib.Path:
+    """A Hugging Face `tokenizer.json` of 2002 ids (`configs/demo.py`'s vocabulary) trained
+    once per session on the demo corpus by `tokenizers`' own trainer, its special tokens at the
+    end of the vocabulary as ModernBERT's are (`tests.tiny.train_json_tokenizer`)."""
+    from tests.tiny import train_json_tokenizer
+    from xlpretrain.data import demo_corpus
+
+    folders = demo_corpus.build_demo_corpus(demo_corpus.default_demo_cache_dir())
+    texts = [line for path in sorted(folders.mono.glob("*.txt")) for line in path.open()]
+    return train_json_tokenizer(texts, tmp_path_factory.mktemp("tokenizer_json"), 2002)
+
+
+@pytest.fixture(scope="session")
 def udhr_run_config(udhr, udhr_tokenizer_path):
     """`tests.tiny.run_config` on the UDHR corpus and tokenizer: `udhr_run_config(**overrides)`."""
     from tests.tiny import run_config

@@ -11,8 +11,14 @@ from tests.tiny import mask_tokens, run_config, step_batch_builder
 from xlpretrain.data import batch as batch_lib
 from xlpretrain.data import corpus as corpus_lib
 from xlpretrain.data.anneal import Anneal
-from xlpretrain.data.examples import FIRST_POSITION, monolingual_row, translation_pair_row
+from xlpretrain.data.examples import (
+    FIRST_POSITION,
+    PAD_POSITION,
+    monolingual_row,
+    translation_pair_row,
+)
 from xlpretrain.data.folders import MonolingualSource, ParallelSource
+from xlpretrain.data.masking import regular_ids
 from xlpretrain.data.pipeline import (
     Corpus,
     language_vocabulary,
@@ -24,12 +30,14 @@ from xlpretrain.data.streams import MONO, PARALLEL, Phase, StreamSpec
 from xlpretrain.data.tokenizer import Tokenizer
 from xlpretrain.training.plan import resolve
 
-BOS, PAD, EOS = Tokenizer.BOS_ID, Tokenizer.PAD_ID, Tokenizer.EOS_ID
 
-
-@pytest.fixture(scope="module")
-def tokenizer(udhr_tokenizer_path):
-    return Tokenizer.load(udhr_tokenizer_path)
+@pytest.fixture(scope="module", params=["sentencepiece", "tokenizer.json"])
+def tokenizer(request, udhr_tokenizer_path, demo_json_tokenizer_path):
+    """Each kind: XLM-R's layout (specials at 0-3 and the last id), and a `tokenizer.json` whose
+    special tokens follow its pieces (ModernBERT's layout), so no id is taken for granted."""
+    if request.param == "sentencepiece":
+        return Tokenizer.load(udhr_tokenizer_path)
+    return Tokenizer.load(demo_json_tokenizer_path)
 
 
 @pytest.fixture(scope="module")
@@ -140,14 +148,17 @@ def test_monolingual_row_layout(corpus, tokenizer, pack):
     row = monolingual_row(corpus.mono, tokenizer, "008", 3, rng, length=96, pack=pack)
     units = _units(row)
     assert len(units) >= (2 if pack else 1) and (pack or len(units) == 1)
+    bos, eos = tokenizer.bos_id, tokenizer.eos_id
     for start, end in units:
-        assert row["input_ids"][start] == BOS and row["input_ids"][end - 1] == EOS
+        assert row["input_ids"][start] == bos and row["input_ids"][end - 1] == eos
         np.testing.assert_array_equal(
             row["positions"][start:end], FIRST_POSITION + np.arange(end - start)
         )
-        assert not np.isin(row["input_ids"][start + 1 : end - 1], [BOS, PAD, EOS]).any()
+        specials = tokenizer.special_ids()
+        assert not np.isin(row["input_ids"][start + 1 : end - 1], specials).any()
     pad = row["segment_ids"] == 0
-    assert (row["input_ids"][pad] == PAD).all() and (row["positions"][pad] == PAD).all()
+    assert (row["input_ids"][pad] == tokenizer.pad_id).all()
+    assert (row["positions"][pad] == PAD_POSITION).all()
     assert (row["lang_ids"][~pad] == 3).all()
     np.testing.assert_array_equal(row["pair_ids"], row["segment_ids"])
 
@@ -169,7 +180,8 @@ def test_translation_pair_row_layout(corpus, tokenizer, reset):
         ids, side = row["input_ids"][start:end], row["side"][start:end]
         a_len = int((side == batch_lib.SIDE_SOURCE).sum())
         # <s> a </s></s> b </s>
-        assert ids[0] == BOS and ids[a_len - 1] == EOS and ids[a_len] == EOS and ids[-1] == EOS
+        bos, eos = tokenizer.bos_id, tokenizer.eos_id
+        assert ids[0] == bos and ids[a_len - 1] == eos and ids[a_len] == eos and ids[-1] == eos
         assert (side[:a_len] == 0).all() and (side[a_len:] == 1).all()
         lang = row["lang_ids"][start:end]
         assert {lang[0], lang[-1]} == {5, 6} and len(set(lang[:a_len])) == 1
@@ -196,8 +208,8 @@ def test_pair_truncation_keeps_both_sides(corpus, tokenizer):
 
 def test_masking_rates_and_specials(tokenizer):
     rng = np.random.default_rng(0)
-    length, vocab = 512, tokenizer.vocab_size
-    row = batch_lib.stack_rows([_plain_row(length, rng, vocab)])
+    length = 512
+    row = batch_lib.stack_rows([_plain_row(length, rng, tokenizer)])
     row = {k: v[0] for k, v in row.items()}
     specials = tokenizer.special_ids()
     totals = np.zeros(3)
@@ -227,7 +239,7 @@ def test_a_row_with_more_predictions_than_slots_is_an_error(corpus, tokenizer):
     """Dropping predictions past the slots would lose training signal silently: 67 of the
     447 maskable tokens at 15% need 67 slots, and a stream sized for a lower rate than its
     rows are masked at (here an anneal the streams were not sized for) names itself."""
-    row = _plain_row(512, np.random.default_rng(0), tokenizer.vocab_size)
+    row = _plain_row(512, np.random.default_rng(0), tokenizer)
     out = mask_tokens(row, np.random.default_rng(1), tokenizer, rate=0.15, num_slots=67)
     assert out["pred_weights"].sum() == 67
     with pytest.raises(RuntimeError, match="^a row: 67 of its 447 maskable tokens are predicted"):
@@ -244,8 +256,8 @@ def test_a_row_with_more_predictions_than_slots_is_an_error(corpus, tokenizer):
 
 @pytest.mark.parametrize("corruption", [(1.0, 0.0, 0.0), (0.0, 1.0, 0.0), (0.0, 0.0, 1.0)])
 def test_masking_follows_the_corruption_split(tokenizer, corruption):
-    length, vocab, mask_id = 512, tokenizer.vocab_size, tokenizer.mask_id
-    row = _plain_row(length, np.random.default_rng(0), vocab)
+    length, mask_id = 512, tokenizer.mask_id
+    row = _plain_row(length, np.random.default_rng(0), tokenizer)
     new, original = [], []
     for seed in range(10):
         rng = np.random.default_rng(seed)
@@ -258,7 +270,8 @@ def test_masking_follows_the_corruption_split(tokenizer, corruption):
     if corruption[0] == 1.0:  # XLM-E's x^masked: every predicted token is <mask>
         assert (new == mask_id).all()
     elif corruption[1] == 1.0:  # regular ids only, almost never the original by chance
-        assert ((new >= 4) & (new < mask_id)).all()
+        assert ((new >= 0) & (new < tokenizer.vocab_size)).all()
+        assert not np.isin(new, tokenizer.special_ids()).any()
         assert (new == original).mean() < 0.02
     else:
         np.testing.assert_array_equal(new, original)
@@ -270,12 +283,15 @@ def test_stream_corruption_must_be_a_split(corruption):
         StreamSpec(MONO, 0.15, corruption=corruption)
 
 
-def _plain_row(length, rng, vocab):
+def _plain_row(length, rng, tokenizer):
+    """Two units of regular ids, then padding."""
     row = {k: np.zeros(length, t) for k, t in batch_lib.TOKEN_FIELDS.items()}
-    row["input_ids"] = rng.integers(4, vocab - 1, size=length).astype(np.int32)
-    row["input_ids"][[0, 200]] = BOS
-    row["input_ids"][[199, 450]] = EOS
-    row["input_ids"][451:] = PAD
+    specials = np.unique(tokenizer.special_ids())
+    draws = rng.integers(0, tokenizer.vocab_size - len(specials), size=length)
+    row["input_ids"] = regular_ids(draws, specials).astype(np.int32)
+    row["input_ids"][[0, 200]] = tokenizer.bos_id
+    row["input_ids"][[199, 450]] = tokenizer.eos_id
+    row["input_ids"][451:] = tokenizer.pad_id
     row["segment_ids"][:200] = 1
     row["segment_ids"][200:451] = 2
     return row

@@ -19,7 +19,7 @@ from xlpretrain.data.batch import SIDE_PLACEHOLDER, SIDE_SOURCE, SIDE_TAG
 from xlpretrain.data.folders import MonolingualSource
 from xlpretrain.data.pipeline import Corpus
 from xlpretrain.data.streams import MONO, StreamSpec
-from xlpretrain.data.tokenizer import Tokenizer
+from xlpretrain.data.tokenizer import SentencePieceTokenizer, SpecialIds, Tokenizer
 from xlpretrain.masks import show
 from xlpretrain.model import MaskedLM, init_params
 from xlpretrain.objectives import ernie_m, mlm
@@ -77,7 +77,7 @@ def test_btmlm_gradient_does_not_flow_through_the_generation_pass(btmlm_batch):
     batch = {k: jnp.asarray(v) for k, v in batch.items()}
     model, params = _tiny_model()
     rng = jax.random.key(1)
-    objective = ernie_m.make_btmlm("argmax")
+    objective = ernie_m.make_btmlm("argmax", special=SentencePieceTokenizer.layout(1002))
     grads, metrics = jax.grad(lambda p: objective(p, batch, rng, model), has_aux=True)(params)
     # The same loss with the pseudo tokens given as constants:
     pseudo = ernie_m.decode_pseudo_tokens(
@@ -114,10 +114,17 @@ def test_btmlm_gradient_does_not_flow_through_the_generation_pass(btmlm_batch):
 def test_pseudo_token_statistics():
     ids = jnp.array([[5, 5, 0, 3], [7, 1001, 8, 9]])
     weights = jnp.array([[1, 1, 1, 1], [1, 1, 0, 0]])
-    stats = ernie_m.pseudo_token_statistics(ids, weights, vocab_size=1002)
+    stats = ernie_m.pseudo_token_statistics(ids, weights, SentencePieceTokenizer.layout(1002))
     assert float(stats["pseudo_special_share"]) == pytest.approx(3 / 6)  # 0, 3, 1001 (<mask>)
     assert float(stats["pseudo_unknown_share"]) == pytest.approx(1 / 6)
     assert float(stats["pseudo_distinct_ratio"]) == pytest.approx(5 / 6)  # 5, 0, 3, 7, 1001
+    # Wherever the tokenizer keeps them: specials after the pieces, as ModernBERT's.
+    at_end = SpecialIds(bos=1, pad=1001, eos=8, unk=5, mask=0)
+    stats = ernie_m.pseudo_token_statistics(ids, weights, at_end)
+    assert float(stats["pseudo_special_share"]) == pytest.approx(4 / 6)  # 5, 5, 0, 1001
+    assert float(stats["pseudo_unknown_share"]) == pytest.approx(2 / 6)
+    # A step compiled with no tokenizer (aot, bench) counts only what needs no ids.
+    assert set(ernie_m.pseudo_token_statistics(ids, weights, None)) == {"pseudo_distinct_ratio"}
 
 
 def test_masks_cli_json_and_png(tmp_path):

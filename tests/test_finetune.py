@@ -428,6 +428,7 @@ def test_each_epoch_reads_every_pair_once_and_processes_split_the_rows():
         lang_ids=(0, 0),
         max_length=8,
         plug_in=False,
+        pad_id=1,
     )
 
     def pairs_of(batch):

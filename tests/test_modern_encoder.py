@@ -228,8 +228,9 @@ def test_the_python_apis_states_are_the_models_layer_by_layer():
     params = nn.unbox(init_params(CONFIG, jax.random.key(3)))
     ids = jnp.asarray(np.random.default_rng(4).integers(4, 48, (2, 16)), jnp.int32)
     mask = jnp.ones_like(ids).at[1, 12:].set(0)
-    states = api._hidden(CONFIG, params, ids, mask, None, layer=None)
-    positions, meta = api._meta(CONFIG, ids, mask)
+    pad = CONFIG.pad_token_id
+    states = api._hidden(CONFIG, params, ids, mask, None, layer=None, pad_id=pad)
+    positions, meta = api._meta(CONFIG, ids, mask, pad)
     kwargs = dict(mask_fn=masks.mmlm, mask_meta=meta)
     output = MaskedLM(CONFIG).apply({"params": params}, ids, positions, **kwargs)
     assert states.shape == (2, 5, 16, 32)

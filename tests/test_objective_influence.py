@@ -23,13 +23,14 @@ from xlpretrain import masks, objectives
 from xlpretrain.data.batch import SIDE_PLACEHOLDER, SIDE_SOURCE, SIDE_TARGET, stack_rows
 from xlpretrain.data.examples import Placeholders, monolingual_row, translation_pair_row
 from xlpretrain.data.pipeline import placeholder_fields
-from xlpretrain.data.tokenizer import Tokenizer
+from xlpretrain.data.tokenizer import SentencePieceTokenizer
 from xlpretrain.model import MaskedLM, ModelConfig, init_params
 from xlpretrain.model.layers import Embeddings
 from xlpretrain.objectives import ernie_m, mlm
 
 VOCAB = 48
-MASK_ID = VOCAB - 1
+SPECIAL = SentencePieceTokenizer.layout(VOCAB)  # the ids of a SentencePiece vocabulary
+MASK_ID = SPECIAL.mask
 CFG = ModelConfig(
     vocab_size=VOCAB,
     hidden_size=32,
@@ -53,14 +54,14 @@ DIRECTIONS = jax.random.normal(jax.random.key(7), (ROWS, LENGTH, CFG.hidden_size
 class _Ids:
     """A tokenizer whose text is already ids ("5 17 9"), so rows need no SentencePiece model."""
 
-    mask_id = MASK_ID
+    bos_id, pad_id, eos_id, mask_id = SPECIAL.bos, SPECIAL.pad, SPECIAL.eos, SPECIAL.mask
     vocab_size = VOCAB
 
     def encode(self, text: str) -> np.ndarray:
         return np.array(text.split(), np.int32)
 
     def special_ids(self) -> np.ndarray:
-        return np.array([0, 1, 2, 3, MASK_ID], np.int32)
+        return SPECIAL.all()
 
 
 class _Lines:
@@ -84,7 +85,7 @@ class _Lines:
 
 
 def _text(rng: np.random.Generator) -> str:
-    ids = rng.integers(Tokenizer.UNK_ID + 1, MASK_ID, size=rng.integers(4, 9))
+    ids = rng.integers(SPECIAL.unk + 1, MASK_ID, size=rng.integers(4, 9))
     return " ".join(map(str, ids))
 
 

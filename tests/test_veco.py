@@ -197,8 +197,8 @@ def test_segment_pair_rows(udhr, udhr_tokenizer_path):
                 for seg, side in zip(segments, (SIDE_SOURCE, SIDE_TARGET), strict=True):
                     idx = np.flatnonzero(batch["segment_ids"][r] == seg)
                     assert (batch["side"][r, idx] == side).all()
-                    assert batch["input_ids"][r, idx[0]] == Tokenizer.BOS_ID
-                    assert batch["input_ids"][r, idx[-1]] == Tokenizer.EOS_ID
+                    assert batch["input_ids"][r, idx[0]] == tokenizer.bos_id
+                    assert batch["input_ids"][r, idx[-1]] == tokenizer.eos_id
                     positions = batch["positions"][r, idx]
                     np.testing.assert_array_equal(positions, 2 + np.arange(len(idx)))
     for r in range(2):  # monolingual pairs: both segments in the row's one language

@@ -4,31 +4,34 @@
 `udhr_run_config` in conftest.py binds it to the UDHR corpus and tokenizer), `model_config` the
 small encoder that model and objective unit tests build directly, `token_batch` writes token
 metadata rows by hand, `mask_tokens` masks one row as the pipeline does, and
-`step_batch_builder` is the input pipeline over given streams without the grain plumbing. A test
-that needs another setting passes it as an override.
+`step_batch_builder` is the input pipeline over given streams without the grain plumbing, and
+`train_json_tokenizer` makes a `tokenizer.json` with `tokenizers`' own trainer. A test that needs
+another setting passes it as an override.
 """
 
 from __future__ import annotations
 
+import json
 import pathlib
 import shutil
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 import ml_collections
 import numpy as np
 
 from xlpretrain.data import prepare as prepare_lib
-from xlpretrain.data.examples import FIRST_POSITION
+from xlpretrain.data.examples import FIRST_POSITION, PAD_POSITION
 from xlpretrain.data.masking import BERT_CORRUPTION, mask_row
 from xlpretrain.data.pipeline import Corpus, StepBatchBuilder
 from xlpretrain.data.streams import Phase, StreamSpec
-from xlpretrain.data.tokenizer import Tokenizer
+from xlpretrain.data.tokenizer import SentencePieceTokenizer, Tokenizer
 from xlpretrain.model.config import ModelConfig
 from xlpretrain.objectives.declaration import Context
 from xlpretrain.training.config import default_config
 from xlpretrain.training.plan import resolve
 
 STEPS = 8  # run_config's train.steps
+PAD_ID = SentencePieceTokenizer.layout(vocab_size=40).pad  # `token_batch`'s padding
 
 
 def run_config(
@@ -100,18 +103,19 @@ def token_batch(
 
     A row lists its tokens as `(id, segment[, side[, masked]])`, side and masked 0 unless
     given, segment 0 for padding; rows are padded to `length` (default: the longest row)
-    with `<pad>` tokens. As in the pipeline's rows, positions count from `FIRST_POSITION`
-    within each segment (`<pad>`'s id on padding), and pair_ids equal segment_ids. `fields`
-    add or replace arrays (lang_ids, labels, pred_positions, …).
+    with `<pad>` tokens (a SentencePiece vocabulary's, `PAD_ID`). As in the
+    pipeline's rows, positions count from `FIRST_POSITION` within each segment
+    (`PAD_POSITION` on padding), and pair_ids equal segment_ids. `fields` add or replace arrays
+    (lang_ids, labels, pred_positions, …).
     """
     length = length or max(len(row) for row in rows)
-    padding = (Tokenizer.PAD_ID, 0, 0, 0)
+    padding = (PAD_ID, 0, 0, 0)
     table = np.array(
         [[(*t, *padding[len(t) :]) for t in row] + [padding] * (length - len(row)) for row in rows],
         np.int32,
     )
     ids, segment, side, masked = (np.ascontiguousarray(table[..., i]) for i in range(4))
-    positions = np.full_like(segment, Tokenizer.PAD_ID)
+    positions = np.full_like(segment, PAD_POSITION)
     for b, row_segments in enumerate(segment):
         for s in np.unique(row_segments[row_segments > 0]):
             where = np.flatnonzero(row_segments == s)
@@ -137,7 +141,7 @@ def mask_tokens(
     corruption: tuple[float, float, float] = BERT_CORRUPTION,
 ) -> dict[str, np.ndarray]:
     """`mask_row` as the pipeline calls it: `tokenizer`'s special ids, `<mask>` and vocabulary
-    size, random replacements from the first regular id (`<unk>` + 1)."""
+    size."""
     return mask_row(
         row,
         rng,
@@ -145,7 +149,6 @@ def mask_tokens(
         num_slots=num_slots,
         special_ids=tokenizer.special_ids(),
         mask_id=tokenizer.mask_id,
-        first_regular_id=Tokenizer.UNK_ID + 1,
         vocab_size=tokenizer.vocab_size,
         corruption=corruption,
     )
@@ -199,3 +202,44 @@ def prepare_store(
         tokenizer=str(tokenizer),
         **options,
     )
+
+
+# ModernBERT's special tokens, in the order ModernBERT numbers them (50280-50284).
+JSON_SPECIALS = ("[UNK]", "[CLS]", "[SEP]", "[PAD]", "[MASK]")
+
+
+def train_json_tokenizer(
+    texts: Iterable[str], folder: pathlib.Path, vocab_size: int, *, config: bool = False
+) -> pathlib.Path:
+    """`folder/tokenizer.json`: a byte-level BPE of `vocab_size` ids trained offline by
+    `tokenizers`' own trainer, whose special tokens (`JSON_SPECIALS`) come after every piece, at
+    ids `vocab_size - 5` … `vocab_size - 1` as ModernBERT's do, so that an id assumed at
+    XLM-R's 0–3 shows. Its post-processor adds `[CLS] … [SEP]`; `config` also writes a
+    `tokenizer_config.json` naming each role (as a Hugging Face folder has)."""
+    import tokenizers
+    from tokenizers import decoders, models, pre_tokenizers, processors, trainers
+
+    tokenizer = tokenizers.Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size - len(JSON_SPECIALS),
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tokenizer.train_from_iterator(texts, trainer)
+    assert tokenizer.get_vocab_size() == vocab_size - len(JSON_SPECIALS), "too little text"
+    tokenizer.add_special_tokens(list(JSON_SPECIALS))
+    cls, sep = (tokenizer.token_to_id(t) for t in ("[CLS]", "[SEP]"))
+    tokenizer.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]",
+        pair="[CLS] $A [SEP] $B [SEP]",
+        special_tokens=[("[CLS]", cls), ("[SEP]", sep)],
+    )
+    folder.mkdir(parents=True, exist_ok=True)
+    tokenizer.save(str(folder / "tokenizer.json"))
+    if config:
+        roles = ("unk_token", "cls_token", "sep_token", "pad_token", "mask_token")
+        named = dict(zip(roles, JSON_SPECIALS, strict=True))
+        (folder / "tokenizer_config.json").write_text(json.dumps(named))
+    return folder / "tokenizer.json"

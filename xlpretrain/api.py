@@ -6,7 +6,9 @@ programs, each once per model shape (the config is a static argument). Inputs fo
 positions are HF's ``create_position_ids_from_input_ids`` (count of non-pad tokens so far +
 ``pad_token_id``), and ``attention_mask`` becomes the MMLM mask's ``segment_ids``, so a real
 token sees the real tokens of its row and padding sees padding only. Outputs at real tokens
-equal ``transformers``' ``XLMRobertaForMaskedLM``; outputs at padding are unspecified.
+equal ``transformers``' ``XLMRobertaForMaskedLM``; outputs at padding are unspecified. The pad
+id is the tokenizer's (``Model.pad_id``: a ``tokenizer.json``'s may be anywhere), the
+positions the model's own numbering from ``pad_token_id + 1``, as in training.
 
 An XLM-E workdir serves its discriminator (the encoder it exports): hidden states and
 ``encode`` work, ``mlm_logits`` does not (it has no MLM head; its generator's is not served).
@@ -48,16 +50,20 @@ def load(path: str | os.PathLike, *, batch_size: int = 32, dtype: str = "float32
     return Model(read(path), batch_size=batch_size, dtype=dtype)
 
 
-def hf_positions(input_ids: jax.Array, pad_token_id: int) -> jax.Array:
-    """Positions as HF XLM-R numbers them: real tokens ``pad+1, pad+2, …``, padding ``pad``."""
-    real = (input_ids != pad_token_id).astype(jnp.int32)
+def hf_positions(input_ids: jax.Array, pad_token_id: int, pad_id: int | None = None) -> jax.Array:
+    """Positions as HF XLM-R numbers them: real tokens ``pad+1, pad+2, …``, padding ``pad``
+    (``pad_token_id``); real tokens are those whose id is not ``pad_id`` (default: the same,
+    as in XLM-R, whose tokenizer pads with its position padding index)."""
+    pad_id = pad_token_id if pad_id is None else pad_id
+    real = (input_ids != pad_id).astype(jnp.int32)
     return jnp.cumsum(real, axis=1) * real + pad_token_id
 
 
 class Model:
     """A loaded model: ``config``, ``params`` (on the default device), ``tokenizer`` (or None),
     ``languages`` (codes indexing ``lang_ids``; empty without language embeddings), ``kind``
-    (``"masked_lm"``, or ``"xlm_e_discriminator"``: no ``mlm_logits``)."""
+    (``"masked_lm"``, or ``"xlm_e_discriminator"``: no ``mlm_logits``), ``pad_id`` (the id of
+    padding in ``input_ids``: the tokenizer's, without one the config's)."""
 
     def __init__(self, pretrained: Pretrained, *, batch_size: int = 32, dtype: str = "float32"):
         self.config: ModelConfig = dataclasses.replace(
@@ -65,6 +71,7 @@ class Model:
         )
         self.params = jax.device_put(pretrained.params)
         self.tokenizer: Tokenizer | None = pretrained.tokenizer
+        self.pad_id = self.tokenizer.pad_id if self.tokenizer else self.config.pad_token_id
         self.languages: tuple[str, ...] = pretrained.languages
         self.kind: str = pretrained.kind
         self.batch_size = batch_size
@@ -90,7 +97,9 @@ class Model:
                 "generator's head is not served)"
             )
         ids, mask, langs = self._inputs(input_ids, attention_mask, lang_ids)
-        logits = self._run(functools.partial(_logits, self.config), ids, mask, langs)
+        logits = self._run(
+            functools.partial(_logits, self.config, pad_id=self.pad_id), ids, mask, langs
+        )
         return logits[:, : ids.shape[1]]
 
     def hidden_states(
@@ -104,9 +113,10 @@ class Model:
         the embeddings' output, as HF's ``output_hidden_states``), an int (negative counts from
         the end) that one entry, ``[B, L, H]``."""
         ids, mask, langs = self._inputs(input_ids, attention_mask, lang_ids)
-        out = self._run(
-            functools.partial(_hidden_jit, self.config, layer=self._layer(layer)), ids, mask, langs
+        hidden = functools.partial(
+            _hidden_jit, self.config, layer=self._layer(layer), pad_id=self.pad_id
         )
+        out = self._run(hidden, ids, mask, langs)
         if layer is None:  # computed batch-major so chunks concatenate on axis 0
             return np.moveaxis(out[:, :, : ids.shape[1]], 1, 0)
         return out[:, : ids.shape[1]]
@@ -126,23 +136,25 @@ class Model:
         only by models with language embeddings and ignored by others.
         """
         if self.tokenizer is None:
-            raise ValueError("this model has no tokenizer.model, so it cannot encode text")
+            raise ValueError("this model has no tokenizer, so it cannot encode text")
         if pooling not in POOLINGS:
             raise ValueError(f"pooling={pooling!r}; expected one of {POOLINGS}")
         layer = self.config.num_layers if layer is None else self._layer(layer)
         languages = self._language_ids(langs, len(texts))
         body = self.max_length - 2
         rows = [
-            np.concatenate([[Tokenizer.BOS_ID], pieces[:body], [Tokenizer.EOS_ID]])
+            np.concatenate([[self.tokenizer.bos_id], pieces[:body], [self.tokenizer.eos_id]])
             for pieces in self.tokenizer.encode_batch(list(texts))
         ]
-        pooled = functools.partial(_pooled, self.config, layer=layer, pooling=pooling)
+        pooled = functools.partial(
+            _pooled, self.config, layer=layer, pooling=pooling, pad_id=self.pad_id
+        )
         out = np.zeros((len(rows), self.config.hidden_size), np.float32)
         order = np.argsort([len(row) for row in rows], kind="stable")  # alike lengths together
         for start in range(0, len(rows), self.batch_size):
             chunk = order[start : start + self.batch_size]
             width = max(len(rows[i]) for i in chunk)
-            ids = np.full((len(chunk), width), self.config.pad_token_id, np.int32)
+            ids = np.full((len(chunk), width), self.pad_id, np.int32)
             mask = np.zeros((len(chunk), width), np.int32)
             for row, i in enumerate(chunk):
                 ids[row, : len(rows[i])] = rows[i]
@@ -164,7 +176,7 @@ class Model:
                 f"input length {ids.shape[1]} exceeds the model's {self.max_length} positions"
             )
         if attention_mask is None:
-            mask = (ids != self.config.pad_token_id).astype(np.int32)
+            mask = (ids != self.pad_id).astype(np.int32)
         else:
             mask = np.asarray(attention_mask, np.int32)
         if mask.shape != ids.shape:
@@ -224,7 +236,7 @@ class Model:
             with jax.default_matmul_precision(precision):
                 out = fn(
                     self.params,
-                    np.pad(ids[start:stop], pad, constant_values=self.config.pad_token_id),
+                    np.pad(ids[start:stop], pad, constant_values=self.pad_id),
                     np.pad(mask[start:stop], pad),
                     np.pad(langs[start:stop], pad),
                 )
@@ -236,15 +248,17 @@ class Model:
 # ``config`` is static (ModelConfig is hashable), so every Model of one shape shares programs.
 
 
-def _meta(config: ModelConfig, ids: jax.Array, mask: jax.Array) -> tuple[jax.Array, dict]:
+def _meta(
+    config: ModelConfig, ids: jax.Array, mask: jax.Array, pad_id: int
+) -> tuple[jax.Array, dict]:
     """HF positions, and the metadata the MMLM mask (and relative position biases) read."""
-    positions = hf_positions(ids, config.pad_token_id)
+    positions = hf_positions(ids, config.pad_token_id, pad_id)
     return positions, {"segment_ids": mask, "positions": positions}
 
 
-@functools.partial(jax.jit, static_argnames="config")
-def _logits(config: ModelConfig, params, ids, mask, lang_ids) -> jax.Array:
-    positions, meta = _meta(config, ids, mask)
+@functools.partial(jax.jit, static_argnames=("config", "pad_id"))
+def _logits(config: ModelConfig, params, ids, mask, lang_ids, *, pad_id: int) -> jax.Array:
+    positions, meta = _meta(config, ids, mask, pad_id)
 
     def forward(module: MaskedLM) -> jax.Array:
         hidden = module(ids, positions, mask_fn=masks.mmlm, mask_meta=meta, lang_ids=lang_ids)
@@ -253,7 +267,9 @@ def _logits(config: ModelConfig, params, ids, mask, lang_ids) -> jax.Array:
     return MaskedLM(config).apply({"params": params}, method=forward)
 
 
-def _hidden(config: ModelConfig, params, ids, mask, lang_ids, *, layer: int | None) -> jax.Array:
+def _hidden(
+    config: ModelConfig, params, ids, mask, lang_ids, *, layer: int | None, pad_id: int
+) -> jax.Array:
     """All states ``[B, num_layers + 1, L, H]`` (``layer=None``) or one, ``[B, L, H]``.
 
     Each layer runs in turn on its slice of the stacked params: XLM-R's through the model's own
@@ -261,7 +277,7 @@ def _hidden(config: ModelConfig, params, ids, mask, lang_ids, *, layer: int | No
     table); ModernBERT's as its ``ModernLayer`` with its slice of the layer schedule (window,
     rotary base), the final norm applied to the last layer's state, which the MLM head reads.
     """
-    positions, meta = _meta(config, ids, mask)
+    positions, meta = _meta(config, ids, mask, pad_id)
     x = MaskedLM(config).apply(
         {"params": params}, method=lambda m: m.embeddings(ids, positions, lang_ids, True)
     )
@@ -302,14 +318,14 @@ def _hidden(config: ModelConfig, params, ids, mask, lang_ids, *, layer: int | No
     return jnp.concatenate([x[:, None], jnp.moveaxis(states, 0, 1)], 1).astype(jnp.float32)
 
 
-_hidden_jit = jax.jit(_hidden, static_argnames=("config", "layer"))
+_hidden_jit = jax.jit(_hidden, static_argnames=("config", "layer", "pad_id"))
 
 
-@functools.partial(jax.jit, static_argnames=("config", "layer", "pooling"))
+@functools.partial(jax.jit, static_argnames=("config", "layer", "pooling", "pad_id"))
 def _pooled(
-    config: ModelConfig, params, ids, mask, lang_ids, *, layer: int, pooling: str
+    config: ModelConfig, params, ids, mask, lang_ids, *, layer: int, pooling: str, pad_id: int
 ) -> jax.Array:
-    hidden = _hidden(config, params, ids, mask, lang_ids, layer=layer)
+    hidden = _hidden(config, params, ids, mask, lang_ids, layer=layer, pad_id=pad_id)
     if pooling == "cls":
         return hidden[:, 0]
     weights = mask.astype(jnp.float32)[..., None]

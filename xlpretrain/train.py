@@ -1,9 +1,10 @@
 """Command-line training: `python -m xlpretrain.train --config configs/X.py --workdir DIR`.
 
 Resumes from DIR's latest checkpoint if there is one. Writes `DIR/checkpoints/` (Orbax),
-`DIR/metrics.jsonl`, TensorBoard events in `DIR/tb/`, the tokenizer (`DIR/tokenizer.model`),
-the language list (`DIR/languages.json`) and the resolved config (`DIR/config.json`), so a
-workdir is self-contained. The training itself is `xlpretrain.training.trainer`.
+`DIR/metrics.jsonl`, TensorBoard events in `DIR/tb/`, the tokenizer (`DIR/tokenizer.model`, or
+`DIR/tokenizer.json` with its `tokenizer_config.json`), the language list
+(`DIR/languages.json`) and the resolved config (`DIR/config.json`), so a workdir is
+self-contained. The training itself is `xlpretrain.training.trainer`.
 """
 
 from __future__ import annotations

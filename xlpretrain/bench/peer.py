@@ -27,7 +27,7 @@ PEERS = {
     "modernbert": "transformers ModernBertForMaskedLM (sdpa attention)",
 }
 MODES = ("eager", "compile")
-BOS, PAD, EOS, FIRST_REGULAR = 0, 1, 2, 4  # our tokenizer's ids, which XLM-R shares
+BOS, PAD, EOS, FIRST_REGULAR = 0, 1, 2, 4  # as step.synthetic_batch: a SentencePiece layout
 
 
 def peer_benchmark(

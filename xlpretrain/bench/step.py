@@ -33,9 +33,11 @@ from xlpretrain.data.batch import (
     TOKEN_FIELDS,
     Batch,
 )
+from xlpretrain.data.examples import FIRST_POSITION, PAD_POSITION
+from xlpretrain.data.masking import regular_ids
 from xlpretrain.data.pipeline import iterators, make_dataset
 from xlpretrain.data.streams import SEGMENT_PAIRS, StreamSpec, max_predictions
-from xlpretrain.data.tokenizer import Tokenizer
+from xlpretrain.data.tokenizer import SentencePieceTokenizer
 from xlpretrain.objectives.flops import FLOP_FORMULA, StepShape
 from xlpretrain.parallel.sharding import global_batch
 from xlpretrain.training.plan import RunPlan
@@ -54,30 +56,33 @@ PEAK_TFLOPS = {
 }
 
 
-EOS = Tokenizer.EOS_ID
-
-
 def synthetic_batch(
     rows: int, stream: StreamSpec, vocab_size: int, rng: np.random.Generator
 ) -> Batch:
     """Full rows `<s> … </s>` of regular ids at the stream's row length, `mask_rate` of them
     predicted (followed by BTMLM placeholders when the stream has them); every field has the
-    shape the pipeline gives it (`StreamSpec.batch_shapes`)."""
+    shape the pipeline gives it (`StreamSpec.batch_shapes`). A step's time does not depend on
+    which ids it reads, so the special ids are those of a SentencePiece vocabulary of
+    `vocab_size` ids, whatever tokenizer the run has."""
     if stream.placeholder_ratio > 0:
         return _with_placeholders(rows, stream, vocab_size, rng)
+    special = SentencePieceTokenizer.layout(vocab_size)
+    bos, eos = special.bos, special.eos
     length = stream.max_length
     batch = {name: np.zeros((rows, length), dtype) for name, dtype in TOKEN_FIELDS.items()}
-    batch["input_ids"] = rng.integers(4, vocab_size - 1, (rows, length)).astype(np.int32)
-    batch["input_ids"][:, 0], batch["input_ids"][:, -1] = Tokenizer.BOS_ID, EOS
-    batch["positions"][:] = Tokenizer.PAD_ID + 1 + np.arange(length)
+    specials = np.unique(special.all())
+    draws = rng.integers(0, vocab_size - len(specials), (rows, length))
+    batch["input_ids"] = regular_ids(draws, specials).astype(np.int32)
+    batch["input_ids"][:, 0], batch["input_ids"][:, -1] = bos, eos
+    batch["positions"][:] = FIRST_POSITION + np.arange(length)
     batch["segment_ids"][:] = batch["pair_ids"][:] = 1
     if stream.kind == SEGMENT_PAIRS:  # VECO: x and y, two segments of one pair
         half = length // 2
-        batch["input_ids"][:, half - 1], batch["input_ids"][:, half] = EOS, Tokenizer.BOS_ID
-        batch["positions"][:, half:] = Tokenizer.PAD_ID + 1 + np.arange(length - half)
+        batch["input_ids"][:, half - 1], batch["input_ids"][:, half] = eos, bos
+        batch["positions"][:, half:] = FIRST_POSITION + np.arange(length - half)
         batch["segment_ids"][:, half:] = 2
         batch["side"][:, half:] = SIDE_TARGET
-    regular = np.flatnonzero(~np.isin(batch["input_ids"][0], [Tokenizer.BOS_ID, EOS]))
+    regular = np.flatnonzero(~np.isin(batch["input_ids"][0], [bos, eos]))
     masked = max_predictions(length, stream.mask_rate)
     chosen = rng.permuted(np.tile(regular, (rows, 1)), axis=1)
     chosen = np.sort(chosen[:, :masked], axis=1).astype(np.int32)
@@ -105,10 +110,11 @@ def _with_placeholders(
     for name in PREDICTION_FIELDS:
         batch[name] = np.pad(batch[name], ((0, 0), (0, extra_slots)))
     tail = slice(source + 2, source + 2 + count)
-    batch["input_ids"][:, source + 2 :] = Tokenizer.PAD_ID
-    batch["input_ids"][:, tail] = vocab_size - 1
-    batch["positions"][:, source + 2 :] = Tokenizer.PAD_ID
-    batch["positions"][:, tail] = Tokenizer.PAD_ID + 1 + np.arange(source + 2, source + 2 + count)
+    special = SentencePieceTokenizer.layout(vocab_size)  # as `synthetic_batch`'s
+    batch["input_ids"][:, source + 2 :] = special.pad
+    batch["input_ids"][:, tail] = special.mask
+    batch["positions"][:, source + 2 :] = PAD_POSITION
+    batch["positions"][:, tail] = FIRST_POSITION + np.arange(source + 2, source + 2 + count)
     batch["segment_ids"][:, tail] = batch["pair_ids"][:, tail] = 1
     batch["side"][:, tail] = SIDE_PLACEHOLDER
     batch["source_ids"] = batch["input_ids"].copy()

@@ -39,7 +39,8 @@ def synthetic_store(path: str, gigabytes: float, tokenizer_path: str, seed: int 
     if os.path.isfile(os.path.join(path, store_lib.MANIFEST)):
         return path
     os.makedirs(path, exist_ok=True)
-    vocab = Tokenizer.load(tokenizer_path).vocab_size
+    tokenizer = Tokenizer.load(tokenizer_path)
+    vocab = tokenizer.vocab_size
     rng = np.random.default_rng(seed)
     shares = 1.0 / np.arange(1, LANGUAGES + 1) ** 1.1
     shares /= shares.sum()
@@ -70,8 +71,7 @@ def synthetic_store(path: str, gigabytes: float, tokenizer_path: str, seed: int 
             "tokens": sum(s["tokens"] for s in shards),
             "skipped": {},
         }
-    with open(os.path.join(path, store_lib.TOKENIZER), "wb") as f, open(tokenizer_path, "rb") as t:
-        f.write(t.read())
+    tokenizer.save(os.path.join(path, tokenizer.FILE))
     store_lib.write_manifest(path, manifest)
     return path
 
@@ -112,7 +112,7 @@ def measure(config_json: str, store: str, steps: int) -> dict:
     before = resident_mb()
     start = time.perf_counter()
     corpus = corpus_lib.load_corpus(plan.corpus, plan.sources())
-    tokenizer = Tokenizer.load(os.path.join(store, store_lib.TOKENIZER))
+    tokenizer = Tokenizer.load(store_lib.tokenizer_path(store))
     dataset = make_dataset(
         plan.batch_builder(corpus, tokenizer),
         steps + 1,

@@ -38,9 +38,9 @@ def main(argv: list[str] | None = None) -> None:
         help="HF XLMRobertaForMaskedLM or ModernBertForMaskedLM folder -> xlpretrain "
         "checkpoint folder",
         description="SRC: a folder with config.json, model.safetensors or pytorch_model.bin "
-        "and optionally sentencepiece.bpe.model (a ModernBERT folder's tokenizer.json is not "
-        "converted). DST: a new xlpretrain checkpoint folder (model.json, params/, "
-        "tokenizer.model).",
+        "and optionally its tokenizer (sentencepiece.bpe.model, else tokenizer.json). DST: a "
+        "new xlpretrain checkpoint folder (model.json, params/, tokenizer.model or "
+        "tokenizer.json).",
     )
     pull.add_argument("src", metavar="SRC")
     pull.add_argument("dst", metavar="DST")
@@ -54,9 +54,9 @@ def main(argv: list[str] | None = None) -> None:
         help="xlpretrain checkpoint folder or training workdir -> HF folder",
         description="SRC: an xlpretrain checkpoint folder, or a training workdir (its latest "
         "checkpoint). DST: a new HF XLMRobertaForMaskedLM folder (ModernBertForMaskedLM for "
-        "a ModernBERT model; config.json, model.safetensors, sentencepiece.bpe.model when "
-        "there is a tokenizer); for an XLM-E workdir, its discriminator as an "
-        "XLMRobertaModel (ModernBertModel) folder.",
+        "a ModernBERT model; config.json, model.safetensors, and sentencepiece.bpe.model or "
+        "tokenizer.json when there is a tokenizer); for an XLM-E workdir, its discriminator "
+        "as an XLMRobertaModel (ModernBertModel) folder.",
     )
     push.add_argument("src", metavar="SRC")
     push.add_argument("dst", metavar="DST")

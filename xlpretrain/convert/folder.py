@@ -5,7 +5,9 @@ A *checkpoint folder* holds one model for inference or export, independent of an
     model.json        the ModelConfig fields (JSON object)
     params/           Orbax PyTree checkpoint of the float32 params, layers stacked
                       (the tree ``init_params`` builds with ``scan_layers=True``)
-    tokenizer.model   the SentencePiece model (XLM-R id layout), when there is one
+    tokenizer.model   the SentencePiece model (XLM-R id layout), when there is one; or
+    tokenizer.json    a Hugging Face tokenizer, with the tokenizer_config.json naming its
+                      special tokens (``data.tokenizer.HFTokenizer``)
     languages.json    the codes ``lang_ids`` index, for a model with language embeddings
 
 A *training workdir* (``python -m xlpretrain.train``) is read from its latest checkpoint, or
@@ -33,14 +35,13 @@ import numpy as np
 import orbax.checkpoint as ocp
 from flax import traverse_util
 
-from xlpretrain.data.tokenizer import Tokenizer
+from xlpretrain.data.tokenizer import Tokenizer, tokenizer_file
 from xlpretrain.model import vocab
 from xlpretrain.model.config import ModelConfig, ModelFamily
 from xlpretrain.model.encoder import init_params
 
 MODEL_JSON = "model.json"
 PARAMS_DIR = "params"
-TOKENIZER_FILE = Tokenizer.FILE
 LANGUAGES_FILE = "languages.json"  # in a checkpoint folder as in a workdir
 CHECKPOINTS_DIR = "checkpoints"  # in a training workdir: one folder per finished step
 FAMILY_FILE = "model_family.json"  # in a training workdir: the ModelFamily it trains
@@ -128,7 +129,7 @@ def write(model: Pretrained, path: str | os.PathLike) -> None:
     with ocp.PyTreeCheckpointer() as checkpointer:
         checkpointer.save(path / PARAMS_DIR, model.params)
     if model.tokenizer is not None:
-        model.tokenizer.save(path / TOKENIZER_FILE)
+        model.tokenizer.save(path / model.tokenizer.FILE)
     if model.languages:
         (path / LANGUAGES_FILE).write_text(json.dumps(list(model.languages)) + "\n")
 
@@ -173,7 +174,7 @@ def _read_checkpoint_folder(path: Path) -> Pretrained:
             f"{languages_file}: {len(languages)} languages, but {MODEL_JSON} has "
             f"num_languages={config.num_languages}"
         )
-    return Pretrained(config, params, _tokenizer_or_none(path / TOKENIZER_FILE), languages)
+    return Pretrained(config, params, _tokenizer_or_none(path), languages)
 
 
 def _read_workdir(path: Path, step: int | None = None) -> Pretrained:
@@ -205,7 +206,7 @@ def _read_workdir(path: Path, step: int | None = None) -> Pretrained:
     return Pretrained(
         dataclasses.replace(config, scan_layers=True),
         params,
-        _tokenizer_or_none(path / TOKENIZER_FILE),
+        _tokenizer_or_none(path),
         languages if config.num_languages else (),
         kind,
     )
@@ -276,5 +277,7 @@ def _check_shapes(path: Path, restored: Params, target: Params) -> None:
             )
 
 
-def _tokenizer_or_none(path: Path) -> Tokenizer | None:
-    return Tokenizer.load(path) if path.is_file() else None
+def _tokenizer_or_none(folder: Path) -> Tokenizer | None:
+    """The tokenizer the folder keeps (either kind), or None."""
+    found = tokenizer_file(folder)
+    return Tokenizer.load(found) if found else None

@@ -40,14 +40,14 @@ from xlpretrain.convert.folder import (
     unpadded,
 )
 from xlpretrain.core.errors import require
-from xlpretrain.data.tokenizer import Tokenizer
+from xlpretrain.data.tokenizer import HFTokenizer, SentencePieceTokenizer, SpecialIds, Tokenizer
 from xlpretrain.model import vocab
 from xlpretrain.model.config import ModelConfig
 from xlpretrain.model.heads import LMHead
 
 log = logging.getLogger(__name__)
 
-HF_TOKENIZER_FILE = "sentencepiece.bpe.model"
+HF_TOKENIZER_FILE = "sentencepiece.bpe.model"  # the name of a SentencePiece model in an HF folder
 MODEL_TYPES = ("xlm-roberta", "roberta")
 BARE_ENCODERS = ("XLMRobertaModel", "RobertaModel")
 
@@ -196,20 +196,41 @@ def config_to_hf(
     architecture: str = MASKED_LM_ARCHITECTURE,
     *,
     expressible: Iterable[str] = (),
+    special: SpecialIds | None = None,
 ) -> dict:
     """``config.json`` of the HF XLM-R ``architecture`` equivalent to ``config``.
 
-    ``expressible`` names model options the caller maps itself (VECO's cross-attention)."""
+    ``expressible`` names model options the caller maps itself (VECO's cross-attention);
+    ``special``: the ids of the model's tokenizer (``export_ids``)."""
     check_exportable(config, architecture, expressible=expressible)
+    special = special or export_ids(config, None)
     return {
         "architectures": [architecture],
         "model_type": "xlm-roberta",
         **{key: getattr(config, ours) for ours, key in CONFIG_KEYS.items()},
         **FIXED_HF_SETTINGS,
-        "bos_token_id": Tokenizer.BOS_ID,
-        "eos_token_id": Tokenizer.EOS_ID,
+        "bos_token_id": special.bos,
+        "eos_token_id": special.eos,
         "tie_word_embeddings": True,
     }
+
+
+def export_ids(config: ModelConfig, tokenizer: Tokenizer | None) -> SpecialIds:
+    """The special ids an export's ``config.json`` states: its tokenizer's; a model without one
+    states the SentencePiece layout's (XLM-R's), as it always has."""
+    return tokenizer.special if tokenizer else SentencePieceTokenizer.layout(config.vocab_size)
+
+
+def check_xlmr_tokenizer(config: ModelConfig, tokenizer: Tokenizer | None) -> None:
+    """HF XLM-R numbers positions from the pad id (real tokens are those that are not it,
+    counted from ``pad_token_id + 1``), so it has one pad id, which must be the tokenizer's:
+    a model whose tokenizer pads with another id is refused, not exported to number wrong."""
+    if tokenizer is not None and tokenizer.pad_id != config.pad_token_id:
+        raise ValueError(
+            f"HF XLM-R finds padding by its position index {config.pad_token_id}, but this "
+            f"model's tokenizer pads with id {tokenizer.pad_id}: it cannot be an HF XLM-R "
+            "model (an architecture='modernbert' model can, with its tokenizer.json)"
+        )
 
 
 def check_exportable(
@@ -496,14 +517,17 @@ def read_config(path: str | os.PathLike) -> tuple[Path, dict]:
 
 
 def read_tokenizer(path: Path, config: ModelConfig) -> Tokenizer | None:
-    """The folder's SentencePiece model (``HF_TOKENIZER_FILE``), if it has one."""
-    if not (path / HF_TOKENIZER_FILE).is_file():
+    """The folder's tokenizer, if it has one: its SentencePiece model (``HF_TOKENIZER_FILE``,
+    XLM-R's, whose folder has a ``tokenizer.json`` of the same ids too), else its
+    ``tokenizer.json`` (ModernBERT's, mmBERT's)."""
+    names = [name for name in (HF_TOKENIZER_FILE, HFTokenizer.FILE) if (path / name).is_file()]
+    if not names:
         return None
-    tokenizer = Tokenizer.load(path / HF_TOKENIZER_FILE)
+    tokenizer = Tokenizer.load(path / names[0])
     if tokenizer.vocab_size != config.vocab_size:
         log.warning(
             "%s has %d ids but the model's vocab_size is %d",
-            HF_TOKENIZER_FILE,
+            names[0],
             tokenizer.vocab_size,
             config.vocab_size,
         )
@@ -526,12 +550,14 @@ def write_hf(model: Pretrained, path: str | os.PathLike) -> None:
     head) an ``XLMRobertaModel`` one; ``path`` must not exist yet."""
     model = unpadded(model)
     config = model.config
+    check_xlmr_tokenizer(config, model.tokenizer)
+    special = export_ids(config, model.tokenizer)
     if model.kind == DISCRIMINATOR:
-        hf_config = config_to_hf(config, ENCODER_ARCHITECTURE)
+        hf_config = config_to_hf(config, ENCODER_ARCHITECTURE, special=special)
         encoder = Part("", ENCODER_RULES, range(config.num_layers))
         tensors = {**export_tensors(model.params, [encoder]), **fresh_pooler(config)}
     else:
-        hf_config = config_to_hf(config)
+        hf_config = config_to_hf(config, special=special)
         tensors = params_to_hf(model.params, config)
     write_folder(path, hf_config, tensors, model.tokenizer)
 
@@ -547,8 +573,9 @@ def write_folder(
     tensors: Mapping[str, np.ndarray],
     tokenizer: Tokenizer | None,
 ) -> None:
-    """An HF folder: ``config.json``, ``model.safetensors`` and the SentencePiece model (as
-    ``sentencepiece.bpe.model``) if there is one; ``path`` must not exist yet."""
+    """An HF folder: ``config.json``, ``model.safetensors`` and the tokenizer if there is one
+    (a SentencePiece model as ``sentencepiece.bpe.model``, a ``tokenizer.json`` as itself, with
+    its ``tokenizer_config.json``); ``path`` must not exist yet."""
     save_file = safetensors_writer().save_file
     path = new_folder(path)
     path.mkdir(parents=True)
@@ -558,4 +585,5 @@ def write_folder(
     # files' permissions (the umask's), so a shared model folder is readable like them.
     os.chmod(path / "model.safetensors", (path / "config.json").stat().st_mode & 0o777)
     if tokenizer is not None:
-        tokenizer.save(path / HF_TOKENIZER_FILE)
+        name = {SentencePieceTokenizer.FILE: HF_TOKENIZER_FILE}.get(tokenizer.FILE, tokenizer.FILE)
+        tokenizer.save(path / name)

@@ -15,9 +15,10 @@ with ModernBERT's names, and three differences:
   exports write too so that either reads them.
 
 Token ids are not converted: the embedding rows stay in the HF vocabulary's order. The config
-keeps xlpretrain's pad id, which numbers the batch's positions (``rotary.rotary_positions``),
-and exports write xlpretrain's special ids, as XLM-R exports do. A ModernBERT folder's tokenizer
-is a ``tokenizer.json``, not a SentencePiece model, and is not read: the import has none.
+keeps xlpretrain's pad id, which numbers the batch's positions (``rotary.rotary_positions``).
+A ModernBERT folder's tokenizer is its ``tokenizer.json`` (``data.tokenizer.HFTokenizer``, its
+special tokens found by role), read on import and written on export with the special ids it
+gives; a model without a tokenizer exports the SentencePiece layout's ids, as XLM-R exports do.
 """
 
 from __future__ import annotations
@@ -33,11 +34,11 @@ from xlpretrain.convert.hf import (
     COPY,
     HEADS_IN,
     HEADS_OUT,
-    HF_TOKENIZER_FILE,
     LINEAR,
     OPTION_REASONS,
     Part,
     Rule,
+    export_ids,
     export_tensors,
     import_tensors,
     read_config,
@@ -47,7 +48,7 @@ from xlpretrain.convert.hf import (
     untie,
     write_folder,
 )
-from xlpretrain.data.tokenizer import Tokenizer
+from xlpretrain.data.tokenizer import SpecialIds
 from xlpretrain.model import vocab
 from xlpretrain.model.config import ModelConfig
 
@@ -230,9 +231,16 @@ def _rope_thetas(hf_config: Mapping, source: str | os.PathLike) -> tuple[float, 
     return thetas[FULL], thetas[SLIDING]
 
 
-def config_to_hf(config: ModelConfig, architecture: str = MASKED_LM_ARCHITECTURE) -> dict:
-    """``config.json`` of the HF ModernBERT ``architecture`` equivalent to ``config``."""
+def config_to_hf(
+    config: ModelConfig,
+    architecture: str = MASKED_LM_ARCHITECTURE,
+    special: SpecialIds | None = None,
+) -> dict:
+    """``config.json`` of the HF ModernBERT ``architecture`` equivalent to ``config``, with
+    the ids of the model's tokenizer (``special``, ``hf.export_ids``). ModernBERT numbers
+    positions without the pad id, so its ``pad_token_id`` is the tokenizer's."""
     check_exportable(config, architecture)
+    special = special or export_ids(config, None)
     return {
         "architectures": [architecture],
         "model_type": MODEL_TYPE,
@@ -247,11 +255,11 @@ def config_to_hf(config: ModelConfig, architecture: str = MASKED_LM_ARCHITECTURE
         "global_attn_every_n_layers": config.global_every,
         LEGACY_THETA[FULL]: config.rope_theta,
         LEGACY_THETA[SLIDING]: config.local_rope_theta,
-        "pad_token_id": config.pad_token_id,
-        "bos_token_id": Tokenizer.BOS_ID,
-        "cls_token_id": Tokenizer.BOS_ID,
-        "eos_token_id": Tokenizer.EOS_ID,
-        "sep_token_id": Tokenizer.EOS_ID,
+        "pad_token_id": special.pad,
+        "bos_token_id": special.bos,
+        "cls_token_id": special.bos,
+        "eos_token_id": special.eos,
+        "sep_token_id": special.eos,
     }
 
 
@@ -338,8 +346,8 @@ def _fuse(tensors: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
 
 
 def read_hf(path: str | os.PathLike) -> Pretrained:
-    """Reads an HF ``ModernBertForMaskedLM`` folder: config, weights, and the SentencePiece
-    model only an xlpretrain export has (``tokenizer.json`` is not read)."""
+    """Reads an HF ``ModernBertForMaskedLM`` folder: config, weights, and its tokenizer (a
+    ``tokenizer.json``, or the SentencePiece model of an xlpretrain export), if it has one."""
     path, hf_config = read_config(path)
     source = path / "config.json"
     config = config_from_hf(hf_config, source)
@@ -352,7 +360,7 @@ def read_hf(path: str | os.PathLike) -> Pretrained:
     params = params_from_hf(read_tensors(path), config)
     tokenizer = read_tokenizer(path, config)
     if tokenizer is None:
-        log.info("%s: no %s, so the model has no tokenizer", path, HF_TOKENIZER_FILE)
+        log.info("%s: no tokenizer, so the model has none", path)
     return Pretrained(config, params, tokenizer)
 
 
@@ -361,9 +369,11 @@ def write_hf(model: Pretrained, path: str | os.PathLike) -> None:
     head) a ``ModernBertModel`` one; ``path`` must not exist yet."""
     model = unpadded(model)
     config = model.config
+    special = export_ids(config, model.tokenizer)
     if model.kind == DISCRIMINATOR:
-        hf_config = config_to_hf(config, ENCODER_ARCHITECTURE)
+        hf_config = config_to_hf(config, ENCODER_ARCHITECTURE, special)
         tensors = _export(model.params, config, ENCODER_RULES, "")
     else:
-        hf_config, tensors = config_to_hf(config), params_to_hf(model.params, config)
+        hf_config = config_to_hf(config, special=special)
+        tensors = params_to_hf(model.params, config)
     write_folder(path, hf_config, tensors, model.tokenizer)

@@ -26,12 +26,14 @@ from xlpretrain.convert.hf import (
     ENCODER_RULES,
     RULES,
     Part,
+    check_xlmr_tokenizer,
     config_to_hf,
+    export_ids,
     export_tensors,
     fresh_pooler,
     write_folder,
 )
-from xlpretrain.data.tokenizer import Tokenizer
+from xlpretrain.data.tokenizer import SpecialIds
 from xlpretrain.model.config import ModelConfig
 
 DECODER_ARCHITECTURE = "XLMRobertaForCausalLM"
@@ -55,13 +57,17 @@ def decoder_layers_of(config: ModelConfig, decoder_layers: int | None) -> range:
     return range(config.num_layers - count, config.num_layers)
 
 
-def seq2seq_config(config: ModelConfig, decoder_layers: int | None = None) -> dict:
+def seq2seq_config(
+    config: ModelConfig, decoder_layers: int | None = None, special: SpecialIds | None = None
+) -> dict:
     """``config.json`` of the ``EncoderDecoderModel``: XLM-R encoder, XLM-R causal decoder
-    with cross-attention; generation starts from ``<s>`` and stops at ``</s>``."""
+    with cross-attention; generation starts from ``<s>`` and stops at ``</s>`` (``special``:
+    the ids of the model's tokenizer, ``hf.export_ids``)."""
     layers = decoder_layers_of(config, decoder_layers)
-    encoder = config_to_hf(config, ENCODER_ARCHITECTURE, expressible=PLUG_IN)
+    special = special or export_ids(config, None)
+    encoder = config_to_hf(config, ENCODER_ARCHITECTURE, expressible=PLUG_IN, special=special)
     decoder = {
-        **config_to_hf(config, DECODER_ARCHITECTURE, expressible=PLUG_IN),
+        **config_to_hf(config, DECODER_ARCHITECTURE, expressible=PLUG_IN, special=special),
         "num_hidden_layers": len(layers),
         "is_decoder": True,
         "add_cross_attention": True,
@@ -72,9 +78,9 @@ def seq2seq_config(config: ModelConfig, decoder_layers: int | None = None) -> di
         "is_encoder_decoder": True,
         "encoder": encoder,
         "decoder": decoder,
-        "decoder_start_token_id": Tokenizer.BOS_ID,
-        "bos_token_id": Tokenizer.BOS_ID,
-        "eos_token_id": Tokenizer.EOS_ID,
+        "decoder_start_token_id": special.bos,
+        "bos_token_id": special.bos,
+        "eos_token_id": special.eos,
         "pad_token_id": config.pad_token_id,
         "vocab_size": config.vocab_size,
     }
@@ -102,6 +108,8 @@ def write_seq2seq(
 ) -> None:
     """Writes the ``EncoderDecoderModel`` folder (with the tokenizer, if the model has one);
     ``path`` must not exist yet."""
-    hf_config = seq2seq_config(model.config, decoder_layers)
+    check_xlmr_tokenizer(model.config, model.tokenizer)
+    special = export_ids(model.config, model.tokenizer)
+    hf_config = seq2seq_config(model.config, decoder_layers, special)
     tensors = seq2seq_tensors(model, decoder_layers)
     write_folder(path, hf_config, tensors, model.tokenizer)

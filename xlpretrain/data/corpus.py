@@ -1,6 +1,7 @@
 """The run's corpus and tokenizer, as its config names them: folders, TFDS datasets or the
-built-in demo corpus; the configured SentencePiece model, the workdir's own, a checkpoint's,
-or one trained on a balanced sample of the corpus."""
+built-in demo corpus; the configured tokenizer (a SentencePiece model or a `tokenizer.json`),
+the workdir's own, a checkpoint's, or a SentencePiece model trained on a balanced sample of the
+corpus."""
 
 from __future__ import annotations
 
@@ -20,7 +21,14 @@ from xlpretrain.data.held_out import DEFAULT_FRACTION, LineSplit, MonolingualPar
 from xlpretrain.data.pipeline import Corpus, language_vocabulary
 from xlpretrain.data.sources import format_stats
 from xlpretrain.data.streams import MONO, PARALLEL
-from xlpretrain.data.tokenizer import Tokenizer, VocabularySizeError, train_tokenizer
+from xlpretrain.data.tokenizer import (
+    FILES,
+    SentencePieceTokenizer,
+    Tokenizer,
+    VocabularySizeError,
+    tokenizer_file,
+    train_tokenizer,
+)
 
 log = logging.getLogger("xlpretrain")
 
@@ -259,25 +267,41 @@ def _load_store(data: CorpusSettings, readers: Mapping[str, Sequence[str]]) -> C
 
 
 def _existing_tokenizer(settings: CorpusSettings, workdir: str | None) -> tuple[str, str]:
-    """(what names it, its path) of the SentencePiece model a run starting now uses: the
+    """(what names it, its path) of the tokenizer a run starting now uses: the
     `tokenizer.path`, the workdir's own (a resumed run's), the store's, the `init.checkpoint`'s
     (its ids are the model's); ("", "") when the run trains one. `workdir` None: a program with
     no workdir (`bench`, `aot`)."""
     if settings.tokenizer_path:
         return "tokenizer.path", settings.tokenizer_path
-    if workdir is not None and os.path.isfile(own := os.path.join(workdir, Tokenizer.FILE)):
+    if workdir is not None and (own := _kept(workdir, "the workdir")):
         return "the workdir", own
     if settings.store:
-        return "data.store", os.path.join(settings.store, store_lib.TOKENIZER)
+        return "data.store", _kept(settings.store, "config key 'data.store'") or settings.store
     checkpoint = settings.init_checkpoint
-    pretrained = os.path.join(checkpoint, Tokenizer.FILE) if checkpoint else ""
-    return ("init.checkpoint", pretrained) if os.path.isfile(pretrained) else ("", "")
+    pretrained = (
+        _kept(checkpoint, "config key 'init.checkpoint'") if os.path.isdir(checkpoint) else ""
+    )
+    return ("init.checkpoint", pretrained) if pretrained else ("", "")
+
+
+def _kept(folder: str, key: str) -> str:
+    """The tokenizer `folder` keeps (`tokenizer_file`), or ""."""
+    try:
+        found = tokenizer_file(folder)
+    except ValueError as error:
+        raise ConfigError(f"{key}: {error}") from None
+    return str(found) if found else ""
 
 
 def _load(key: str, path: str) -> Tokenizer:
+    if os.path.isdir(path):  # a store that keeps no tokenizer
+        raise ConfigError(f"config key '{key}': {path} has no {' or '.join(FILES)}")
     if not os.path.isfile(path):
         raise ConfigError(f"config key '{key}': no file {path}")
-    return Tokenizer.load(path)
+    try:
+        return Tokenizer.load(path)
+    except ValueError as error:  # a file that is no tokenizer of ours, e.g. a role it lacks
+        raise ConfigError(f"config key '{key}': {error}") from None
 
 
 def tokenizer_vocab_size(settings: CorpusSettings, workdir: str | None) -> int:
@@ -288,7 +312,7 @@ def tokenizer_vocab_size(settings: CorpusSettings, workdir: str | None) -> int:
     key, path = _existing_tokenizer(settings, workdir)
     if not path:
         checkpoint = settings.init_checkpoint
-        has_none = f" ({checkpoint} has no {Tokenizer.FILE})" * bool(checkpoint)
+        has_none = f" ({checkpoint} has no {' or '.join(FILES)})" * bool(checkpoint)
         raise ConfigError(
             "config key 'model.vocab_size': 0 takes the size of the run's tokenizer, but the run "
             f"trains one (no tokenizer.path or data.store{has_none}): set the size to "
@@ -305,16 +329,15 @@ def load_tokenizer(
     """The run's tokenizer (`_existing_tokenizer`, kept in the workdir), or a new one of
     `vocab_size` ids (`model.vocab_size`) trained on a balanced sample of `corpus` into the
     workdir."""
-    own = os.path.join(workdir, Tokenizer.FILE)
     key, path = _existing_tokenizer(settings, workdir)
     if path:
         tokenizer = _load(key, path)
         if settings.store and key != "data.store":  # the store's ids are the run's
             store_lib.check_tokenizer(settings.store, path)
-        if jax.process_index() == 0 and not os.path.exists(own):
-            tokenizer.save(own)
+        if jax.process_index() == 0 and not _kept(workdir, "the workdir"):
+            tokenizer.save(os.path.join(workdir, tokenizer.FILE))
     else:
-        path = own
+        path = own = os.path.join(workdir, SentencePieceTokenizer.FILE)
         if jax.process_index() == 0:
             log.info("training a %d-id SentencePiece model on the corpus", vocab_size)
             per_language = settings.sentences_per_language

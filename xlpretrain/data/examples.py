@@ -2,7 +2,7 @@
 
 A row holds one or more *units*: a monolingual segment `<s> x </s>` or a translation pair
 `<s> a </s></s> b </s>`. Each unit gets its own `segment_ids`/`pair_ids` value, positions restart
-at `padding_id + 1` for each unit (XLM-R's offset), and attention is confined to the unit by the
+at `FIRST_POSITION` for each unit (XLM-R's offset), and attention is confined to the unit by the
 mask functions. A row draws consecutive lines of one language (or language pair), as XLM-R draws
 each row from one language's stream.
 """
@@ -27,14 +27,18 @@ from xlpretrain.data.batch import (
 from xlpretrain.data.protocols import MonolingualCorpus, ParallelCorpus
 from xlpretrain.data.tokenizer import Tokenizer
 
-FIRST_POSITION = Tokenizer.PAD_ID + 1  # fairseq/XLM-R: positions start after the padding index
+# Positions are the pipeline's own numbering, whatever the tokenizer's ids: fairseq/XLM-R's, whose
+# padding index is 1 (`ModelConfig.pad_token_id`), so padding is at 1 and a unit starts at 2.
+PAD_POSITION = 1
+FIRST_POSITION = PAD_POSITION + 1
 MIN_SEGMENT_TOKENS = 2  # stop packing when a new unit could hold fewer real tokens than this
 
 
-def empty_row(length: int) -> Batch:
+def empty_row(length: int, pad_id: int) -> Batch:
+    """A row of padding: the tokenizer's `pad_id`, at `PAD_POSITION`."""
     row = {name: np.zeros(length, dtype) for name, dtype in TOKEN_FIELDS.items()}
-    row["input_ids"][:] = Tokenizer.PAD_ID
-    row["positions"][:] = Tokenizer.PAD_ID
+    row["input_ids"][:] = pad_id
+    row["positions"][:] = PAD_POSITION
     return row
 
 
@@ -43,9 +47,10 @@ class RowPacker:
     """Appends units to a fixed-length row, numbering them 1, 2, …"""
 
     length: int
+    pad_id: int
 
     def __post_init__(self) -> None:
-        self.row = empty_row(self.length)
+        self.row = empty_row(self.length, self.pad_id)
         self.cursor = 0
         self.units = 0
         self.segments = 0
@@ -124,7 +129,7 @@ def monolingual_row(
 ) -> Batch:
     """Segments `<s> line </s>` from consecutive lines of `language`, starting at a random line
     (each followed by its placeholders when `placeholders` is given)."""
-    packer = RowPacker(length)
+    packer = RowPacker(length, tokenizer.pad_id)
     n_lines = source.num_lines(language)
     index = int(rng.integers(n_lines))
     slots_left = placeholders.max_per_row if placeholders else 0
@@ -137,7 +142,7 @@ def monolingual_row(
             break
         tokens = source.tokens(language, (index + taken) % n_lines, tokenizer)
         tokens = _window(tokens, budget, rng) if packer.units == 0 else tokens[:budget]
-        ids = np.concatenate([[Tokenizer.BOS_ID], tokens, [Tokenizer.EOS_ID]])
+        ids = np.concatenate([[tokenizer.bos_id], tokens, [tokenizer.eos_id]])
         side = np.full(len(ids), SIDE_SOURCE)
         lang = np.full(len(ids), lang_id)
         if placeholders:
@@ -178,7 +183,7 @@ def translation_pair_row(
     `reset_positions` restarts positions for the second sentence (XLM); XLM-R/InfoXLM keep them
     continuous.
     """
-    packer = RowPacker(length)
+    packer = RowPacker(length, tokenizer.pad_id)
     n_lines = source.num_lines(pair)
     index = int(rng.integers(n_lines))
     for taken in range(n_lines):
@@ -194,8 +199,8 @@ def translation_pair_row(
             if packer.units > 0:
                 break
             a, b = _fit_pair(a, b, budget)
-        side_a = np.concatenate([[Tokenizer.BOS_ID], a, [Tokenizer.EOS_ID]])
-        side_b = np.concatenate([[Tokenizer.EOS_ID], b, [Tokenizer.EOS_ID]])
+        side_a = np.concatenate([[tokenizer.bos_id], a, [tokenizer.eos_id]])
+        side_b = np.concatenate([[tokenizer.eos_id], b, [tokenizer.eos_id]])
         ids = np.concatenate([side_a, side_b])
         positions_a = FIRST_POSITION + np.arange(len(side_a))
         start_b = FIRST_POSITION if reset_positions else positions_a[-1] + 1
@@ -220,7 +225,7 @@ def _segment_pair_row(
 ) -> Batch:
     """Units of two segments `<s> x </s>` (side 0) and `<s> y </s>` (side 1), each with its
     own positions from 2, sharing `pair_ids`; `draw(i)` gives the i-th (x, y, lang_x, lang_y)."""
-    packer = RowPacker(length)
+    packer = RowPacker(length, tokenizer.pad_id)
     for taken in itertools.count():
         budget = packer.remaining - 4
         if budget < 2 * MIN_SEGMENT_TOKENS:
@@ -231,7 +236,7 @@ def _segment_pair_row(
                 break
             x, y = _fit_pair(x, y, budget)
         for i, (tokens, lang) in enumerate(((x, first_lang), (y, second_lang))):
-            ids = np.concatenate([[Tokenizer.BOS_ID], tokens, [Tokenizer.EOS_ID]])
+            ids = np.concatenate([[tokenizer.bos_id], tokens, [tokenizer.eos_id]])
             packer.add(
                 ids,
                 FIRST_POSITION + np.arange(len(ids)),

@@ -34,7 +34,6 @@ def mask_row(
     num_slots: int,
     special_ids: np.ndarray,
     mask_id: int,
-    first_regular_id: int,
     vocab_size: int,
     corruption: Corruption = BERT_CORRUPTION,
     stream: str = "",
@@ -63,8 +62,9 @@ def mask_row(
     to_mask = action < mask_share
     to_random = (action >= mask_share) & (action < mask_share + random_share)
     replacements[to_mask] = mask_id
-    # Regular pieces occupy [first_regular_id, mask_id); mask_id is the last id.
-    replacements[to_random] = rng.integers(first_regular_id, vocab_size - 1, size=to_random.sum())
+    specials = np.unique(special_ids)
+    draws = rng.integers(0, vocab_size - len(specials), size=to_random.sum())
+    replacements[to_random] = regular_ids(draws, specials)
 
     out = dict(row)
     out["input_ids"] = ids.copy()
@@ -81,3 +81,14 @@ def mask_row(
     out["pred_weights"] = np.zeros(num_slots, np.float32)
     out["pred_weights"][:n_predict] = 1.0
     return out
+
+
+def regular_ids(draws: np.ndarray, specials: np.ndarray) -> np.ndarray:
+    """The `draws`-th regular ids (0 the first id that is not special): uniform draws from
+    `[0, vocab_size - len(specials))` become uniform regular ids, wherever a tokenizer keeps its
+    special ids (XLM-R's at both ends, ModernBERT's after its pieces). `specials`: sorted,
+    distinct."""
+    ids = np.array(draws, np.int64)
+    for special in specials:  # in increasing order, each step past one more special id
+        ids += ids >= special
+    return ids

@@ -21,6 +21,7 @@ import os
 
 import numpy as np
 
+from xlpretrain.data.examples import FIRST_POSITION, PAD_POSITION
 from xlpretrain.data.sources import DataError, FileStats
 from xlpretrain.data.tokenizer import Tokenizer
 
@@ -95,6 +96,7 @@ class Encoded:
     lang_ids: tuple[int, int]  # of the first and the second side
     max_length: int
     plug_in: bool
+    pad_id: int  # the tokenizer's
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -110,8 +112,8 @@ class Encoded:
         shape = (len(indices), self.max_length)
         first_lang, second_lang = self.lang_ids
         batch = {
-            "input_ids": np.full(shape, Tokenizer.PAD_ID, np.int32),
-            "positions": np.full(shape, Tokenizer.PAD_ID, np.int32),  # as HF XLM-R pads them
+            "input_ids": np.full(shape, self.pad_id, np.int32),
+            "positions": np.full(shape, PAD_POSITION, np.int32),
             "segment_ids": np.zeros(shape, np.int32),
             "pair_ids": np.zeros(shape, np.int32),
             "side": np.zeros(shape, np.int32),
@@ -129,12 +131,13 @@ class Encoded:
             batch["pair_ids"][row, : len(ids)] = 1
             batch["side"][row, : len(ids)] = second
             batch["lang_ids"][row, : len(ids)] = np.where(second, second_lang, first_lang)
-            if self.plug_in:  # two segments, positions restarting at 2 in each
+            if self.plug_in:  # two segments, positions restarting in each
                 batch["segment_ids"][row, : len(ids)] = 1 + second
-                batch["positions"][row, : len(ids)] = 2 + np.where(second, steps - split, steps)
+                restarted = np.where(second, steps - split, steps)
+                batch["positions"][row, : len(ids)] = FIRST_POSITION + restarted
             else:
                 batch["segment_ids"][row, : len(ids)] = 1
-                batch["positions"][row, : len(ids)] = 2 + steps
+                batch["positions"][row, : len(ids)] = FIRST_POSITION + steps
             batch["labels"][row] = self.label_ids[index]
             batch["pred_weights"][row] = 1.0
         return batch
@@ -156,7 +159,7 @@ def encode_pairs(
         raise DataError(
             f"{pairs.stats.path}: label(s) {unknown} are not among the labels {list(label_ids)}"
         )
-    bos, eos = Tokenizer.BOS_ID, Tokenizer.EOS_ID
+    bos, eos = tokenizer.bos_id, tokenizer.eos_id
     rows, splits = [], []
     xs = tokenizer.encode_batch(pairs.premises)
     ys = tokenizer.encode_batch(pairs.hypotheses)
@@ -167,7 +170,7 @@ def encode_pairs(
         rows.append(np.array(first + second, np.int32))
         splits.append(len(first))
     labels = np.array([label_ids[label] for label in pairs.labels], np.int32)
-    return Encoded(rows, np.array(splits), labels, lang_ids, max_length, plug_in)
+    return Encoded(rows, np.array(splits), labels, lang_ids, max_length, plug_in, tokenizer.pad_id)
 
 
 @dataclasses.dataclass

@@ -245,7 +245,6 @@ class StepBatchBuilder(grain.transforms.Map):
             num_slots=spec.prediction_slots,
             special_ids=self._special_ids,
             mask_id=self.tokenizer.mask_id,
-            first_regular_id=Tokenizer.UNK_ID + 1,
             vocab_size=self.tokenizer.vocab_size,
             corruption=spec.corruption,
             stream=name,

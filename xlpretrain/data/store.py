@@ -5,7 +5,8 @@ Layout of a store folder::
 
     manifest.json                 format, tokenizer fingerprint, per key its shards (path,
                                   lines, tokens, bytes, SHA-256) and skipped lines by kind
-    tokenizer.model               the SentencePiece model the ids come from
+    tokenizer.model               the tokenizer the ids come from: a SentencePiece model, or
+    (or tokenizer.json)           a tokenizer.json with its tokenizer_config.json
     mono/<lang>/<i>.array_record  usable lines as token ids, int32, BLOCK lines to a record
     parallel/<l1>-<l2>/<i>.array_record
                                   the same for pairs, both sides of each
@@ -25,7 +26,7 @@ line `n`, and rows built from either are the same. Beside the shards, a small JS
 several keys) records what it was made from; `prepare` resumes from them.
 Start-up reads the manifest and checks each shard's size (one `stat` a shard); a shard's
 ArrayRecord index is read when it is first used, and `verify_store` reads every byte. Token
-ids are the run's own (`Tokenizer` ids), so the step loop never runs SentencePiece; `line`
+ids are the run's own (`Tokenizer` ids), so the step loop never runs the tokenizer; `line`
 decodes them for the tools that need text (retrieval).
 """
 
@@ -48,21 +49,33 @@ from xlpretrain.data.sources import (
     parse_pair,
 )
 from xlpretrain.data.streams import MONO, PARALLEL
-from xlpretrain.data.tokenizer import Tokenizer
+from xlpretrain.data.tokenizer import FILES, Tokenizer, tokenizer_file
 
 FORMAT = "xlpretrain-store/2"  # /2: shards carry their size and SHA-256
 BLOCK = 32  # lines per record
 MANIFEST = "manifest.json"
-TOKENIZER = Tokenizer.FILE
 
 
 class StoreError(DataError):
     """A store cannot be used as it is: the message names the file."""
 
 
-def fingerprint(tokenizer_path: str | os.PathLike[str]) -> str:
-    """The SHA-256 of a SentencePiece model file: what a store's ids were made with."""
-    return file_digest(tokenizer_path)
+def fingerprint(tokenizer: str | os.PathLike[str]) -> str:
+    """The SHA-256 of a tokenizer file: what a store's ids were made with."""
+    return file_digest(tokenizer)
+
+
+def tokenizer_path(store: str | os.PathLike[str]) -> str:
+    """The tokenizer file the store keeps; an error if it has none (or both kinds)."""
+    try:
+        found = tokenizer_file(store)
+    except ValueError as error:
+        raise StoreError(f"{error}: prepare the store again") from None
+    if found is None:
+        raise StoreError(
+            f"{store} has no tokenizer ({' or '.join(FILES)}): prepare the store again"
+        )
+    return str(found)
 
 
 def encode_block(lines: Sequence[Sequence[np.ndarray]]) -> bytes:
@@ -277,7 +290,7 @@ class _StoreSource:
 
     def _tokenizer(self) -> Tokenizer:
         if getattr(self, "_decoder", None) is None:
-            self._decoder = Tokenizer.load(os.path.join(self.path, TOKENIZER))
+            self._decoder = Tokenizer.load(tokenizer_path(self.path))
         return self._decoder
 
     def __getstate__(self) -> dict[str, Any]:
@@ -321,8 +334,7 @@ def open_store(
     (`verify_store` reads every byte)."""
     store = os.path.abspath(store)
     manifest = read_manifest(store)
-    if not os.path.isfile(os.path.join(store, TOKENIZER)):
-        raise StoreError(f"{os.path.join(store, TOKENIZER)} is missing: prepare the store again")
+    tokenizer_path(store)  # there, as the run's tokenizer may be the store's
     mono = parallel = None
     kinds = set(kinds)
     for kind in kinds:
@@ -346,14 +358,14 @@ def open_store(
     return mono, parallel
 
 
-def check_tokenizer(store: str | os.PathLike[str], tokenizer_path: str | os.PathLike[str]) -> None:
-    """The run's tokenizer must be the one the store's ids come from."""
+def check_tokenizer(store: str | os.PathLike[str], tokenizer: str | os.PathLike[str]) -> None:
+    """The run's tokenizer (the file `tokenizer`) must be the one the store's ids come from."""
     manifest = read_manifest(store)
-    theirs, ours = manifest["tokenizer"]["sha256"], fingerprint(tokenizer_path)
+    theirs, ours = manifest["tokenizer"]["sha256"], fingerprint(tokenizer)
     if theirs != ours:
         raise StoreError(
             f"{os.path.join(store, MANIFEST)}: its ids come from a tokenizer with SHA-256 "
-            f"{theirs[:12]}…, but the run's ({tokenizer_path}) is {ours[:12]}…: use the store's "
-            f"{TOKENIZER} (leave tokenizer.path empty in a new workdir) or prepare the store "
-            "with this tokenizer"
+            f"{theirs[:12]}…, but the run's ({tokenizer}) is {ours[:12]}…: use the store's "
+            "tokenizer (leave tokenizer.path empty in a new workdir) or prepare the store with "
+            "this tokenizer"
         )

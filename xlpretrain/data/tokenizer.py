@@ -1,7 +1,16 @@
-"""SentencePiece tokenizer with XLM-R's (fairseq) token-id layout, and training a new model.
+"""Tokenizers of two kinds behind one interface, and training a SentencePiece model.
 
-XLM-R checkpoints index their embedding matrix with fairseq's dictionary, not with raw
-SentencePiece ids, so the wrapper translates between the two:
+Everything past the tokenizer (packing, masking, the store, the converters, ``xlpretrain.load``)
+reads a ``Tokenizer``: ``encode``/``decode`` and the special ids by role, ``bos_id`` (what
+starts a unit: CLS where the tokenizer has one), ``eos_id`` (what ends one: SEP), ``pad_id``,
+``unk_id`` and ``mask_id``, so no id is assumed. ``Tokenizer.load`` picks the kind from the
+file: a ``.json`` is a Hugging Face ``tokenizer.json`` (``HFTokenizer``, e.g. mmBERT's or
+ModernBERT's, whose special ids are wherever its own files put them), anything else a
+SentencePiece model (``SentencePieceTokenizer``). A workdir, a checkpoint folder and a store
+keep the tokenizer under its kind's ``FILE`` (``tokenizer_file`` finds it).
+
+A SentencePiece model is seen through XLM-R's (fairseq) id layout, because XLM-R checkpoints
+index their embedding matrix with fairseq's dictionary, not with raw SentencePiece ids:
 
 ===========================  =====================
 SentencePiece id / piece      xlpretrain / XLM-R id
@@ -23,7 +32,10 @@ no pad piece), so every model goes through one mapping.
 
 from __future__ import annotations
 
+import abc
+import dataclasses
 import io
+import json
 import os
 import re
 import statistics
@@ -33,21 +45,118 @@ from pathlib import Path
 
 import numpy as np
 import sentencepiece as spm
+import tokenizers
 
 
-class Tokenizer:
+@dataclasses.dataclass(frozen=True)
+class SpecialIds:
+    """A tokenizer's special ids by role, for code that holds no tokenizer (a step function's
+    statistics, a benchmark's synthetic rows, an export's ``config.json``)."""
+
+    bos: int  # starts every unit (`<s>`, `[CLS]`)
+    pad: int
+    eos: int  # ends every unit (`</s>`, `[SEP]`)
+    unk: int
+    mask: int
+    others: tuple[int, ...] = ()  # further special tokens: never predicted, never drawn
+
+    def all(self) -> np.ndarray:
+        """Every special id, int32: the roles (bos, pad, eos, unk, mask), then the others."""
+        roles = (self.bos, self.pad, self.eos, self.unk, self.mask, *self.others)
+        return np.array(list(dict.fromkeys(roles)), np.int32)
+
+
+class Tokenizer(abc.ABC):
+    """What the rest of xlpretrain reads of a tokenizer (see the module docstring)."""
+
+    FILE: str  # its name in a workdir, a checkpoint folder and a store
+    special: SpecialIds
+    vocab_size: int  # every id is below it, the special ones included
+
+    @staticmethod
+    def load(path: str | os.PathLike) -> Tokenizer:
+        """The tokenizer in ``path``: a ``tokenizer.json`` (any ``.json``) or a SentencePiece
+        model (e.g. XLM-R's ``sentencepiece.bpe.model``)."""
+        if Path(path).suffix == ".json":
+            return HFTokenizer.from_file(path)
+        return SentencePieceTokenizer(Path(path).read_bytes())
+
+    @property
+    def bos_id(self) -> int:
+        return self.special.bos
+
+    @property
+    def pad_id(self) -> int:
+        return self.special.pad
+
+    @property
+    def eos_id(self) -> int:
+        return self.special.eos
+
+    @property
+    def unk_id(self) -> int:
+        return self.special.unk
+
+    @property
+    def mask_id(self) -> int:
+        return self.special.mask
+
+    def special_ids(self) -> np.ndarray:
+        """Every special id (roles first: bos, pad, eos, unk, mask), int32: never masked."""
+        return self.special.all()
+
+    @abc.abstractmethod
+    def save(self, path: str | os.PathLike) -> None:
+        """Writes the tokenizer as ``path`` (named ``FILE`` in a workdir), so a run's tokenizer
+        travels with its checkpoints."""
+
+    @abc.abstractmethod
+    def encode(self, text: str) -> np.ndarray:
+        """Token ids of ``text`` as int32, without special tokens (the task builder adds them)."""
+
+    @abc.abstractmethod
+    def encode_batch(
+        self, texts: Sequence[str], *, num_threads: int | None = None
+    ) -> list[np.ndarray]:
+        """``[encode(t) for t in texts]``, tokenized by the library's thread pool.
+
+        ``num_threads=None`` uses its default (all cores); pass a small number inside
+        data-loader worker processes so they do not oversubscribe the host.
+        """
+
+    @abc.abstractmethod
+    def decode(self, ids: Sequence[int]) -> str:
+        """Text of ``ids``; special ids (``<unk>`` included) are skipped."""
+
+    @abc.abstractmethod
+    def id_to_piece(self, i: int) -> str:
+        """The piece behind id ``i`` (a special id gives its token, e.g. ``<s>``)."""
+
+    def _valid(self, ids: Sequence[int]) -> np.ndarray:
+        """``ids`` as int64, checked to lie in the vocabulary, without the special ones."""
+        ids = np.asarray(ids, dtype=np.int64).reshape(-1)
+        if ids.size and (ids.min() < 0 or ids.max() >= self.vocab_size):
+            raise ValueError(f"token ids must lie in [0, {self.vocab_size}), got {ids}")
+        return ids[~np.isin(ids, self.special_ids())]
+
+    def _check_id(self, i: int) -> None:
+        if not 0 <= i < self.vocab_size:
+            raise IndexError(f"token id {i} out of range [0, {self.vocab_size})")
+
+
+class SentencePieceTokenizer(Tokenizer):
     """A SentencePiece model seen through XLM-R's id layout (see the module docstring)."""
 
-    FILE = "tokenizer.model"  # its name in a workdir, a checkpoint folder and a store
-
-    BOS_ID = 0
-    PAD_ID = 1
-    EOS_ID = 2
-    UNK_ID = 3
+    FILE = "tokenizer.model"
 
     def __init__(self, model_proto: bytes) -> None:
         """Wraps a serialized SentencePiece ``ModelProto`` (the bytes of a ``.model`` file)."""
         self._init(model_proto)
+
+    @staticmethod
+    def layout(vocab_size: int) -> SpecialIds:
+        """The special ids of every SentencePiece model of ``vocab_size`` ids (XLM-R's)."""
+        return SpecialIds(bos=0, pad=1, eos=2, unk=3, mask=vocab_size - 1)
 
     def _init(self, model_proto: bytes) -> None:
         sp = spm.SentencePieceProcessor(model_proto=model_proto)
@@ -60,18 +169,14 @@ class Tokenizer:
             )
         self._model_proto = bytes(model_proto)
         self._sp = sp
+        self.vocab_size = sp.GetPieceSize() + 2  # + <pad> + <mask>
+        self.special = self.layout(self.vocab_size)
         # spm id -> our id, one vectorised gather per encode.
         to_ours = np.arange(1, sp.GetPieceSize() + 1, dtype=np.int32)
-        to_ours[[0, 1, 2]] = [self.UNK_ID, self.BOS_ID, self.EOS_ID]
+        to_ours[[0, 1, 2]] = [self.unk_id, self.bos_id, self.eos_id]
         self._to_ours = to_ours
 
-    @classmethod
-    def load(cls, path: str | os.PathLike) -> Tokenizer:
-        """Loads a SentencePiece ``.model`` file (e.g. XLM-R's ``sentencepiece.bpe.model``)."""
-        return cls(Path(path).read_bytes())
-
     def save(self, path: str | os.PathLike) -> None:
-        """Writes the ``.model`` bytes, so a run's tokenizer travels with its checkpoints."""
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(self._model_proto)
@@ -83,58 +188,199 @@ class Tokenizer:
     def __setstate__(self, state: dict[str, bytes]) -> None:
         self._init(state["model_proto"])
 
-    @property
-    def vocab_size(self) -> int:
-        """Number of ids: SentencePiece pieces + ``<pad>`` + ``<mask>``."""
-        return self._sp.GetPieceSize() + 2
-
-    @property
-    def mask_id(self) -> int:
-        """``<mask>`` is the last id, as in fairseq / XLM-R."""
-        return self.vocab_size - 1
-
-    def special_ids(self) -> np.ndarray:
-        """The five special ids (``<s>``, ``<pad>``, ``</s>``, ``<unk>``, ``<mask>``), int32."""
-        return np.array(
-            [self.BOS_ID, self.PAD_ID, self.EOS_ID, self.UNK_ID, self.mask_id], dtype=np.int32
-        )
-
     def encode(self, text: str) -> np.ndarray:
-        """Token ids of ``text`` as int32, without ``<s>``/``</s>`` (the task builder adds them)."""
         return self._to_ours[np.asarray(self._sp.EncodeAsIds(text), dtype=np.int64)]
 
     def encode_batch(
         self, texts: Sequence[str], *, num_threads: int | None = None
     ) -> list[np.ndarray]:
-        """``[encode(t) for t in texts]``, but tokenized by SentencePiece's C++ thread pool.
-
-        ``num_threads=None`` uses SentencePiece's default (all cores); pass a small number
-        inside data-loader worker processes so they do not oversubscribe the host.
-        """
         kwargs = {} if num_threads is None else {"num_threads": num_threads}
         batch = self._sp.Encode(list(texts), out_type=int, **kwargs)
         return [self._to_ours[np.asarray(ids, dtype=np.int64)] for ids in batch]
 
     def decode(self, ids: Sequence[int]) -> str:
-        """Text of ``ids``; the five special ids (``<unk>`` included) are skipped."""
-        ids = np.asarray(ids, dtype=np.int64).reshape(-1)
-        if ids.size and (ids.min() < 0 or ids.max() >= self.vocab_size):
-            raise ValueError(f"token ids must lie in [0, {self.vocab_size}), got {ids}")
-        ids = ids[(ids > self.UNK_ID) & (ids != self.mask_id)]
-        return self._sp.DecodeIds((ids - 1).tolist())
+        return self._sp.DecodeIds((self._valid(ids) - 1).tolist())
 
     def id_to_piece(self, i: int) -> str:
-        """The piece behind id ``i`` (special ids give ``<s>``, ``<pad>``, ``</s>``, ...)."""
-        if not 0 <= i < self.vocab_size:
-            raise IndexError(f"token id {i} out of range [0, {self.vocab_size})")
-        specials = {
-            self.BOS_ID: "<s>",
-            self.PAD_ID: "<pad>",
-            self.EOS_ID: "</s>",
-            self.UNK_ID: "<unk>",
-            self.mask_id: "<mask>",
-        }
+        self._check_id(i)
+        s = self.special
+        specials = {s.bos: "<s>", s.pad: "<pad>", s.eos: "</s>", s.unk: "<unk>", s.mask: "<mask>"}
         return specials.get(i) or self._sp.IdToPiece(i - 1)
+
+
+# Where a tokenizer.json's special tokens are named, by role: the keys of the files beside it
+# (`HFTokenizer.SIDE_FILES`), the first one set wins (an encoder's units are [CLS] x [SEP], so
+# CLS and SEP come before BOS and EOS); failing those, its added special tokens spelled so.
+ROLE_KEYS = {
+    "bos": ("cls_token", "bos_token"),
+    "pad": ("pad_token",),
+    "eos": ("sep_token", "eos_token"),
+    "unk": ("unk_token",),
+    "mask": ("mask_token",),
+}
+ROLE_SPELLINGS = {
+    "bos": ("[CLS]", "<s>", "<cls>", "<bos>"),
+    "pad": ("[PAD]", "<pad>"),
+    "eos": ("[SEP]", "</s>", "<sep>", "<eos>"),
+    "unk": ("[UNK]", "<unk>"),
+    "mask": ("[MASK]", "<mask>"),
+}
+
+
+class HFTokenizer(Tokenizer):
+    """A Hugging Face ``tokenizer.json`` (``tokenizers``), its special ids found by role.
+
+    A role's token is the first of: the keys of ``tokenizer_config.json``, then of
+    ``special_tokens_map.json``, beside it (``ROLE_KEYS``); the tokenizer's own structure: its
+    post-processor's first and last special token (CLS, SEP), its model's unknown token, its
+    padding's token; an added special token spelled as the role is (``ROLE_SPELLINGS``). A
+    role none of them names is an error naming the file. ``save`` writes ``tokenizer.json`` as
+    read and a ``tokenizer_config.json`` naming every role, so a copy resolves the same ids.
+    """
+
+    FILE = "tokenizer.json"
+    CONFIG = "tokenizer_config.json"
+    SIDE_FILES = (CONFIG, "special_tokens_map.json")
+
+    def __init__(
+        self, text: str, configs: Mapping[str, Mapping] | None = None, source: str = FILE
+    ) -> None:
+        """``text``: a ``tokenizer.json``; ``configs``: the side files' contents by name;
+        ``source``: the file's path, for errors."""
+        self._text = text
+        self._backend = tokenizers.Tokenizer.from_str(text)
+        self._tokens = _role_tokens(json.loads(text), configs or {}, source)
+        ids = {}
+        for role, token in self._tokens.items():
+            ids[role] = self._backend.token_to_id(token)
+            if ids[role] is None:
+                raise ValueError(f"{source}: its {role} token {token!r} is not in its vocabulary")
+        added = self._backend.get_added_tokens_decoder()
+        others = sorted(i for i, t in added.items() if t.special and i not in ids.values())
+        self.special = SpecialIds(**ids, others=tuple(others))
+        self.vocab_size = max(self._backend.get_vocab(with_added_tokens=True).values()) + 1
+
+    @classmethod
+    def from_file(cls, path: str | os.PathLike) -> HFTokenizer:
+        """``path`` (a ``tokenizer.json``) with the side files beside it."""
+        path = Path(path)
+        configs = {
+            name: json.loads((path.parent / name).read_text(encoding="utf-8"))
+            for name in cls.SIDE_FILES
+            if (path.parent / name).is_file()
+        }
+        # Bytes, not text mode: a copy must keep the file's bytes (a store's fingerprint).
+        return cls(path.read_bytes().decode("utf-8"), configs, str(path))
+
+    def _config(self) -> dict[str, str]:
+        """``tokenizer_config.json`` naming every role, under each of its keys."""
+        config = {"tokenizer_class": "PreTrainedTokenizerFast"}
+        for role, keys in ROLE_KEYS.items():
+            config.update(dict.fromkeys(keys, self._tokens[role]))
+        return config
+
+    def save(self, path: str | os.PathLike) -> None:
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(self._text.encode("utf-8"))
+        config = json.dumps(self._config(), indent=2, ensure_ascii=False) + "\n"
+        (path.parent / self.CONFIG).write_text(config, encoding="utf-8")
+
+    # Pickled as text: grain worker processes rebuild the tokenizer on their side.
+    def __getstate__(self) -> dict:
+        return {"text": self._text, "config": self._config()}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__(state["text"], {self.CONFIG: state["config"]})
+
+    def encode(self, text: str) -> np.ndarray:
+        return np.asarray(self._backend.encode(text, add_special_tokens=False).ids, np.int32)
+
+    def encode_batch(
+        self, texts: Sequence[str], *, num_threads: int | None = None
+    ) -> list[np.ndarray]:
+        # tokenizers' thread pool is the process's and takes no cap per call: a cap encodes
+        # on this thread alone.
+        if num_threads is not None:
+            return [self.encode(text) for text in texts]
+        batch = self._backend.encode_batch(list(texts), add_special_tokens=False)
+        return [np.asarray(encoding.ids, np.int32) for encoding in batch]
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return self._backend.decode(self._valid(ids).tolist(), skip_special_tokens=True)
+
+    def id_to_piece(self, i: int) -> str:
+        self._check_id(i)
+        return self._backend.id_to_token(i) or ""
+
+
+FILES = (SentencePieceTokenizer.FILE, HFTokenizer.FILE)  # one in a workdir, folder or store
+
+
+def tokenizer_file(folder: str | os.PathLike) -> Path | None:
+    """The tokenizer a workdir, checkpoint folder or store keeps (either kind's ``FILE``), or
+    None; a folder with both is refused, as which one its ids come from would be a guess."""
+    found = [Path(folder) / name for name in FILES if (Path(folder) / name).is_file()]
+    if len(found) > 1:
+        raise ValueError(
+            f"{folder} holds both {found[0].name} and {found[1].name}: keep the one its ids "
+            "come from"
+        )
+    return found[0] if found else None
+
+
+def _role_tokens(data: Mapping, configs: Mapping[str, Mapping], source: str) -> dict[str, str]:
+    """Each role's token in a parsed ``tokenizer.json`` (see ``HFTokenizer``)."""
+    own = _structural_tokens(data)
+    special = {t["content"] for t in data.get("added_tokens", []) if t.get("special")}
+    tokens = {}
+    for role, keys in ROLE_KEYS.items():
+        named = [
+            _content(configs[name].get(key))
+            for name in HFTokenizer.SIDE_FILES
+            if name in configs
+            for key in keys
+        ]
+        spelled = [t for t in ROLE_SPELLINGS[role] if t in special]
+        found = next((t for t in [*named, own.get(role), *spelled] if t), None)
+        if found is None:
+            raise ValueError(
+                f"{source}: no {role} token ({' or '.join(keys)}): name it in a "
+                f'{HFTokenizer.CONFIG} beside it, e.g. {{"{keys[0]}": "..."}}'
+            )
+        tokens[role] = found
+    return tokens
+
+
+def _content(value) -> str | None:
+    """A side file's token: a string, or an ``AddedToken`` as a dict; None if unset."""
+    return value.get("content") if isinstance(value, Mapping) else value
+
+
+def _structural_tokens(data: Mapping) -> dict[str, str]:
+    """The roles a ``tokenizer.json`` gives by its structure: CLS and SEP from its
+    post-processor, the model's unknown token, the padding's token."""
+    tokens = {}
+    model = data.get("model") or {}
+    if isinstance(model.get("unk_token"), str):
+        tokens["unk"] = model["unk_token"]
+    elif isinstance(model.get("unk_id"), int):  # Unigram: an index into its vocabulary
+        tokens["unk"] = model["vocab"][model["unk_id"]][0]
+    if (data.get("padding") or {}).get("pad_token"):
+        tokens["pad"] = data["padding"]["pad_token"]
+    processors = [data.get("post_processor") or {}]
+    while processors:
+        processor = processors.pop()
+        processors.extend(processor.get("processors") or [])  # a Sequence of processors
+        if "cls" in processor and "sep" in processor:  # BertProcessing, RobertaProcessing
+            tokens.update(bos=processor["cls"][0], eos=processor["sep"][0])
+        template = processor.get("single") or []  # TemplateProcessing: e.g. [CLS] $A [SEP]
+        named = processor.get("special_tokens") or {}
+        for role, piece in (("bos", template[:1]), ("eos", template[-1:])):
+            if piece and "SpecialToken" in piece[0]:
+                name = piece[0]["SpecialToken"]["id"]
+                tokens[role] = (named.get(name) or {}).get("tokens", [name])[0]
+    return tokens
 
 
 def balanced_sample(
@@ -176,7 +422,7 @@ def train_tokenizer(
     seed: int = 0,
     model_type: str = "unigram",
     character_coverage: float = 0.9995,
-) -> Tokenizer:
+) -> SentencePieceTokenizer:
     """Trains a SentencePiece model on a language-balanced sample; writes it to ``model_path``.
 
     The model has ``vocab_size - 2`` pieces so that ``Tokenizer.vocab_size == vocab_size``
@@ -208,7 +454,7 @@ def train_tokenizer(
         if error is None:
             raise
         raise error from e
-    tokenizer = Tokenizer(writer.getvalue())
+    tokenizer = SentencePieceTokenizer(writer.getvalue())
     tokenizer.save(model_path)
     return tokenizer
 

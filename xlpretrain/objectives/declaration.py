@@ -16,6 +16,7 @@ from typing import Any
 import jax
 
 from xlpretrain.data.streams import StreamSpec
+from xlpretrain.data.tokenizer import SpecialIds
 from xlpretrain.masks import AttentionMask
 from xlpretrain.model.config import ModelConfig, ModelFamily
 from xlpretrain.objectives.flops import StepShape
@@ -55,13 +56,16 @@ class MaskRates:
 @dataclasses.dataclass(frozen=True)
 class Context:
     """What an objective reads of a run, resolved by the plan: the mask rates, the model's
-    shape (its language-embedding table aside: `language_embeddings` says whether it has one)
-    and the values of its own section."""
+    shape (its language-embedding table aside: `language_embeddings` says whether it has one),
+    the values of its own section and the special ids of the run's tokenizer."""
 
     mask_rates: MaskRates
     model: ModelConfig
     language_embeddings: bool = False
     own: Any = None  # `Section.values` of the objective's section; None without one
+    # Set once the run's tokenizer is loaded (`RunPlan.with_special_ids`); None in programs
+    # that compile steps with no tokenizer (aot, bench), whose losses leave out what needs it.
+    special: SpecialIds | None = None
 
 
 @dataclasses.dataclass(frozen=True)

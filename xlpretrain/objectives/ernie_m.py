@@ -19,7 +19,7 @@ import jax.numpy as jnp
 from xlpretrain import masks
 from xlpretrain.data.batch import SIDE_PSEUDO, Batch
 from xlpretrain.data.streams import MONO, PARALLEL, StreamSpec
-from xlpretrain.data.tokenizer import Tokenizer
+from xlpretrain.data.tokenizer import SpecialIds
 from xlpretrain.masks import catalog
 from xlpretrain.model.config import ModelFamily
 from xlpretrain.objectives import flops
@@ -61,23 +61,25 @@ def decode_pseudo_tokens(
     return jax.lax.stop_gradient(ids.astype(jnp.int32))
 
 
-def pseudo_token_statistics(ids: jax.Array, weights: jax.Array, vocab_size: int) -> dict:
-    """Share of special and of unknown ids among the pseudo tokens, and distinct/total ratio:
-    a collapsing generator shows up as many specials or few distinct tokens."""
+def pseudo_token_statistics(ids: jax.Array, weights: jax.Array, special: SpecialIds | None) -> dict:
+    """Share of special and of unknown ids among the pseudo tokens (given the tokenizer's
+    `special` ids), and distinct/total ratio: a collapsing generator shows up as many specials
+    or few distinct tokens."""
     valid = weights > 0
     count = jnp.maximum(valid.sum(), 1)
-    special = (ids <= Tokenizer.UNK_ID) | (ids == vocab_size - 1)
     ordered = jnp.sort(jnp.where(valid, ids, -1).ravel())
     distinct = ((ordered[1:] != ordered[:-1]) & (ordered[1:] >= 0)).sum() + (ordered[0] >= 0)
-    return {
-        "pseudo_special_share": (special & valid).sum() / count,
-        "pseudo_unknown_share": ((ids == Tokenizer.UNK_ID) & valid).sum() / count,
-        "pseudo_distinct_ratio": distinct / count,
-    }
+    stats = {"pseudo_distinct_ratio": distinct / count}
+    if special is not None:
+        is_special = jnp.isin(ids, jnp.asarray(special.all()))
+        stats["pseudo_special_share"] = (is_special & valid).sum() / count
+        stats["pseudo_unknown_share"] = ((ids == special.unk) & valid).sum() / count
+    return stats
 
 
-def make_btmlm(decode: str = "argmax", temperature: float = 1.0):
-    """The two-pass BTMLM objective `(params, batch, rng, model) -> (loss, metrics)`."""
+def make_btmlm(decode: str = "argmax", temperature: float = 1.0, special: SpecialIds | None = None):
+    """The two-pass BTMLM objective `(params, batch, rng, model) -> (loss, metrics)`; its
+    metrics count the special ids among the pseudo tokens where `special` gives them."""
 
     def btmlm(params, batch: Batch, rng: jax.Array, model: MaskedLM):
         decode_rng, dropout_rng = jax.random.split(rng)
@@ -110,9 +112,7 @@ def make_btmlm(decode: str = "argmax", temperature: float = 1.0):
             batch["pred_labels"],
             batch["pred_weights"],
         )
-        stats = pseudo_token_statistics(
-            pseudo, batch["placeholder_weights"], model.config.vocab_size
-        )
+        stats = pseudo_token_statistics(pseudo, batch["placeholder_weights"], special)
         return loss, {**metrics, **stats}
 
     return btmlm
@@ -185,7 +185,7 @@ BTMLM = Objective(
     "btmlm",
     ModelFamily.MASKED_LM,
     btmlm_stream,
-    lambda context: make_btmlm(context.own.decode, context.own.temperature),
+    lambda context: make_btmlm(context.own.decode, context.own.temperature, context.special),
     catalog.BY_OBJECTIVE["btmlm"],
     btmlm_flops,
     requires=(

@@ -163,7 +163,9 @@ def default_config() -> ml_collections.ConfigDict:
     cfg.data.per_objective = ml_collections.ConfigDict()
 
     cfg.tokenizer = ml_collections.ConfigDict()
-    cfg.tokenizer.path = ""  # a SentencePiece model; empty: train one into WORKDIR/tokenizer.model
+    # A SentencePiece model or a Hugging Face tokenizer.json; empty: train a SentencePiece model
+    # into WORKDIR/tokenizer.model.
+    cfg.tokenizer.path = ""
     cfg.tokenizer.sentences_per_language = 2000
 
     cfg.model = ml_collections.ConfigDict()

@@ -278,7 +278,7 @@ def build(plan: FineTunePlan, workdir: str, devices: list[jax.Device] | None = N
     plan.check_batch_divides(dict(mesh.shape))
     pretrained = folder.read(plan.init_path)
     if pretrained.tokenizer is None:
-        raise FileNotFoundError(f"{plan.init_path} has no tokenizer.model")
+        raise FileNotFoundError(f"{plan.init_path} has no tokenizer (tokenizer.model or .json)")
     workdir = os.path.abspath(workdir)
     check_workdir(workdir)
     resume_step = loop.checkpointer(workdir, plan.loop).latest_step()

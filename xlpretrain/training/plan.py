@@ -28,7 +28,7 @@ from xlpretrain.data.corpus import CorpusSettings, TfdsSettings, tokenizer_vocab
 from xlpretrain.data.held_out import DEFAULT_FRACTION
 from xlpretrain.data.pipeline import Corpus, StepBatchBuilder
 from xlpretrain.data.streams import MONO, SEGMENT_PAIRS, Phase, StreamSpec, phase_index
-from xlpretrain.data.tokenizer import Tokenizer
+from xlpretrain.data.tokenizer import SpecialIds, Tokenizer
 from xlpretrain.model.config import ModelConfig
 from xlpretrain.objectives.declaration import Context, MaskRates, Objective
 from xlpretrain.training.config import check_config
@@ -148,6 +148,12 @@ class RunPlan:
         config = {**self.config, "model": {**self.config["model"], "vocab_size": vocab_size}}
         contexts = {n: dataclasses.replace(c, model=model) for n, c in self.contexts.items()}
         return dataclasses.replace(self, model=model, contexts=contexts, config=config)
+
+    def with_special_ids(self, special: SpecialIds) -> RunPlan:
+        """The plan whose objectives know the special ids of the run's tokenizer, once it is
+        loaded (`Context.special`)."""
+        contexts = {n: dataclasses.replace(c, special=special) for n, c in self.contexts.items()}
+        return dataclasses.replace(self, contexts=contexts)
 
     def sized(self, workdir: str | None) -> RunPlan:
         """The plan with `model.vocab_size` 0 replaced by the size of the tokenizer the run
@@ -334,7 +340,7 @@ def resolve(cfg: ml_collections.ConfigDict) -> RunPlan:
             length + 2 <= cfg.model.max_positions,
             length_key,
             f"{length} ({name}) needs max_length + 2 <= model.max_positions="
-            f"{cfg.model.max_positions} (positions start at padding id + 1 = 2)",
+            f"{cfg.model.max_positions} (positions start at 2, after the padding position)",
         )
         streams[name] = objective.stream_spec(contexts[name]).at_length(length)
     for stage in run_stages:

@@ -132,6 +132,7 @@ def build(plan: RunPlan, workdir: str, devices: list[jax.Device] | None = None) 
             raise ConfigError(f"config key 'init.checkpoint': no folder {init_checkpoint}")
         pretrained = convert_folder.read(init_checkpoint)
     tokenizer = load_tokenizer(plan.corpus, workdir, corpus, plan.model.vocab_size)
+    plan = plan.with_special_ids(tokenizer.special)
 
     model, init_params = objectives_lib.build_model(
         plan.model_config(len(corpus.languages)), plan.objectives, plan.contexts

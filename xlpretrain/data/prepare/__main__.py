@@ -84,7 +84,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         default=(),
         help="the features naming a --parallel_tfds record's two languages",
     )
-    parser.add_argument("--tokenizer", default="", help="a SentencePiece model (Tokenizer ids)")
+    parser.add_argument(
+        "--tokenizer", default="", help="a SentencePiece model or a Hugging Face tokenizer.json"
+    )
     parser.add_argument("--vocab_size", type=int, default=0, help="train a tokenizer of N ids")
     parser.add_argument("--out", required=True, help="the store folder (created or resumed)")
     parser.add_argument("--workers", type=int, default=1, help="processes tokenizing pieces")

@@ -17,11 +17,12 @@ SHARD_FIELDS = ("lines", "tokens", "bytes", "sha256")  # what the manifest keeps
 
 def write_manifest(tasks: Sequence[Task], out: str) -> dict:
     """The manifest, from the finished pieces' JSONs (every piece must be finished)."""
+    tokenizer = store_lib.tokenizer_path(out)
     manifest = {
         "format": store_lib.FORMAT,
         "tokenizer": {
-            "sha256": store_lib.fingerprint(os.path.join(out, store_lib.TOKENIZER)),
-            "vocab_size": Tokenizer.load(os.path.join(out, store_lib.TOKENIZER)).vocab_size,
+            "sha256": store_lib.fingerprint(tokenizer),
+            "vocab_size": Tokenizer.load(tokenizer).vocab_size,
         },
     }
     for task in tasks:

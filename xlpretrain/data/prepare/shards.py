@@ -22,7 +22,7 @@ def run_task(task: Task, out: str, reading: Reading) -> None:
     done_path = os.path.join(out, task.name + ".json")
     if os.path.exists(done_path):  # from other settings: it must not vouch for the new shards
         os.remove(done_path)
-    tokenizer = Tokenizer.load(os.path.join(out, store_lib.TOKENIZER))
+    tokenizer = Tokenizer.load(store_lib.tokenizer_path(out))
     shards = {}
     for key, (texts, skipped) in sorted(documents(task, reading).items()):
         path = os.path.join(out, task.shard(key))

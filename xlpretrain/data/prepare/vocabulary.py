@@ -1,6 +1,6 @@
-"""The store's tokenizer: a copy of the one given, or one trained on a balanced sample of the
-inputs' first usable documents per language. Every shard is encoded with it, so a store keeps
-one for good.
+"""The store's tokenizer: a copy of the one given (a SentencePiece model or a `tokenizer.json`),
+or a SentencePiece model trained on a balanced sample of the inputs' first usable documents per
+language. Every shard is encoded with it, so a store keeps one for good.
 """
 
 from __future__ import annotations
@@ -13,7 +13,12 @@ from xlpretrain.data import store as store_lib
 from xlpretrain.data.prepare.inputs import Task, TfdsInput, plan
 from xlpretrain.data.prepare.readers import Reading, documents
 from xlpretrain.data.sources import DataError
-from xlpretrain.data.tokenizer import Tokenizer, train_tokenizer
+from xlpretrain.data.tokenizer import (
+    SentencePieceTokenizer,
+    Tokenizer,
+    tokenizer_file,
+    train_tokenizer,
+)
 
 SAMPLE_PIECES = 32  # pieces of a self-labelled TFDS split read for the tokenizer's sample
 
@@ -60,20 +65,22 @@ def store_tokenizer(
 ) -> None:
     """Puts the tokenizer into the store: a copy of `tokenizer`, or one trained on `sample` (per
     language, reading, seed); a store that has one keeps it, unless a different one is given."""
-    path = os.path.join(out, store_lib.TOKENIZER)
+    kept = tokenizer_file(out)
     if tokenizer:
         if not os.path.isfile(tokenizer):
             raise DataError(f"--tokenizer {tokenizer}: no such file")
-        if os.path.isfile(path):
-            if store_lib.fingerprint(path) != store_lib.fingerprint(tokenizer):
+        if kept is not None:
+            if store_lib.fingerprint(kept) != store_lib.fingerprint(tokenizer):
                 raise DataError(
-                    f"{path} differs from --tokenizer {tokenizer}: the store was begun with "
+                    f"{kept} differs from --tokenizer {tokenizer}: the store was begun with "
                     "another tokenizer; use a new --out"
                 )
             return
-        shutil.copyfile(tokenizer, path + ".tmp")
-        os.replace(path + ".tmp", path)
-    elif not os.path.isfile(path):
+        try:
+            _put(Tokenizer.load(tokenizer), out)
+        except ValueError as error:  # not a tokenizer of ours, e.g. a role it lacks
+            raise DataError(f"--tokenizer {tokenizer}: {error}") from None
+    elif kept is None:
         if shard[1] > 1:
             raise DataError(
                 "--shard needs the tokenizer in the store first: run once without --shard to "
@@ -81,9 +88,21 @@ def store_tokenizer(
             )
         per_language, reading, seed = sample
         texts = tokenizer_sample(files, tfds_inputs, per_language, reading)
+        path = os.path.join(out, SentencePieceTokenizer.FILE)
         train_tokenizer(texts, path + ".tmp", vocab_size, seed=seed)
         os.replace(path + ".tmp", path)
-    elif Tokenizer.load(path).vocab_size != vocab_size:
+    elif Tokenizer.load(kept).vocab_size != vocab_size:
         raise DataError(
-            f"{path} has {Tokenizer.load(path).vocab_size} ids, not --vocab_size {vocab_size}"
+            f"{kept} has {Tokenizer.load(kept).vocab_size} ids, not --vocab_size {vocab_size}"
         )
+
+
+def _put(tokenizer: Tokenizer, out: str) -> None:
+    """Saves `tokenizer` into the store through a staging folder, its own file last: a store
+    that has that file has the whole tokenizer (a `tokenizer.json`'s config beside it)."""
+    staging = os.path.join(out, "tokenizer.tmp")
+    shutil.rmtree(staging, ignore_errors=True)
+    tokenizer.save(os.path.join(staging, tokenizer.FILE))
+    for name in sorted(os.listdir(staging), key=lambda name: name == tokenizer.FILE):
+        os.replace(os.path.join(staging, name), os.path.join(out, name))
+    os.rmdir(staging)
