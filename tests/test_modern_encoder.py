@@ -24,6 +24,8 @@ from xlpretrain.model.layers import layer_norm
 from xlpretrain.model.modern import GLOBAL, ModernLayer, layer_schedule
 from xlpretrain.objectives.flops import attention_scores, encoder_matmuls
 from xlpretrain.parallel.sharding import make_mesh
+from xlpretrain.training import trainer as trainer_lib
+from xlpretrain.training.metrics import read_metrics
 from xlpretrain.training.plan import resolve
 from xlpretrain.training.step import setup_training
 
@@ -242,3 +244,32 @@ def test_the_python_apis_states_are_the_models_layer_by_layer():
     final = {"params": params["encoder"]["final_norm"]}
     normed = layer_norm(CONFIG, "final_norm").apply(final, states[:, 2])
     np.testing.assert_allclose(normed, after_two, atol=1e-5)
+
+
+def test_mmbert_phases_resume_exactly_across_a_boundary(udhr_run_config, tmp_path):
+    """ModernBERT layers, MMLM + TLM, mmBERT's phases (mask rate, α and languages stepping at
+    step 4 of 8): stopped at step 3 and resumed, the run logs the losses and data settings of an
+    uninterrupted one."""
+    phases = (
+        {"step": 0, "mono_mask_rate": 0.3, "mono_alpha": 0.7, "mono_languages": 2},
+        {"step": 4, "mono_mask_rate": 0.3, "mono_alpha": 0.7},
+        {"step": 4, "mono_mask_rate": 0.15, "mono_alpha": 0.3, "mono_languages": 4},
+    )
+
+    def run(workdir, **overrides):
+        cfg = udhr_run_config(data__anneal=phases, **overrides)
+        cfg.model.update(architecture="modernbert", absolute_positions=False, local_window=8)
+        trainer = trainer_lib.build(resolve(cfg), str(workdir), jax.devices()[:1])
+        try:
+            trainer_lib.run(trainer)
+        finally:
+            trainer.checkpointer.close()
+        return {r["step"]: r for r in read_metrics(workdir) if "loss" in r}
+
+    whole = run(tmp_path / "whole")
+    run(tmp_path / "resumed", train__stop_at=3)  # the old phase's last step
+    resumed = run(tmp_path / "resumed")
+    assert [whole[s]["data/mono_mask_rate"] for s in (3, 4)] == [0.3, 0.15]
+    for step in range(1, 9):
+        for key in ("loss", "data/mono_mask_rate", "data/mono_alpha", "data/mono_languages"):
+            np.testing.assert_allclose(resumed[step][key], whole[step][key], rtol=1e-5)
