@@ -156,3 +156,33 @@ def test_what_trains_is_among_the_refused_keys():
         assert key in refused, key
     tuned = {key for task, key, _ in CHANGES if task == "finetuning" and not is_neutral(task, key)}
     assert {"model.dropout_rate", "optim.layer_decay", "data.labels", "train.steps"} <= tuned
+
+
+@pytest.mark.parametrize(
+    "schedule, step, anneal_step, accepted",
+    [
+        ("wsd", 5, 0, True),  # still stable: the first 5 steps' rates are the longer run's
+        ("wsd", 9, 0, False),  # already decaying: the longer run would not have decayed yet
+        ("linear", 5, 0, False),  # a linear decay is set by the run's length from the start
+        ("wsd", 5, 0.5, False),  # an anneal point at half the run moves with its length
+    ],
+)
+def test_a_longer_run_is_accepted_where_it_only_lengthens_the_stable_part(
+    schedule, step, anneal_step, accepted, tmp_path
+):
+    """mmBERT's warm-up–stable–decay: train.steps 12 → 20 with a 4-step decay, resumed at
+    `step`."""
+
+    def config(steps: int) -> dict:
+        cfg = pretraining.default_config()
+        cfg.train.steps = steps
+        cfg.optim.update(schedule=schedule, warmup_steps=2, decay_steps=4)
+        cfg.data.anneal = ({"step": anneal_step, "mono_mask_rate": 0.3},)
+        return json.loads(cfg.to_json_best_effort())
+
+    (tmp_path / "config.json").write_text(json.dumps(config(12)))
+    if accepted:
+        check_resume(str(tmp_path), config(20), step)
+        return
+    with pytest.raises(ConfigError, match="; train.steps change the training"):
+        check_resume(str(tmp_path), config(20), step)

@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import jax
+import numpy as np
 import optax
 
 from xlpretrain.core.errors import ConfigError
@@ -109,6 +110,26 @@ def _neutral(key: str) -> bool:
     return any(key == n or (n.endswith(".") and key.startswith(n)) for n in RESUME_NEUTRAL)
 
 
+def _fractions_of_the_run(config: Mapping) -> bool:
+    """Whether a stage or a `data.anneal` point starts at a fraction of `train.steps` (a float),
+    so that a new `train.steps` moves it."""
+    points = [*config.get("schedule", ()), *config.get("data", {}).get("anneal", ())]
+    return any(isinstance(point.get("start_step", point.get("step")), float) for point in points)
+
+
+def only_lengthened(saved: Mapping, config: Mapping, step: int) -> bool:
+    """A new `train.steps` of a warm-up–stable–decay run that changes nothing a checkpoint at
+    `step` was trained with: both configs' schedules are `wsd`, every step so far has the same
+    learning rate under both (the run is still in its stable part), and no stage or anneal
+    point sits at a fraction of the run. (A linear decay is refused: the run's length sets it
+    from the first step, so a longer run is another schedule.)"""
+    schedules = {c.get("optim", {}).get("schedule", "linear") for c in (saved, config)}
+    if schedules != {"wsd"} or _fractions_of_the_run(saved) or _fractions_of_the_run(config):
+        return False
+    steps = np.arange(step + 1)
+    return bool(np.array_equal(_schedule(saved)(steps), _schedule(config)(steps)))
+
+
 def check_resume(
     workdir: str,
     config: Mapping,
@@ -117,8 +138,9 @@ def check_resume(
 ) -> None:
     """Logs how `config` (the run plan's record of its config) differs from the workdir's
     `config.json` for a run resuming at `step`; raises `ConfigError` when a change outside
-    `RESUME_NEUTRAL` is not accepted by `train.resume_with_changes`, and states what a changed
-    schedule means for the next step's learning rate. `derived` resolves what neutral keys
+    `RESUME_NEUTRAL` is not accepted by `train.resume_with_changes` (a longer `train.steps` that
+    `only_lengthened` the run is accepted), and states what a changed schedule means for the
+    next step's learning rate. `derived` resolves what neutral keys
     decide together that alters the training (which lines evaluation holds out of it) from a
     config read as a mapping, the new one or the saved one: compared as keys of its own."""
     path = os.path.join(workdir, CONFIG)
@@ -130,7 +152,8 @@ def check_resume(
     if derived is not None:
         old, new = derived(saved), derived(config)
         found += [(key, old[key], new[key]) for key in sorted(old) if old[key] != new[key]]
-    altering = [c for c in found if not _neutral(c[0])]
+    lengthened = any(c[0] == "train.steps" for c in found) and only_lengthened(saved, config, step)
+    altering = [c for c in found if not (_neutral(c[0]) or (c[0] == "train.steps" and lengthened))]
     listed = ", ".join(f"{key} {_value(old)} → {_value(new)}" for key, old, new in found)
     if altering and not config["train"]["resume_with_changes"]:
         keys = ", ".join(key for key, _, _ in altering)
