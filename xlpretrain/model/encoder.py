@@ -73,64 +73,41 @@ class Encoder(nn.Module):
         cross_mask_fn: masks.MaskFn | None = None,
     ) -> jax.Array:
         cfg = self.config
-        if cfg.architecture == "modernbert":
-            return self._modern(x, meta, mask_fn, deterministic, memory, cross_mask_fn)
-        layer = EncoderLayer
+        modern = cfg.architecture == "modernbert"
+        layer = ModernLayer if modern else EncoderLayer
         if cfg.remat != "none":
             # prevent_cse is unnecessary inside scan and only blocks optimisations there.
             layer = nn.remat(
                 layer, policy=_REMAT_POLICIES[cfg.remat], prevent_cse=not cfg.scan_layers
             )
-        table = None
-        if cfg.relative_position != "none" and cfg.share_relative_table:
-            table = relative_table_param(self, cfg)  # one d for all layers; gates per layer
+        # Each layer's last input: ModernBERT's slice of the layer schedule (window, rotary
+        # base), scanned alongside its parameters; XLM-R's shared relative-position table (one d
+        # for all layers; gates per layer), or None, the same for every layer.
+        if modern:
+            last, last_axis = layer_schedule(cfg), 0
+        else:
+            last, last_axis = None, nn.broadcast
+            if cfg.relative_position != "none" and cfg.share_relative_table:
+                last = relative_table_param(self, cfg)
         if cfg.scan_layers:
             stack = nn.scan(
                 layer,
                 variable_axes={"params": 0},
                 split_rngs={"params": True, "dropout": True},
-                in_axes=(nn.broadcast, nn.broadcast, nn.broadcast),
+                in_axes=(nn.broadcast, nn.broadcast, last_axis),
                 length=cfg.num_layers,
                 metadata_params={nn.PARTITION_NAME: "layers"},
             )
             x, _ = stack(cfg, mask_fn, deterministic, cross_mask_fn, name="layers")(
-                x, meta, memory, table
-            )
-            return x
-        for i in range(cfg.num_layers):
-            x, _ = layer(cfg, mask_fn, deterministic, cross_mask_fn, name=f"layers_{i}")(
-                x, meta, memory, table
-            )
-        return x
-
-    def _modern(self, x, meta, mask_fn, deterministic, memory, cross_mask_fn) -> jax.Array:
-        """The ModernBERT stack: each layer reads its window and rotary base from the
-        schedule (scanned alongside its parameters), then the final norm."""
-        cfg = self.config
-        layer = ModernLayer
-        if cfg.remat != "none":
-            layer = nn.remat(
-                layer, policy=_REMAT_POLICIES[cfg.remat], prevent_cse=not cfg.scan_layers
-            )
-        schedule = layer_schedule(cfg)
-        if cfg.scan_layers:
-            stack = nn.scan(
-                layer,
-                variable_axes={"params": 0},
-                split_rngs={"params": True, "dropout": True},
-                in_axes=(nn.broadcast, nn.broadcast, 0),
-                length=cfg.num_layers,
-                metadata_params={nn.PARTITION_NAME: "layers"},
-            )
-            x, _ = stack(cfg, mask_fn, deterministic, cross_mask_fn, name="layers")(
-                x, meta, memory, schedule
+                x, meta, memory, last
             )
         else:
             for i in range(cfg.num_layers):
+                mine = {key: value[i] for key, value in last.items()} if modern else last
                 x, _ = layer(cfg, mask_fn, deterministic, cross_mask_fn, name=f"layers_{i}")(
-                    x, meta, memory, {key: value[i] for key, value in schedule.items()}
+                    x, meta, memory, mine
                 )
-        return layer_norm(cfg, "final_norm")(x)
+        return layer_norm(cfg, "final_norm")(x) if modern else x
 
 
 class MaskedLM(nn.Module):
