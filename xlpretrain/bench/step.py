@@ -35,7 +35,7 @@ from xlpretrain.data.batch import (
 )
 from xlpretrain.data.examples import FIRST_POSITION, PAD_POSITION
 from xlpretrain.data.masking import regular_ids
-from xlpretrain.data.pipeline import iterators, make_dataset
+from xlpretrain.data.pipeline import iterators
 from xlpretrain.data.streams import SEGMENT_PAIRS, StreamSpec, max_predictions
 from xlpretrain.data.tokenizer import SentencePieceTokenizer
 from xlpretrain.objectives.flops import FLOP_FORMULA, StepShape
@@ -131,12 +131,7 @@ def pipeline_benchmark(plan: RunPlan, steps: int, workdir: str) -> dict:
     comparable with the step's tokens/s, and the share of slots holding real tokens."""
     corpus = corpus_lib.load_corpus(plan.corpus, plan.sources())
     tokenizer = corpus_lib.load_tokenizer(plan.corpus, workdir, corpus, plan.model.vocab_size)
-    dataset = make_dataset(
-        plan.batch_builder(corpus, tokenizer),
-        steps + 1,
-        num_workers=plan.pipeline.num_workers,
-        prefetch=plan.pipeline.prefetch,
-    )
+    dataset = plan.pipeline.dataset(plan.batch_builder(corpus, tokenizer), steps + 1)
     with iterators(dataset) as new_iterator:
         iterator = new_iterator()
         next(iterator)  # start-up: workers, file opening, first packing

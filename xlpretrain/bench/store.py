@@ -102,7 +102,7 @@ def measure(config_json: str, store: str, steps: int) -> dict:
     """Start-up, memory and row tokens/s of the pipeline on `store` (run in a fresh process):
     `config_json` is the run's config as its plan records it (`RunPlan.config`)."""
     from xlpretrain.data import corpus as corpus_lib
-    from xlpretrain.data.pipeline import iterators, make_dataset
+    from xlpretrain.data.pipeline import iterators
     from xlpretrain.data.tokenizer import Tokenizer
     from xlpretrain.training.plan import resolve_record
 
@@ -113,12 +113,7 @@ def measure(config_json: str, store: str, steps: int) -> dict:
     start = time.perf_counter()
     corpus = corpus_lib.load_corpus(plan.corpus, plan.sources())
     tokenizer = Tokenizer.load(store_lib.tokenizer_path(store))
-    dataset = make_dataset(
-        plan.batch_builder(corpus, tokenizer),
-        steps + 1,
-        num_workers=plan.pipeline.num_workers,
-        prefetch=plan.pipeline.prefetch,
-    )
+    dataset = plan.pipeline.dataset(plan.batch_builder(corpus, tokenizer), steps + 1)
     with iterators(dataset) as new_iterator:
         iterator = new_iterator()
         next(iterator)

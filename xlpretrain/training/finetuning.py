@@ -45,7 +45,6 @@ from xlpretrain.data.pairs import (
     encode_pairs,
     read_pairs,
 )
-from xlpretrain.data.pipeline import make_dataset
 from xlpretrain.data.sources import DataError, format_stats, parse_pair
 from xlpretrain.model.classifier import PairClassifier
 from xlpretrain.parallel.sharding import global_batch, under_mesh
@@ -346,12 +345,7 @@ def run(tuning: FineTuning) -> dict | None:
         loop.Loop(
             tuning.workdir,
             tuning.training,
-            make_dataset(
-                tuning.batches,
-                plan.loop.steps,
-                num_workers=plan.pipeline.num_workers,
-                prefetch=plan.pipeline.prefetch,
-            ),
+            plan.pipeline.dataset(tuning.batches, plan.loop.steps),
             loop.checkpointer(tuning.workdir, plan.loop),
             **loop.settings(plan.loop),
             evaluate=evaluate if plan.loop.eval_every else None,

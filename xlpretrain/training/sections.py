@@ -12,14 +12,16 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+import grain
 import jax
 import jax.numpy as jnp
 import optax
 
 from xlpretrain.core.errors import check
+from xlpretrain.data.pipeline import make_dataset
 from xlpretrain.parallel.rules import Rules, as_rules, data_parallel_axes
 
 SCHEDULES = ("linear", "wsd")
@@ -197,3 +199,9 @@ class PipelineSettings:
     @classmethod
     def of(cls, config: Mapping[str, Any]) -> PipelineSettings:
         return cls(config["data"]["num_workers"], config["data"]["prefetch"])
+
+    def dataset(self, batches: Callable[[int], Any], steps: int) -> grain.IterDataset:
+        """`data.pipeline.make_dataset` of `batches` (step → this process's batches) over
+        `steps` steps, with these workers and prefetch: every task's input, and the
+        benchmarks' of it."""
+        return make_dataset(batches, steps, num_workers=self.num_workers, prefetch=self.prefetch)

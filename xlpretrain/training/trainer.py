@@ -25,7 +25,7 @@ from xlpretrain.data.corpus import (
     load_tokenizer,
     split_off_held_out,
 )
-from xlpretrain.data.pipeline import Corpus, StepBatchBuilder, make_dataset
+from xlpretrain.data.pipeline import Corpus, StepBatchBuilder
 from xlpretrain.data.sampling import format_sampling_table
 from xlpretrain.training import loop, warm_start
 from xlpretrain.training import workdir as workdir_lib
@@ -180,12 +180,7 @@ def run(trainer: Trainer) -> TrainState:
     """Trains from the newest readable checkpoint (or step 0) to `train.stop_at` or
     `train.steps` on the shared loop (`xlpretrain.training.loop`)."""
     plan = trainer.plan
-    dataset = make_dataset(
-        trainer.builder,
-        plan.loop.steps,
-        num_workers=plan.pipeline.num_workers,
-        prefetch=plan.pipeline.prefetch,
-    )
+    dataset = plan.pipeline.dataset(trainer.builder, plan.loop.steps)
     return loop.run(
         loop.Loop(
             trainer.workdir,
