@@ -179,16 +179,24 @@ def config_from_hf(hf_config: Mapping, source: str | os.PathLike = "config.json"
             f"{source}: unsupported architecture: model_type={model_type!r}; from-hf converts "
             f"XLM-R / RoBERTa masked LMs (model_type one of {MODEL_TYPES})"
         )
-    for key, value in FIXED_HF_SETTINGS.items():
+    check_hf_settings(hf_config, source, FIXED_HF_SETTINGS, CONFIG_KEYS.values(), "encoder")
+    return ModelConfig(**{ours: hf_config[key] for ours, key in CONFIG_KEYS.items()})
+
+
+def check_hf_settings(
+    hf_config: Mapping, source: str | os.PathLike, fixed: Mapping, read: Iterable[str], model: str
+) -> None:
+    """Refuses an HF config that sets one of the `fixed` settings (ours) otherwise, naming it,
+    or lacks a key the conversion `read`s; `model` names ours in the message."""
+    for key, value in fixed.items():
         if key in hf_config and hf_config[key] != value:
             raise ValueError(
-                f"{source}: {key}={hf_config[key]!r} is not supported; xlpretrain's encoder "
+                f"{source}: {key}={hf_config[key]!r} is not supported; xlpretrain's {model} "
                 f"has {key}={value!r}"
             )
-    missing = [key for key in CONFIG_KEYS.values() if key not in hf_config]
+    missing = [key for key in read if key not in hf_config]
     if missing:
         raise ValueError(f"{source}: missing key(s) {', '.join(missing)}")
-    return ModelConfig(**{ours: hf_config[key] for ours, key in CONFIG_KEYS.items()})
 
 
 def config_to_hf(

@@ -38,6 +38,7 @@ from xlpretrain.convert.hf import (
     OPTION_REASONS,
     Part,
     Rule,
+    check_hf_settings,
     export_ids,
     export_tensors,
     import_tensors,
@@ -144,15 +145,7 @@ def config_from_hf(hf_config: Mapping, source: str | os.PathLike = "config.json"
         raise ValueError(
             f"{source}: model_type={hf_config.get('model_type')!r} is not {MODEL_TYPE!r}"
         )
-    for key, value in FIXED_HF_SETTINGS.items():
-        if key in hf_config and hf_config[key] != value:
-            raise ValueError(
-                f"{source}: {key}={hf_config[key]!r} is not supported; xlpretrain's ModernBERT "
-                f"has {key}={value!r}"
-            )
-    missing = [key for key in CONFIG_KEYS.values() if key not in hf_config]
-    if missing:
-        raise ValueError(f"{source}: missing key(s) {', '.join(missing)}")
+    check_hf_settings(hf_config, source, FIXED_HF_SETTINGS, CONFIG_KEYS.values(), "ModernBERT")
     dropout = hf_config["embedding_dropout"]
     if hf_config.get("mlp_dropout", dropout) != dropout:
         raise ValueError(
