@@ -11,14 +11,17 @@ The recipe in one run (the three phases are `data.anneal` points at their bounda
 tokens, of which pre-training 2.3 T (60 languages, 30 % masked, sampling α 0.7), mid-training
 0.6 T (110 languages, 15 %, α 0.5) and the decay phase 0.1 T (every language, 5 %, α 0.3), on
 a warm-up–stable–decay learning rate whose decay is the decay phase (ModernBERT's 1-sqrt shape).
-The merge of the decay phase's checkpoints is a separate command, `python -m xlpretrain.convert
-merge WORKDIR --steps N1,N2,... --out DIR` (docs/modern.md). Not yet here: mid-training's context
-extension to 8,192 tokens (a row length per stage). The learning rate, batch and warm-up are
-ours: the facts above do not give them.
+Mid-training extends the context from 1,024 to 8,192 tokens: from its first step the rows are
+8 times longer and 8 times fewer (the same tokens a step), a second stage of the `schedule`
+whose new shapes compile its step once, announced in the log. The merge of the decay phase's
+checkpoints is a separate command, `python -m xlpretrain.convert merge WORKDIR --steps
+N1,N2,... --out DIR` (docs/modern.md). The learning rate, batch and warm-up are ours: the facts
+above do not give them.
 
 tiny trains on the demo corpus on 2 CPU cores in about a minute and a half (884 k tokens),
 with TLM and CAMLM beside MMLM (the cross-lingual objectives on the modern backbone), its phases
-scaled to its 300 steps and its 40 languages joining 10 → 20 → 40.
+scaled to its 300 steps, its 40 languages joining 10 → 20 → 40 and its context extended from
+128 to 256 tokens.
 """
 
 from xlpretrain.training.config import default_config
@@ -48,6 +51,21 @@ def phases(languages: tuple[int, int, int]) -> tuple[dict, ...]:
     return tuple(points)
 
 
+def context_extension(
+    objectives: dict[str, float], rows: int, length: int, factor: int
+) -> tuple[dict, ...]:
+    """`schedule`: the objectives train on `rows` rows of `length` tokens each until
+    mid-training, then on rows `factor` times as long and `factor` times fewer."""
+    longer = {
+        "batch_size": dict.fromkeys(objectives, rows // factor),
+        "max_length": dict.fromkeys(objectives, length * factor),
+    }
+    return (
+        {"start_step": 0, "objectives": objectives},
+        {"start_step": MID, "objectives": objectives, **longer},
+    )
+
+
 def get_config(arg: str = "base"):
     size = arg or "base"
     if size not in SIZES:
@@ -75,18 +93,20 @@ def get_config(arg: str = "base"):
         cfg.train.steps = 300
         cfg.train.log_every = 50
         cfg.data.update(max_length=128, batch_size=8, mono_alpha=0.7, parallel_alpha=0.5)
-        cfg.model.max_positions = 130
+        cfg.model.max_positions = 256
         cfg.optim.update(learning_rate=2e-3, warmup_steps=30)
-        cfg.objectives.update(mmlm=1.0, tlm=0.5, camlm=0.5)
+        objectives, factor = {"mmlm": 1.0, "tlm": 0.5, "camlm": 0.5}, 2
         cfg.data.anneal = phases((10, 20, 40))
         cfg.eval.every_steps = 150
     else:
-        # 3 T tokens in 1,024-token rows, 4,096 rows a step: 715 k steps.
+        # 3 T tokens a step of 4 M tokens (4,096 rows of 1,024, then 512 of 8,192): 715 k steps.
         cfg.data.update(max_length=1024, batch_size=4096, mono_alpha=0.7)
         cfg.model.update(max_positions=8192, dtype="bfloat16")
         cfg.train.steps = round(3e12 / (1024 * 4096))
         cfg.optim.update(learning_rate=8e-4 if size == "small" else 5e-4, warmup_steps=2_000)
-        cfg.objectives.mmlm = 1.0
+        objectives, factor = {"mmlm": 1.0}, 8
         cfg.data.anneal = phases((60, 110, 1833))
+    cfg.objectives.mmlm = 0.0  # the schedule sets them
+    cfg.schedule = context_extension(objectives, cfg.data.batch_size, cfg.data.max_length, factor)
     cfg.optim.decay_steps = round((1.0 - DECAY) * cfg.train.steps)
     return cfg

@@ -38,6 +38,26 @@ def test_points_are_joined_linearly_and_held_outside():
     assert [joins.value("mono_languages", s) for s in (0, 10, 19, 20, 99)] == [60, 60, 60, 110, 110]
 
 
+def test_the_highest_value_of_a_span_of_steps():
+    """A stage's prediction slots are sized by the highest mask rate of its steps: at its ends
+    or at a point inside; a jump at its first step counts from its later value."""
+    rising = Anneal.from_config(
+        (
+            {"step": 0, "mono_mask_rate": 0.1},
+            {"step": 40, "mono_mask_rate": 0.3},
+            {"step": 60, "mono_mask_rate": 0.2},
+            {"step": 60, "mono_mask_rate": 0.05},
+        ),
+        100,
+    )
+    assert rising.maximum("mono_mask_rate", 0, 20) == pytest.approx(0.2)  # its last step
+    assert rising.maximum("mono_mask_rate", 0, 59) == pytest.approx(0.3)  # a point inside
+    assert rising.maximum("mono_mask_rate", 60, 100) == pytest.approx(0.05)  # after the jump
+    assert rising.maximum("mono_mask_rate") == pytest.approx(0.3)
+    falling = Anneal.from_config(MMBERT, total_steps=100)
+    assert falling.maximum("mono_mask_rate", 50, 100) == pytest.approx(0.15)  # its first step
+
+
 @pytest.mark.parametrize(
     "points, message",
     [

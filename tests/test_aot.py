@@ -65,6 +65,25 @@ def test_cli_sizes_a_mesh_larger_than_this_process_has():
     assert report["peak_gib"] > 0
 
 
+def test_each_stage_sizes_its_own_shapes():
+    """Context extension: a stage of rows twice as long and half as many compiles its own
+    step, which `--stage` sizes (default: the last)."""
+    cfg = tiny_config(data=8, fsdp=1, tensor=1)
+    cfg.objectives.mmlm = 0.0
+    longer = {"batch_size": {"mmlm": 8}, "max_length": {"mmlm": 64}}
+    cfg.schedule = (
+        {"start_step": 0, "objectives": {"mmlm": 1.0}},
+        {"start_step": 5, "objectives": {"mmlm": 1.0}, **longer},
+    )
+    plan = resolve(cfg)
+    first, last = aot.size_step(plan, 8, stage=0), aot.size_step(plan, 8)
+    assert (first["stage"], first["rows"]) == (1, {"mmlm": [16, 32]})
+    assert (last["stage"], last["rows"]) == (2, {"mmlm": [8, 64]})
+    assert "stage 2: mmlm 8 × 64 (global rows × tokens)" in aot.format_report(last)
+    bad = aot_cli("--devices", "8", "--stage", "2")
+    assert bad.returncode == 2 and "--stage 2: the run has 1 stage(s), from 1" in bad.stderr
+
+
 def aot_cli(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "xlpretrain.aot", "--config", "configs/xlmr.py:tiny", *args],

@@ -139,7 +139,7 @@ def test_each_objectives_flops_equal_the_hand_count(name):
     plan = _flops_plan(name)
     objective = objectives.get(name)
     shape = StepShape(tokens=64, length=32, predictions=10)
-    flops = objective.flops(plan.contexts[name], plan.streams[name], shape)
+    flops = objective.flops(plan.contexts[name], plan.stage_streams[0][name], shape)
     assert flops == HAND_COUNTED_FLOPS[name]
 
 

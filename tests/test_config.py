@@ -189,13 +189,39 @@ def test_batch_sizes_combine_stage_over_objective_over_default():
     "stage_rows, key, message",
     [
         ({"camlm": 8}, "schedule[1].batch_size.camlm", "not an objective of this stage"),
-        ({"mmlm": 0}, "schedule[1].batch_size.mmlm", "must be an int > 0"),
-        ({"mmlm": 2.5}, "schedule[1].batch_size.mmlm", "must be an int > 0"),
+        ({"mmlm": 0}, "schedule[1].batch_size.mmlm", "must be an int >= 1"),
+        ({"mmlm": 2.5}, "schedule[1].batch_size.mmlm", "must be an int >= 1"),
     ],
 )
 def test_stage_batch_size_errors_name_the_key(stage_rows, key, message):
     with pytest.raises(config_lib.ConfigError, match=f"'{re.escape(key)}': {message}"):
         resolve(_two_stages(**stage_rows))
+
+
+@pytest.mark.parametrize(
+    "lengths, key, message",
+    [
+        ({"camlm": 64}, "schedule[1].max_length.camlm", "not an objective of this stage"),
+        ({"mmlm": 4}, "schedule[1].max_length.mmlm", "must be an int >= 8"),
+        ({"mmlm": 513}, "schedule[1].max_length.mmlm", "513 \\(mmlm\\) is longer than the 512"),
+    ],
+)
+def test_stage_row_length_errors_name_the_key(lengths, key, message):
+    cfg = _two_stages()
+    cfg.schedule = (cfg.schedule[0], {**cfg.schedule[1], "max_length": lengths})
+    with pytest.raises(config_lib.ConfigError, match=f"'{re.escape(key)}': {message}"):
+        resolve(cfg)
+
+
+def test_a_stage_sets_its_own_row_length():
+    """A stage's max_length beats data.per_objective's, which beats data.max_length."""
+    cfg = _two_stages()
+    cfg.data.per_objective.tlm.max_length = 48
+    cfg.schedule = (cfg.schedule[0], {**cfg.schedule[1], "max_length": {"mmlm": 256}})
+    first, second = resolve(cfg).stages
+    assert first.lengths == {"mmlm": 128, "tlm": 48}
+    assert second.lengths == {"mmlm": 256, "tlm": 48}
+    assert second.lengths_keys["mmlm"] == "schedule[1].max_length.mmlm"
 
 
 def test_batch_checks_name_the_key_that_set_the_rows():

@@ -363,11 +363,19 @@ def test_missing_kind_is_a_clear_error(corpus, tokenizer):
         _builder(mono_only, tokenizer)
 
 
-def test_phases_choose_each_steps_streams_and_rows(corpus, tokenizer):
-    """From its start step a phase draws only its streams, at its rows; a row's content does
-    not depend on how many rows the phase draws."""
+def test_phases_choose_each_steps_streams_rows_and_length(corpus, tokenizer):
+    """From its start step a phase draws only its streams, at its rows and row length; a row's
+    content does not depend on how many rows the phase draws."""
+    mmlm, tlm = (StreamSpec(MONO, 0.15).at_length(64), StreamSpec(PARALLEL, 0.25).at_length(64))
+    longer = mmlm.at_length(128)
     phased = _builder(
-        corpus, tokenizer, phases=[Phase(0, {"mmlm": 8, "tlm": 8}), Phase(3, {"mmlm": 2})]
+        corpus,
+        tokenizer,
+        phases=[
+            Phase(0, {"mmlm": 8, "tlm": 8}, {"mmlm": mmlm, "tlm": tlm}),
+            Phase(3, {"mmlm": 2}, {"mmlm": mmlm}),
+            Phase(5, {"mmlm": 2}, {"mmlm": longer}),
+        ],
     )
     second = phased.map(1)  # logged step 2: the first phase
     assert {name: b["input_ids"].shape[0] for name, b in second.items()} == {"mmlm": 8, "tlm": 8}
@@ -375,8 +383,14 @@ def test_phases_choose_each_steps_streams_and_rows(corpus, tokenizer):
     assert set(third) == {"mmlm"} and third["mmlm"]["input_ids"].shape == (2, 64)
     whole = _builder(corpus, tokenizer).map(2)["mmlm"]["input_ids"]
     np.testing.assert_array_equal(third["mmlm"]["input_ids"], whole[:2])
-    with pytest.raises(ValueError, match=r"\['camlm'\].*no StreamSpec"):
-        _builder(corpus, tokenizer, phases=[Phase(0, {"camlm": 2})])
+    fifth = phased.map(4)["mmlm"]  # logged step 5: the third phase, rows of 128 tokens
+    assert fifth["input_ids"].shape == (2, 128)
+    assert fifth["pred_positions"].shape == (2, longer.prediction_slots)
+    assert (fifth["segment_ids"][:, 64:] > 0).any()  # packed past the shorter length
+    with pytest.raises(ValueError, match=r"rows of \['camlm'\] but streams \['mmlm'\]"):
+        Phase(0, {"camlm": 2}, {"mmlm": mmlm})
+    with pytest.raises(ValueError, match=r"\['mmlm'\] have no row length"):
+        Phase(0, {"mmlm": 2}, {"mmlm": StreamSpec(MONO, 0.15)})
 
 
 def annealed(corpus, tokenizer, *points):
@@ -399,14 +413,15 @@ def test_alpha_and_mask_rates_anneal_with_the_step(skewed_corpus, udhr_tokenizer
         {"step": 60, "mono_alpha": 0.3, "parallel_alpha": 0.3, "mono_mask_rate": 0.05},
     )
     plan, corpus, builder = run_builder(cfg)
-    assert plan.streams["mmlm"].mask_rate == 0.3 and plan.streams["tlm"].mask_rate == 0.15
+    streams = plan.stage_streams[0]
+    assert streams["mmlm"].mask_rate == 0.3 and streams["tlm"].mask_rate == 0.15
     specials = Tokenizer.load(cfg.tokenizer.path).special_ids()
     for steps, alpha, rate in ((range(0, 50), 1.0, 0.3), (range(60, 110), 0.3, 0.05)):
         drawn = row_languages(builder, corpus, steps)  # the schedule reads logged step + 1
         masked = real = 0
         for step in steps:
             mmlm = builder.map(step)["mmlm"]
-            assert mmlm["pred_positions"].shape[1] == plan.streams["mmlm"].prediction_slots
+            assert mmlm["pred_positions"].shape[1] == streams["mmlm"].prediction_slots
             original = np.where(mmlm["is_masked"] > 0, mmlm["labels"], mmlm["input_ids"])
             masked += int(mmlm["is_masked"].sum())
             real += int(((mmlm["segment_ids"] > 0) & ~np.isin(original, specials)).sum())

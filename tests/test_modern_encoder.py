@@ -5,6 +5,8 @@ objective trains on it, or is refused with the reason; a sharded step equals one
 FLOPs count the new layers by hand. Its Hugging Face interop is tests/test_modernbert.py's.
 """
 
+import logging
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -146,7 +148,7 @@ def test_every_objective_trains_on_modernbert(name):
     model, init = objectives.build_model(plan.model_config(4), plan.objectives, plan.contexts)
     training = setup_training(plan, model, init, make_mesh(1, 1, 1, jax.devices()[:1]))
     rng = np.random.default_rng(0)
-    batch = {name: synthetic_batch(8, plan.streams[name], plan.model.vocab_size, rng)}
+    batch = {name: synthetic_batch(8, plan.stage_streams[0][name], plan.model.vocab_size, rng)}
     before = jax.device_get(training.state.params)
     state = training.state
     for _ in range(2):  # the first step's learning rate is 0 (warm-up)
@@ -181,7 +183,8 @@ def test_a_sharded_step_equals_one_device():
     model, init = objectives.build_model(plan.model_config(4), plan.objectives, plan.contexts)
     rng = np.random.default_rng(3)
     batch = {
-        n: synthetic_batch(8, plan.streams[n], plan.model.vocab_size, rng) for n in plan.streams
+        n: synthetic_batch(8, plan.stage_streams[0][n], plan.model.vocab_size, rng)
+        for n in plan.stage_streams[0]
     }
     results = []
     for mesh in (make_mesh(1, 1, 1, jax.devices()[:1]), make_mesh(2, 2, 2, jax.devices()[:8])):
@@ -246,18 +249,32 @@ def test_the_python_apis_states_are_the_models_layer_by_layer():
     np.testing.assert_allclose(normed, after_two, atol=1e-5)
 
 
-def test_mmbert_phases_resume_exactly_across_a_boundary(udhr_run_config, tmp_path):
+def test_mmbert_phases_resume_exactly_across_a_boundary(udhr_run_config, tmp_path, caplog):
     """ModernBERT layers, MMLM + TLM, mmBERT's phases (mask rate, α and languages stepping at
-    step 4 of 8): stopped at step 3 and resumed, the run logs the losses and data settings of an
-    uninterrupted one."""
+    step 4 of 8) and its context extension (8 rows of 32 tokens, then 4 of 64, the new shapes
+    announced and compiled): stopped at step 3 and resumed, the run logs the losses and data
+    settings of an uninterrupted one."""
     phases = (
         {"step": 0, "mono_mask_rate": 0.3, "mono_alpha": 0.7, "mono_languages": 2},
         {"step": 4, "mono_mask_rate": 0.3, "mono_alpha": 0.7},
         {"step": 4, "mono_mask_rate": 0.15, "mono_alpha": 0.3, "mono_languages": 4},
     )
+    weights = {"mmlm": 1.0, "tlm": 0.5}
+    schedule = (
+        {"start_step": 0, "objectives": weights},
+        {
+            "start_step": 4,
+            "objectives": weights,
+            "batch_size": dict.fromkeys(weights, 4),
+            "max_length": dict.fromkeys(weights, 64),
+        },
+    )
 
     def run(workdir, **overrides):
-        cfg = udhr_run_config(data__anneal=phases, **overrides)
+        cfg = udhr_run_config(
+            data__anneal=phases, objectives=dict.fromkeys(weights, 0.0), schedule=schedule,
+            **overrides,
+        )  # fmt: skip
         cfg.model.update(architecture="modernbert", absolute_positions=False, local_window=8)
         trainer = trainer_lib.build(resolve(cfg), str(workdir), jax.devices()[:1])
         try:
@@ -266,7 +283,13 @@ def test_mmbert_phases_resume_exactly_across_a_boundary(udhr_run_config, tmp_pat
             trainer.checkpointer.close()
         return {r["step"]: r for r in read_metrics(workdir) if "loss" in r}
 
-    whole = run(tmp_path / "whole")
+    with caplog.at_level(logging.INFO, logger="xlpretrain"):
+        whole = run(tmp_path / "whole")
+    assert (
+        "step 4: stage 2/2: mmlm 1, tlm 0.5; `loss` sums these; rows × tokens: mmlm 4 × 64 "
+        "(was 8 × 32), tlm 4 × 64 (was 8 × 32): new shapes, its step compiles"
+    ) in caplog.messages
+    assert any(m.startswith("step 4: stage 2's step compiled and ran in") for m in caplog.messages)
     run(tmp_path / "resumed", train__stop_at=3)  # the old phase's last step
     resumed = run(tmp_path / "resumed")
     assert [whole[s]["data/mono_mask_rate"] for s in (3, 4)] == [0.3, 0.15]

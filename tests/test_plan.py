@@ -78,21 +78,32 @@ def shapes(batches) -> dict:
     }
 
 
-def most_predictions(cfg, plan, name: str) -> int:
-    """The most tokens a row of objective `name` can have predicted, read from the config:
-    max(1, round(rate · L)) for a row whose L tokens are all maskable, at the highest rate its
-    rows are masked at — its own rate for each kind of corpus it reads, or `data.anneal`'s
-    highest for that kind where the schedule anneals it."""
+def row_length(cfg, stage: int, name: str) -> int:
+    """Objective `name`'s row length in stage `stage`, read from the config: the stage's
+    `max_length`, else `data.per_objective`'s, else `data.max_length`."""
+    staged = cfg.schedule[stage].get("max_length", {}) if cfg.schedule else {}
+    default = cfg.data.per_objective.get(name, {}).get("max_length", cfg.data.max_length)
+    return staged.get(name, default)
+
+
+def most_predictions(cfg, plan, stage: int, name: str) -> int:
+    """The most tokens a row of objective `name` can have predicted in stage `stage`, read
+    from the config: max(1, round(rate · L)) for a row whose L tokens are all maskable, at the
+    highest rate its rows are masked at — its own rate for each kind of corpus it reads, or
+    the highest of `data.anneal`'s over the stage's steps and after training (held-out rows)."""
     declared = objectives_lib.get(name).stream_spec(plan.contexts[name])
-    length = cfg.data.per_objective.get(name, {}).get("max_length", cfg.data.max_length)
     rates = {MONO: declared.mask_rate} if declared.kind == MONO else {PARALLEL: declared.mask_rate}
     if declared.kind == SEGMENT_PAIRS and declared.mono_fraction > 0:
         rates[MONO] = declared.mono_mask_rate
     anneal = Anneal.from_config(cfg.data.anneal, cfg.train.steps)
+    first = plan.stages[stage].start_step
+    last = plan.stages[stage + 1].start_step - 1 if stage + 1 < len(plan.stages) else None
     for kind in rates:
-        if f"{kind}_mask_rate" in anneal:
-            rates[kind] = anneal.maximum(f"{kind}_mask_rate")
-    return max(1, round(max(rates.values()) * length))
+        key = f"{kind}_mask_rate"
+        if key in anneal:
+            final = anneal.points[key][1][-1]
+            rates[kind] = max(anneal.maximum(key, first, last or cfg.train.steps), final)
+    return max(1, round(max(rates.values()) * row_length(cfg, stage, name)))
 
 
 @pytest.mark.parametrize(
@@ -109,14 +120,15 @@ def test_plan_bench_and_pipeline_batches_have_one_shape(file, arg, data, udhr, u
         real = shapes(builder.map(stage.start_step))  # dataset index k is logged step k + 1
         assert set(real) == set(stage.weights), f"stage {index}"
         for name, fields in real.items():
-            length = cfg.data.per_objective.get(name, {}).get("max_length", cfg.data.max_length)
+            length = row_length(cfg, index, name)
             assert fields["input_ids"][0] == (cfg.train.grad_accum, length), name
             (slots,) = {fields[f][0][1] for f in ("pred_positions", "pred_labels", "pred_weights")}
-            needed = most_predictions(cfg, plan, name)  # ⌈rate · L⌉ slots: at most one to spare
+            needed = most_predictions(cfg, plan, index, name)  # ⌈rate · L⌉: one to spare at most
             assert needed <= slots <= needed + 1, f"{name}: {slots} slots for {needed}"
         assert shapes(plan.abstract_batches(index, sharding)) == real, f"stage {index}"
+        streams = plan.stage_streams[index]
         synthetic = {
-            name: bench.synthetic_batch(rows, plan.streams[name], cfg.model.vocab_size, rng)
+            name: bench.synthetic_batch(rows, streams[name], cfg.model.vocab_size, rng)
             for name, rows in stage.rows.items()
         }
         assert shapes(synthetic) == real, f"stage {index}"

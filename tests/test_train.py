@@ -324,10 +324,11 @@ def test_ernie_m_stages_switch_objectives(udhr_run_config, tmp_path, caplog):
         run(cfg, tmp_path, jax.devices()[:1])
     records = read_metrics(tmp_path)
     assert [r["stage"] for r in records] == [0, 0, 1, 1, 1, 1]  # stage 2 from step 3 = 0.5 · 6
-    announced = [m for m in caplog.messages if ": stage " in m]
+    announced = [m for m in caplog.messages if "`loss` sums these" in m]
     assert announced == [
         "step 1: stage 1/2: mmlm 1, tlm 1, camlm 1; `loss` sums these",
-        "step 3: stage 2/2: mmlm 1, tlm 1, camlm 1, btmlm 1; new: btmlm; `loss` sums these",
+        "step 3: stage 2/2: mmlm 1, tlm 1, camlm 1, btmlm 1; new: btmlm; `loss` sums these; "
+        "rows × tokens: mmlm 8 × 32 (was 16 × 32): new shapes, its step compiles",
     ]
     for r in records:
         assert {"loss/mmlm", "loss/tlm", "loss/camlm"} <= set(r)

@@ -168,14 +168,14 @@ def step_batch_builder(
     max_length = options.pop("max_length", 64)
     streams = {n: s if s.max_length else s.at_length(max_length) for n, s in streams.items()}
     settings = dict(
-        phases=[Phase(0, rows)],
+        phases=[Phase(0, rows, streams)],
         seed=0,
         mono_alpha=0.3,
         parallel_alpha=0.3,
         pack=True,
         reset_positions=False,
     )
-    return StepBatchBuilder(corpus, tokenizer, streams, **{**settings, **options})
+    return StepBatchBuilder(corpus, tokenizer, **{**settings, **options})
 
 
 def udhr_subset(udhr: pathlib.Path, root: pathlib.Path, languages: Sequence[str]) -> pathlib.Path:

@@ -1,8 +1,11 @@
 """Ahead-of-time sizing: `python -m xlpretrain.aot --config configs/X.py
-(--devices N | --topology v5p:4x4x4 | --topology h100:8) [--mesh DATA,FSDP,TENSOR] [--json]`,
+(--devices N | --topology v5p:4x4x4 | --topology h100:8) [--mesh DATA,FSDP,TENSOR] [--stage N]
+[--json]`,
 and the fused attention's kernels alone: `python -m xlpretrain.aot --kernels h100 [--tiles S]`.
 
-Compiles the config's train step (its last stage) for a mesh without that hardware — the state
+Compiles the config's train step (its last stage, or stage `--stage N` as the log numbers them
+from 1: a staged run compiles one step per stage, and a stage of longer rows — context
+extension — may need more memory) for a mesh without that hardware — the state
 and batch abstract (`setup_training(materialize=False)`), nothing allocated — and reports
 per-device memory: parameters and optimizer state (from their shardings), and XLA's own account
 of the compiled program (arguments, outputs, temporaries: activations and workspace).
@@ -82,9 +85,10 @@ def topology_devices(name: str) -> list:
         ) from error
 
 
-def size_step(plan: RunPlan, devices: int | list) -> dict:
-    """Per-device memory of the plan's train step compiled for `devices`: a number of fake
-    CPU devices, or the devices of a TPU topology (`topology_devices`)."""
+def size_step(plan: RunPlan, devices: int | list, stage: int | None = None) -> dict:
+    """Per-device memory of the train step of the plan's stage `stage` (0-based; default the
+    last) compiled for `devices`: a number of fake CPU devices, or the devices of a TPU
+    topology (`topology_devices`)."""
     import jax
 
     from xlpretrain import objectives as objectives_lib
@@ -96,14 +100,14 @@ def size_step(plan: RunPlan, devices: int | list) -> dict:
             raise ValueError(f"--devices {devices}: only {jax.device_count()} devices are visible")
         devices = jax.devices()[:devices]
     platform = devices[0].platform
-    last = len(plan.stages) - 1  # a staged run's last stage: every objective it adds
+    index = len(plan.stages) - 1 if stage is None else stage
     model, init_params = objectives_lib.build_model(
         plan.model_config(num_languages=8, kernel_platform=platform), plan.objectives, plan.contexts
     )
     mesh = plan.mesh.make(devices)
     training = setup_training(plan, model, init_params, mesh, materialize=False)
-    batch = plan.abstract_batches(last, training.batch_sharding)
-    lowered = training.step_fns[last].lower(training.state, batch)
+    batch = plan.abstract_batches(index, training.batch_sharding)
+    lowered = training.step_fns[index].lower(training.state, batch)
     refused, kernels = False, None
     try:
         if platform == "gpu":  # and how ptxas built the fused attention's kernels
@@ -130,7 +134,13 @@ def size_step(plan: RunPlan, devices: int | list) -> dict:
         "devices": len(devices),
         "device_kind": kind,
         "mesh": dict(mesh.shape),
-        "objectives": sorted(plan.stages[last].weights),
+        "stage": index + 1,
+        "objectives": sorted(plan.stages[index].weights),
+        # Global rows × tokens per row of each objective: the batch compiled for.
+        "rows": {
+            name: [fields["input_ids"][0][0], fields["input_ids"][0][1]]
+            for name, fields in sorted(plan.batch_shapes(index).items())
+        },
         "parameters_gib": _shard_bytes(training.state.params) / GIB,
         "optimizer_gib": _shard_bytes(training.state.opt_state) / GIB,
         "batch_gib": _shard_bytes(batch) / GIB,
@@ -170,8 +180,10 @@ def kernel_table(gpu: str, tiles_spec: str = "") -> Iterator[str]:
 def format_report(report: dict) -> str:
     mesh = " × ".join(f"{axis}={size}" for axis, size in report["mesh"].items())
     lines = [
-        f"{report['devices']} devices ({report['device_kind']}), mesh {mesh}, objectives "
-        f"{', '.join(report['objectives'])}",
+        f"{report['devices']} devices ({report['device_kind']}), mesh {mesh}, stage "
+        f"{report['stage']}: "
+        + ", ".join(f"{n} {rows} × {length}" for n, (rows, length) in report["rows"].items())
+        + " (global rows × tokens)",
         f"per device: parameters {report['parameters_gib']:.2f} GiB, optimizer state "
         f"{report['optimizer_gib']:.2f} GiB, batch {report['batch_gib']:.3f} GiB",
         f"compiled step: arguments {report['arguments_gib']:.2f} GiB + temporaries "
@@ -212,6 +224,9 @@ def main(argv: list[str] | None = None) -> None:
         type=_mesh_argument,
         help="DATA,FSDP,TENSOR (one may be -1); default: the config's",
     )
+    parser.add_argument(
+        "--stage", type=int, help="the stage whose step to size, from 1 (default: the last)"
+    )
     parser.add_argument("--json", action="store_true")
     args, overrides = parser.parse_known_args(argv)
     # Before JAX starts: this host's accelerators are not the target; the CPU backend is the
@@ -241,8 +256,11 @@ def main(argv: list[str] | None = None) -> None:
     cfg = flags.FLAGS.config
     if args.mesh:
         cfg.mesh.data, cfg.mesh.fsdp, cfg.mesh.tensor = args.mesh
+    plan = resolve(cfg)
+    if args.stage is not None and not 1 <= args.stage <= len(plan.stages):
+        parser.error(f"--stage {args.stage}: the run has {len(plan.stages)} stage(s), from 1")
     devices = topology_devices(args.topology) if args.topology else args.devices
-    report = size_step(resolve(cfg), devices)
+    report = size_step(plan, devices, None if args.stage is None else args.stage - 1)
     print(json.dumps(report) if args.json else format_report(report))
 
 

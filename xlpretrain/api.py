@@ -75,8 +75,7 @@ class Model:
         self.languages: tuple[str, ...] = pretrained.languages
         self.kind: str = pretrained.kind
         self.batch_size = batch_size
-        # Positions run from pad+1 to max_positions-1.
-        self.max_length = self.config.max_positions - self.config.pad_token_id - 1
+        self.max_length = self.config.longest_row
 
     # --- public API -------------------------------------------------------------------------
 

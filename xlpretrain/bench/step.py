@@ -171,7 +171,7 @@ def benchmark(plan: RunPlan, steps: int, warmup: int, peak_tflops: float = 0.0) 
     training = setup_training(plan, model, init_params, plan.mesh.make())
     step_fn = training.step_fns[last]
     rng = np.random.default_rng(0)
-    streams = plan.streams
+    streams = plan.stage_streams[last]
     shapes = {  # (global rows, length) per objective
         name: (rows, streams[name].max_length) for name, rows in plan.stages[last].rows.items()
     }
@@ -214,7 +214,7 @@ def benchmark(plan: RunPlan, steps: int, warmup: int, peak_tflops: float = 0.0) 
         "config_objectives": sorted(active),
         "device": f"{jax.device_count()} x {device.device_kind}",
         "batch_size": sum(rows for rows, _ in shapes.values()),  # every objective's rows
-        "max_length": plan.max_length,
+        "max_length": max(length for _, length in shapes.values()),
         "dtype": plan.model.dtype,
         "steps": steps,
         "compile_and_warmup_s": round(compile_and_warmup_s, 3),

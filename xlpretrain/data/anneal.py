@@ -82,8 +82,14 @@ class Anneal:
         (s0, s1), (v0, v1) = steps[after - 1 : after + 1], values[after - 1 : after + 1]
         return v0 + (v1 - v0) * (step - s0) / (s1 - s0)
 
-    def maximum(self, key: str) -> float:
-        return max(self.points[key][1])
+    def maximum(self, key: str, first: int = 0, last: int | None = None) -> float:
+        """The highest value of `key` from logged step `first` to `last` (default: any
+        step): at either end or at a point between them (a jump's earlier value too, which
+        only bounds what the steps before it reach)."""
+        steps, values = self.points[key]
+        last = steps[-1] if last is None else last
+        inside = [v for s, v in zip(steps, values, strict=True) if first < s <= last]
+        return max([self.value(key, first), self.value(key, last), *inside])
 
     def settled(self) -> Anneal:
         """The schedule held at its last values (held-out rows are built with these)."""

@@ -67,13 +67,13 @@ def language_vocabulary(
 
 class StepBatchBuilder(grain.transforms.Map):
     """Builds, for one step index, `{stream: Batch}` for the streams of that step's phase:
-    this process's share of each one's global rows (rows `process_rows(...)` of them)."""
+    this process's share of each one's global rows (rows `process_rows(...)` of them), at the
+    phase's row length."""
 
     def __init__(
         self,
         corpus: Corpus,
         tokenizer: Tokenizer,
-        streams: Mapping[str, StreamSpec],
         phases: Sequence[Phase],
         *,
         seed: int,
@@ -85,15 +85,8 @@ class StepBatchBuilder(grain.transforms.Map):
         process_count: int = 1,
         anneal: Anneal | None = None,
     ):
-        unknown = sorted({name for p in phases for name in p.rows} - set(streams))
-        if unknown:
-            raise ValueError(f"phases draw streams {unknown} that have no StreamSpec")
-        unresolved = sorted(name for name, spec in streams.items() if spec.max_length <= 0)
-        if unresolved:
-            raise ValueError(f"streams {unresolved} have no row length (StreamSpec.at_length)")
         self.corpus = corpus
         self.tokenizer = tokenizer
-        self.streams = dict(streams)
         self.anneal = anneal  # α, mask rates and languages by step, where given
         self._alpha = {MONO: mono_alpha, PARALLEL: parallel_alpha}
         self.seed = seed
@@ -105,12 +98,11 @@ class StepBatchBuilder(grain.transforms.Map):
             {n: process_rows(rows, process_index, process_count, n) for n, rows in p.rows.items()}
             for p in self.phases
         ]
-        kinds = set().union(*(spec.sources() for spec in self.streams.values()))
+        every = [(name, spec) for p in self.phases for name, spec in p.streams.items()]
+        kinds = set().union(*(spec.sources() for _, spec in every))
 
         def readers(kind: str) -> str:
-            return ", ".join(
-                sorted(n for n, spec in self.streams.items() if kind in spec.sources())
-            )
+            return ", ".join(sorted({n for n, spec in every if kind in spec.sources()}))
 
         self._mono_keys, self._mono_p = [], np.zeros(0)
         self._pair_keys, self._pair_p = [], np.zeros(0)
@@ -133,11 +125,14 @@ class StepBatchBuilder(grain.transforms.Map):
             self._pair_keys = list(self.parallel_probabilities)
             self._pair_p = np.array(list(self.parallel_probabilities.values()))
         self._special_ids = tokenizer.special_ids()
-        self._placeholders = {
-            name: self._placeholder_spec(name, spec)
-            for name, spec in self.streams.items()
-            if spec.placeholder_ratio > 0
-        }
+        self._placeholders = [  # per phase: its placeholder slots follow its row length
+            {
+                name: self._placeholder_spec(name, spec)
+                for name, spec in p.streams.items()
+                if spec.placeholder_ratio > 0
+            }
+            for p in self.phases
+        ]
 
     def _placeholder_spec(self, name: str, spec: StreamSpec) -> Placeholders:
         targets = list(spec.target_languages) or self.corpus.languages
@@ -218,7 +213,9 @@ class StepBatchBuilder(grain.transforms.Map):
             **options,
         )
 
-    def _row(self, name: str, spec: StreamSpec, step: int, row: int) -> Batch:
+    def _row(
+        self, name: str, spec: StreamSpec, placeholders: Placeholders | None, step: int, row: int
+    ) -> Batch:
         stream_id = zlib.crc32(name.encode())  # adding an objective leaves others' streams alone
         rng = np.random.default_rng([self.seed, stream_id, step, row])
         length, logged = spec.max_length, step + 1  # the schedule is by logged step
@@ -231,7 +228,7 @@ class StepBatchBuilder(grain.transforms.Map):
         elif spec.kind == MONO:
             rate = self._rate(MONO, spec.mask_rate, logged)
             unmasked = self._monolingual(
-                monolingual_row, rng, length, logged, placeholders=self._placeholders.get(name)
+                monolingual_row, rng, length, logged, placeholders=placeholders
             )
         else:
             rate = self._rate(PARALLEL, spec.mask_rate, logged)
@@ -249,17 +246,23 @@ class StepBatchBuilder(grain.transforms.Map):
             corruption=spec.corruption,
             stream=name,
         )
-        if name in self._placeholders:
-            masked.update(placeholder_fields(unmasked, self._placeholders[name].max_per_row))
+        if placeholders is not None:
+            masked.update(placeholder_fields(unmasked, placeholders.max_per_row))
         return masked
 
     def map(self, step: int) -> dict[str, Batch]:
         """The batches of dataset index `step`, i.e. of logged step `step + 1`."""
         step = int(step)
-        rows = self.rows[phase_index(self.phases, step + 1)]
+        phase = phase_index(self.phases, step + 1)
+        streams, placeholders = self.phases[phase].streams, self._placeholders[phase]
         return {
-            name: stack_rows([self._row(name, self.streams[name], step, r) for r in range(*span)])
-            for name, span in rows.items()
+            name: stack_rows(
+                [
+                    self._row(name, streams[name], placeholders.get(name), step, r)
+                    for r in range(*span)
+                ]
+            )
+            for name, span in self.rows[phase].items()
         }
 
 

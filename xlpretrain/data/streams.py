@@ -90,10 +90,22 @@ class StreamSpec:
 @dataclasses.dataclass(frozen=True)
 class Phase:
     """From logged step `start_step` on (the first phase starts at 0), each step draws
-    `rows[name]` global rows of stream `name`, and no other stream."""
+    `rows[name]` global rows of stream `name`, built as `streams[name]` says (its row length
+    among them), and no other stream."""
 
     start_step: int
     rows: Mapping[str, int]
+    streams: Mapping[str, StreamSpec]
+
+    def __post_init__(self) -> None:
+        if set(self.rows) != set(self.streams):
+            raise ValueError(
+                f"phase at step {self.start_step}: rows of {sorted(self.rows)} but streams "
+                f"{sorted(self.streams)}"
+            )
+        unresolved = sorted(n for n, spec in self.streams.items() if spec.max_length <= 0)
+        if unresolved:
+            raise ValueError(f"streams {unresolved} have no row length (StreamSpec.at_length)")
 
 
 def phase_index(phases: Sequence[Phase], step: int) -> int:

@@ -109,6 +109,15 @@ class ModelConfig:
         return self.architecture == "xlmr"
 
     @property
+    def longest_row(self) -> int:
+        """The most tokens a row may have: XLM-R numbers positions from `pad_token_id` + 1 in
+        its table of `max_positions`; ModernBERT's rotary positions count from 0 (HF's
+        `max_position_embeddings` is mmBERT's 8,192-token context)."""
+        if self.architecture == "modernbert":
+            return self.max_positions
+        return self.max_positions - self.pad_token_id - 1
+
+    @property
     def padded_vocab_size(self) -> int:
         return vocab.padded_size(self.vocab_size, self.vocab_multiple)
 

@@ -240,11 +240,14 @@ def default_config() -> ml_collections.ConfigDict:
     cfg.objectives = ml_collections.ConfigDict({name: 0.0 for name in KNOWN_OBJECTIVES})
     cfg.objectives.mmlm = 1.0
     # Staged runs: a tuple of {start_step, objectives: {name: weight}[, trainable: pattern]
-    # [, batch_size: {name: rows}]}; when set, `objectives` must be empty. Stage i runs from
-    # logged step start_step (the first stage starts at 0); a float start_step in (0, 1) is a
-    # fraction of train.steps, so it follows --config.train.steps. An objective's rows in a
-    # stage: the stage's batch_size, else data.per_objective.NAME.batch_size, else
-    # data.batch_size; a step's global batch is their sum over the stage's objectives.
+    # [, batch_size: {name: rows}][, max_length: {name: tokens}]}; when set, `objectives` must
+    # be empty. Stage i runs from logged step start_step (the first stage starts at 0); a float
+    # start_step in (0, 1) is a fraction of train.steps, so it follows --config.train.steps.
+    # An objective's rows in a stage: the stage's batch_size, else
+    # data.per_objective.NAME.batch_size, else data.batch_size; a step's global batch is their
+    # sum over the stage's objectives. Its row length likewise: the stage's max_length, else
+    # data.per_objective.NAME.max_length, else data.max_length (context extension: a stage of
+    # longer rows, whose new shapes compile its step again, announced as the stage starts).
     cfg.schedule = ()
     return cfg
 
@@ -424,6 +427,9 @@ def _check_anneal(cfg: ml_collections.ConfigDict) -> None:
         raise ConfigError(f"config key 'data.anneal': {error}") from None
 
 
+STAGE_KEYS = {"start_step", "objectives", "trainable", "batch_size", "max_length"}
+
+
 def _check_schedule(cfg: ml_collections.ConfigDict) -> None:
     previous = -1
     for i, stage in enumerate(cfg.schedule):
@@ -431,10 +437,10 @@ def _check_schedule(cfg: ml_collections.ConfigDict) -> None:
         check(
             isinstance(stage, (dict, ml_collections.ConfigDict))
             and {"start_step", "objectives"} <= set(stage.keys())
-            and set(stage.keys()) <= {"start_step", "objectives", "trainable", "batch_size"},
+            and set(stage.keys()) <= STAGE_KEYS,
             key,
             "a stage is {'start_step': int, 'objectives': {name: weight}[, 'trainable': str]"
-            "[, 'batch_size': {name: rows}]}",
+            "[, 'batch_size': {name: rows}][, 'max_length': {name: tokens}]}",
         )
         value = stage["start_step"]
         check(
@@ -457,15 +463,16 @@ def _check_schedule(cfg: ml_collections.ConfigDict) -> None:
             f"{key}.objectives",
             "all weights are zero",
         )
-        for name, rows in stage.get("batch_size", {}).items():
-            check(
-                stage["objectives"].get(name, 0) > 0,
-                f"{key}.batch_size.{name}",
-                f"not an objective of this stage ({sorted(stage['objectives'])})",
-            )
-            check(
-                isinstance(rows, int) and not isinstance(rows, bool) and rows > 0,
-                f"{key}.batch_size.{name}",
-                f"must be an int > 0, got {rows!r}",
-            )
+        for field, least in (("batch_size", 1), ("max_length", 8)):
+            for name, value in stage.get(field, {}).items():
+                check(
+                    stage["objectives"].get(name, 0) > 0,
+                    f"{key}.{field}.{name}",
+                    f"not an objective of this stage ({sorted(stage['objectives'])})",
+                )
+                check(
+                    isinstance(value, int) and not isinstance(value, bool) and value >= least,
+                    f"{key}.{field}.{name}",
+                    f"must be an int >= {least}, got {value!r}",
+                )
         previous = start

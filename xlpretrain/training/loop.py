@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -161,7 +162,8 @@ def _run(loop: Loop, new_iterator: Callable[[], grain.DatasetIterator]) -> Train
                 if profile and step == profile[0]:
                     jax.profiler.start_trace(os.path.join(loop.workdir, "profile"))
                 local = next(iterator)
-                if loop.stage_of(step) != stage:
+                stage_starts = loop.stage_of(step) != stage
+                if stage_starts:
                     stage = loop.stage_of(step)
                     if loop.staged:
                         log.info("step %d: %s", step, loop.describe_stage(stage))
@@ -169,8 +171,19 @@ def _run(loop: Loop, new_iterator: Callable[[], grain.DatasetIterator]) -> Train
                     log.info("stage %d trains other parameters: Adam's moments restart", stage)
                     state = training.restart_moments(state)
                 step_fn = training.step_fns[stage]
+                started, tokens = time.perf_counter(), jax.process_count() * real_tokens(local)
                 state, metrics = step_fn(state, global_batch(local, training.batch_sharding))
-                progress.step_done(step, jax.process_count() * real_tokens(local), metrics)
+                progress.step_done(step, tokens, metrics)
+                if stage_starts and step > start_step + 1:  # a stage's step compiles first
+                    jax.block_until_ready(metrics)
+                    seconds = time.perf_counter() - started
+                    log.info(
+                        "step %d: stage %d's step compiled and ran in %.1f s",
+                        step,
+                        stage + 1,
+                        seconds,
+                    )
+                    progress.exclude(seconds, tokens)
                 del local  # its shared memory goes now, not with a traceback that holds this frame
                 guard.observe(step, metrics)
                 if profile and step == profile[1] - 1:

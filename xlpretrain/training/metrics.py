@@ -187,6 +187,11 @@ class Progress:
         """Excludes what follows (an evaluation) from the next interval."""
         self._window_start = time.perf_counter()
 
+    def exclude(self, seconds: float, tokens: int) -> None:
+        """Leaves a step that compiled (a new stage's first) out of the logged interval."""
+        self._window_start += seconds
+        self._window_tokens -= tokens
+
     def seconds_left(self, step: int) -> float:
         """From the steps after the first; the first step's time alone when it is all there is."""
         now = time.perf_counter()

@@ -44,16 +44,20 @@ FieldShapes = dict[str, tuple[tuple[int, ...], type]]
 EVAL_SEED_OFFSET = 7919  # held-out rows never repeat the training stream's draws
 
 
-def _sized_for(spec: StreamSpec, anneal: Anneal) -> StreamSpec:
-    """`spec` with the highest mask rate its rows reach, so its prediction slots hold any
-    step's (a row's rate at its step comes from the schedule, not from these fields)."""
+def _sized_for(spec: StreamSpec, anneal: Anneal, first: int, last: int) -> StreamSpec:
+    """`spec` with the highest mask rate its rows reach from logged step `first` to `last` (a
+    stage) or after training (held-out rows), so its prediction slots hold any of those
+    steps' (a row's rate at its step comes from the schedule, not from these fields)."""
     mono, parallel = "mono_mask_rate" in anneal, "parallel_mask_rate" in anneal
+
+    def highest(key: str) -> float:
+        return max(anneal.maximum(key, first, last), anneal.settled().value(key, 0))
+
     rate, mono_rate = spec.mask_rate, spec.mono_mask_rate
     if (spec.kind == MONO and mono) or (spec.kind != MONO and parallel):
-        key = "mono_mask_rate" if spec.kind == MONO else "parallel_mask_rate"
-        rate = max(rate, anneal.maximum(key))
+        rate = highest("mono_mask_rate" if spec.kind == MONO else "parallel_mask_rate")
     if spec.kind == SEGMENT_PAIRS and mono:
-        mono_rate = max(mono_rate, anneal.maximum("mono_mask_rate"))
+        mono_rate = highest("mono_mask_rate")
     return dataclasses.replace(spec, mask_rate=rate, mono_mask_rate=mono_rate)
 
 
@@ -112,12 +116,14 @@ class RunPlan:
     stages: tuple[Stage, ...]
     objectives: Mapping[str, Objective]  # every objective some stage trains
     contexts: Mapping[str, Context]  # each one's typed settings
-    streams: Mapping[str, StreamSpec]  # each one's stream, its row length resolved
+    # Per stage, each of its objectives' stream: its row length in that stage, its prediction
+    # slots sized for the highest mask rate of the stage's steps.
+    stage_streams: tuple[Mapping[str, StreamSpec], ...]
     model: ModelConfig  # the encoder (no language table: `model_config` adds the data's)
     language_embeddings: bool  # `model.language_embeddings`
     mask_rates: MaskRates  # `data.*_mask_rate`, as every objective's context has them
     # `data.batch_size` and `data.max_length`: the rows and row length of an objective that
-    # sets none of its own, which `bench` reports and its PyTorch peer runs.
+    # sets none of its own, which `bench`'s PyTorch peer runs.
     batch_size: int
     max_length: int
     corpus: CorpusSettings
@@ -179,16 +185,14 @@ class RunPlan:
         For training, every stage's streams from the run's seed, the data settings annealed
         with the step; for `held_out_stage`, that stage's streams and rows at every index,
         from a seed of their own, the data settings as training ends (evaluation's batches)."""
-        phases, streams, seed, anneal = self.phases, self.streams, self.sampling.seed, self.anneal
+        phases, seed, anneal = self.phases, self.sampling.seed, self.anneal
         if held_out_stage is not None:
-            rows = self.stages[held_out_stage].rows
-            phases, streams = [Phase(0, rows)], {name: self.streams[name] for name in rows}
+            phases = [dataclasses.replace(phases[held_out_stage], start_step=0)]
             seed += EVAL_SEED_OFFSET
             anneal = anneal.settled() if anneal else None
         return StepBatchBuilder(
             corpus,
             tokenizer,
-            streams,
             phases,
             seed=seed,
             mono_alpha=self.sampling.mono_alpha,
@@ -202,16 +206,22 @@ class RunPlan:
 
     @property
     def phases(self) -> list[Phase]:
-        """The stages as the input pipeline sees them: from which step on which rows are drawn."""
-        return [Phase(stage.start_step, stage.rows) for stage in self.stages]
+        """The stages as the input pipeline sees them: from which step on which rows of which
+        length are drawn."""
+        return [
+            Phase(stage.start_step, stage.rows, streams)
+            for stage, streams in zip(self.stages, self.stage_streams, strict=True)
+        ]
 
     def stage_index(self, step: int) -> int:
         """The stage that logged step `step` (1-based) belongs to."""
         return phase_index(self.phases, step)
 
     def describe_stage(self, stage: int) -> str:
-        """`stage 2/2: mmlm 1, tlm 1, camlm 1, btmlm 1 (new: btmlm)`, announced as it starts:
-        the logged `loss` is the weighted sum over exactly these objectives."""
+        """`stage 2/2: mmlm 1, tlm 1, btmlm 1; new: btmlm; `loss` sums these; rows × tokens:
+        mmlm 4 × 256 (was 8 × 128): new shapes, its step compiles`, announced as it starts:
+        the logged `loss` is the weighted sum over exactly these objectives, and where an
+        objective's rows change shape (context extension) the new step compiles first."""
         weights = self.stages[stage].weights
         named = ", ".join(f"{name} {weight:g}" for name, weight in weights.items())
         previous = self.stages[stage - 1].weights if stage else weights
@@ -223,7 +233,21 @@ class RunPlan:
             )
             if names
         )
-        return f"stage {stage + 1}/{len(self.stages)}: {named}{changed}; `loss` sums these"
+        line = f"stage {stage + 1}/{len(self.stages)}: {named}{changed}; `loss` sums these"
+        shapes, before = self._row_shapes(stage), self._row_shapes(stage - 1) if stage else {}
+        changed = ", ".join(
+            f"{name} {rows} × {length} (was {before[name][0]} × {before[name][1]})"
+            for name, (rows, length) in shapes.items()
+            if name in before and before[name] != (rows, length)
+        )
+        if changed:
+            line += f"; rows × tokens: {changed}: new shapes, its step compiles"
+        return line
+
+    def _row_shapes(self, stage: int) -> dict[str, tuple[int, int]]:
+        """(global rows, tokens per row) of each objective of `stage`."""
+        streams = self.stage_streams[stage]
+        return {n: (rows, streams[n].max_length) for n, rows in self.stages[stage].rows.items()}
 
     def starts_training_others(self, step: int) -> bool:
         """Whether `step` is the first of a stage that trains other parameters than the last."""
@@ -236,18 +260,18 @@ class RunPlan:
     def sources(self) -> dict[str, list[str]]:
         """The corpus kinds (monolingual, parallel) the run's streams read, each with the
         objectives that read it."""
-        readers: dict[str, list[str]] = {}
-        for name, stream in sorted(self.streams.items()):
-            for kind in sorted(stream.sources()):
-                readers.setdefault(kind, []).append(name)
-        return readers
+        readers: dict[str, set[str]] = {}
+        for streams in self.stage_streams:
+            for name, stream in streams.items():
+                for kind in stream.sources():
+                    readers.setdefault(kind, set()).add(name)
+        return {kind: sorted(readers[kind]) for kind in sorted(readers)}
 
     def batch_shapes(self, stage: int) -> dict[str, FieldShapes]:
         """(shape, dtype) of every field of a step's global batch in `stage`, per objective."""
-        return {
-            name: self.streams[name].batch_shapes(rows)
-            for name, rows in self.stages[stage].rows.items()
-        }
+        streams = self.stage_streams[stage]
+        rows = self.stages[stage].rows
+        return {name: streams[name].batch_shapes(count) for name, count in rows.items()}
 
     def abstract_batches(
         self, stage: int, sharding: jax.sharding.Sharding
@@ -274,13 +298,35 @@ def _contexts(
     return contexts
 
 
-def _row_length(cfg: ml_collections.ConfigDict, name: str) -> tuple[str, int]:
-    """(the config key that sets objective `name`'s row length, the length):
-    `data.per_objective.NAME.max_length`, else `data.max_length`."""
-    override = cfg.data.per_objective.get(name, {})
-    if "max_length" in override:
-        return f"data.per_objective.{name}.max_length", override["max_length"]
-    return "data.max_length", cfg.data.max_length
+def _first_position(model: ModelConfig) -> str:
+    if model.architecture == "modernbert":
+        return ""
+    return f" (positions start at {model.pad_token_id + 1}, after the padding position)"
+
+
+def _stage_streams(
+    stage: Stage,
+    last_step: int,
+    objectives: Mapping[str, Objective],
+    contexts: Mapping[str, Context],
+    anneal: Anneal | None,
+    model: ModelConfig,
+) -> dict[str, StreamSpec]:
+    """The streams of `stage` (to logged step `last_step`): each objective's at the stage's
+    row length, sized for the highest mask rate of its steps."""
+    streams = {}
+    for name, length in stage.lengths.items():
+        check(
+            length <= model.longest_row,
+            stage.lengths_keys[name],
+            f"{length} ({name}) is longer than the {model.longest_row} tokens "
+            f"model.max_positions={model.max_positions} allow{_first_position(model)}",
+        )
+        spec = objectives[name].stream_spec(contexts[name]).at_length(length)
+        if anneal is not None:
+            spec = _sized_for(spec, anneal, stage.start_step, last_step)
+        streams[name] = spec
+    return streams
 
 
 def _check_model(model: ml_collections.ConfigDict) -> None:
@@ -333,16 +379,12 @@ def resolve(cfg: ml_collections.ConfigDict) -> RunPlan:
     for name in sorted(active):  # what each enabled objective declares it cannot do without
         for requirement in active[name].requires:
             check(requirement.holds(contexts[name]), requirement.key, requirement.message)
-    streams = {}
-    for name, objective in active.items():
-        length_key, length = _row_length(cfg, name)
-        check(
-            length + 2 <= cfg.model.max_positions,
-            length_key,
-            f"{length} ({name}) needs max_length + 2 <= model.max_positions="
-            f"{cfg.model.max_positions} (positions start at 2, after the padding position)",
-        )
-        streams[name] = objective.stream_spec(contexts[name]).at_length(length)
+    anneal = Anneal.from_config(cfg.data.anneal, cfg.train.steps) if cfg.data.anneal else None
+    ends = [stage.start_step - 1 for stage in run_stages[1:]] + [cfg.train.steps]
+    stage_streams = tuple(
+        _stage_streams(stage, last, active, contexts, anneal, model)
+        for stage, last in zip(run_stages, ends, strict=True)
+    )
     for stage in run_stages:
         for name, rows in stage.rows.items():
             check(
@@ -360,14 +402,11 @@ def resolve(cfg: ml_collections.ConfigDict) -> RunPlan:
         f"objectives of different model families do not mix in one run: {by_family} "
         "(replaced-token detection trains its own generator/discriminator pair)",
     )
-    anneal = Anneal.from_config(cfg.data.anneal, cfg.train.steps) if cfg.data.anneal else None
-    if anneal is not None:
-        streams = {name: _sized_for(spec, anneal) for name, spec in streams.items()}
     return RunPlan(
         stages=run_stages,
         objectives=active,
         contexts=contexts,
-        streams=streams,
+        stage_streams=stage_streams,
         model=model,
         language_embeddings=cfg.model.language_embeddings,
         mask_rates=rates,

@@ -1,5 +1,5 @@
 """A run's stages as its config sets them: from which step which objectives train with which
-weights, parameters and global rows. Resolved once, by the run plan."""
+weights, parameters, global rows and row lengths. Resolved once, by the run plan."""
 
 from __future__ import annotations
 
@@ -16,6 +16,8 @@ class Stage:
     rows: dict[str, int] = dataclasses.field(default_factory=dict)  # global rows per objective
     # The config key that sets each objective's rows, for messages about them.
     rows_keys: dict[str, str] = dataclasses.field(default_factory=dict, compare=False)
+    lengths: dict[str, int] = dataclasses.field(default_factory=dict)  # tokens per row
+    lengths_keys: dict[str, str] = dataclasses.field(default_factory=dict, compare=False)
 
 
 def stages(cfg: ml_collections.ConfigDict) -> list[Stage]:
@@ -38,22 +40,30 @@ def stages(cfg: ml_collections.ConfigDict) -> list[Stage]:
 def _stage(
     cfg: ml_collections.ConfigDict, index: int, start: int, weights: dict[str, float], trainable
 ) -> Stage:
-    sized = {name: _batch_size(cfg, name, index) for name in weights}
-    rows = {name: rows for name, (_, rows) in sized.items()}
-    return Stage(start, weights, trainable, rows, {name: key for name, (key, _) in sized.items()})
+    rows = {name: _setting(cfg, "batch_size", name, index) for name in weights}
+    lengths = {name: _setting(cfg, "max_length", name, index) for name in weights}
+    return Stage(
+        start,
+        weights,
+        trainable,
+        {name: value for name, (_, value) in rows.items()},
+        {name: key for name, (key, _) in rows.items()},
+        {name: value for name, (_, value) in lengths.items()},
+        {name: key for name, (key, _) in lengths.items()},
+    )
 
 
-def _batch_size(cfg: ml_collections.ConfigDict, name: str, stage: int) -> tuple[str, int]:
-    """(the config key that sets objective `name`'s global rows per step in stage `stage`, the
-    rows): the stage's `batch_size`, else `data.per_objective.NAME.batch_size`, else
-    `data.batch_size`."""
-    stage_rows = cfg.schedule[stage].get("batch_size", {}) if cfg.schedule else {}
-    if name in stage_rows:
-        return f"schedule[{stage}].batch_size.{name}", stage_rows[name]
+def _setting(cfg: ml_collections.ConfigDict, field: str, name: str, stage: int) -> tuple[str, int]:
+    """(the config key that sets objective `name`'s `field` — its global rows per step,
+    `batch_size`, or its row length, `max_length` — in stage `stage`, the value): the stage's,
+    else `data.per_objective.NAME`'s, else `data`'s."""
+    staged = cfg.schedule[stage].get(field, {}) if cfg.schedule else {}
+    if name in staged:
+        return f"schedule[{stage}].{field}.{name}", staged[name]
     override = cfg.data.per_objective.get(name, {})
-    if "batch_size" in override:
-        return f"data.per_objective.{name}.batch_size", override["batch_size"]
-    return "data.batch_size", cfg.data.batch_size
+    if field in override:
+        return f"data.per_objective.{name}.{field}", override[field]
+    return f"data.{field}", cfg.data[field]
 
 
 def start_step(value: int | float, steps: int) -> int:
