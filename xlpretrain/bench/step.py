@@ -60,10 +60,10 @@ def synthetic_batch(
     rows: int, stream: StreamSpec, vocab_size: int, rng: np.random.Generator
 ) -> Batch:
     """Full rows `<s> … </s>` of regular ids at the stream's row length, `mask_rate` of them
-    predicted (followed by BTMLM placeholders when the stream has them); every field has the
-    shape the pipeline gives it (`StreamSpec.batch_shapes`). A step's time does not depend on
-    which ids it reads, so the special ids are those of a SentencePiece vocabulary of
-    `vocab_size` ids, whatever tokenizer the run has."""
+    predicted (none for an unmasked stream; followed by BTMLM placeholders when the stream has
+    them); every field has the shape the pipeline gives it (`StreamSpec.batch_shapes`). A
+    step's time does not depend on which ids it reads, so the special ids are those of a
+    SentencePiece vocabulary of `vocab_size` ids, whatever tokenizer the run has."""
     if stream.placeholder_ratio > 0:
         return _with_placeholders(rows, stream, vocab_size, rng)
     special = SentencePieceTokenizer.layout(vocab_size)
@@ -83,7 +83,7 @@ def synthetic_batch(
         batch["segment_ids"][:, half:] = 2
         batch["side"][:, half:] = SIDE_TARGET
     regular = np.flatnonzero(~np.isin(batch["input_ids"][0], [bos, eos]))
-    masked = max_predictions(length, stream.mask_rate)
+    masked = max_predictions(length, stream.mask_rate) if stream.masked else 0
     chosen = rng.permuted(np.tile(regular, (rows, 1)), axis=1)
     chosen = np.sort(chosen[:, :masked], axis=1).astype(np.int32)
     np.put_along_axis(batch["is_masked"], chosen, 1, axis=1)

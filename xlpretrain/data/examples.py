@@ -222,11 +222,15 @@ def _segment_pair_row(
     *,
     length: int,
     pack: bool,
+    max_units: int = 0,
 ) -> Batch:
     """Units of two segments `<s> x </s>` (side 0) and `<s> y </s>` (side 1), each with its
-    own positions from 2, sharing `pair_ids`; `draw(i)` gives the i-th (x, y, lang_x, lang_y)."""
+    own positions from 2, sharing `pair_ids`; `draw(i)` gives the i-th (x, y, lang_x, lang_y);
+    at most `max_units` units (0: as many as fit)."""
     packer = RowPacker(length, tokenizer.pad_id)
     for taken in itertools.count():
+        if max_units and packer.units == max_units:
+            break
         budget = packer.remaining - 4
         if budget < 2 * MIN_SEGMENT_TOKENS:
             break
@@ -258,6 +262,7 @@ def parallel_segment_pairs_row(
     *,
     length: int,
     pack: bool,
+    max_units: int = 0,
 ) -> Batch:
     """VECO bilingual units: a sentence and its translation as two segments (random order)."""
     n_lines = source.num_lines(pair)
@@ -269,7 +274,7 @@ def parallel_segment_pairs_row(
             return second, first, lang_ids[1], lang_ids[0]
         return first, second, lang_ids[0], lang_ids[1]
 
-    return _segment_pair_row(draw, tokenizer, rng, length=length, pack=pack)
+    return _segment_pair_row(draw, tokenizer, rng, length=length, pack=pack, max_units=max_units)
 
 
 def monolingual_segment_pairs_row(
@@ -281,6 +286,7 @@ def monolingual_segment_pairs_row(
     *,
     length: int,
     pack: bool,
+    max_units: int = 0,
 ) -> Batch:
     """VECO monolingual units: two adjacent lines (segments) of one language's text."""
     n_lines = source.num_lines(language)
@@ -293,4 +299,4 @@ def monolingual_segment_pairs_row(
         x = source.tokens(language, first, tokenizer)
         return x, source.tokens(language, first + 1, tokenizer), lang_id, lang_id
 
-    return _segment_pair_row(draw, tokenizer, rng, length=length, pack=pack)
+    return _segment_pair_row(draw, tokenizer, rng, length=length, pack=pack, max_units=max_units)

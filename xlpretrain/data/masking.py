@@ -83,6 +83,19 @@ def mask_row(
     return out
 
 
+def unmasked_row(row: Batch, num_slots: int) -> Batch:
+    """`row` as `mask_row` lays it out with nothing masked: its empty prediction slots (a
+    contrastive objective reads clean sentences)."""
+    out = dict(row)
+    for name in ("is_masked", "labels"):
+        out[name] = np.zeros_like(row["input_ids"])
+    out["label_weights"] = np.zeros(row["input_ids"].shape, np.float32)
+    out["pred_positions"] = np.zeros(num_slots, np.int32)
+    out["pred_labels"] = np.zeros(num_slots, np.int32)
+    out["pred_weights"] = np.zeros(num_slots, np.float32)
+    return out
+
+
 def regular_ids(draws: np.ndarray, specials: np.ndarray) -> np.ndarray:
     """The `draws`-th regular ids (0 the first id that is not special): uniform draws from
     `[0, vocab_size - len(specials))` become uniform regular ids, wherever a tokenizer keeps its

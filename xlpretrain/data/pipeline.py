@@ -31,7 +31,7 @@ from xlpretrain.data.examples import (
     parallel_segment_pairs_row,
     translation_pair_row,
 )
-from xlpretrain.data.masking import mask_row
+from xlpretrain.data.masking import mask_row, unmasked_row
 from xlpretrain.data.protocols import MonolingualCorpus, ParallelCorpus
 from xlpretrain.data.sampling import language_probabilities
 from xlpretrain.data.streams import (
@@ -219,12 +219,15 @@ class StepBatchBuilder(grain.transforms.Map):
         stream_id = zlib.crc32(name.encode())  # adding an objective leaves others' streams alone
         rng = np.random.default_rng([self.seed, stream_id, step, row])
         length, logged = spec.max_length, step + 1  # the schedule is by logged step
+        units = {"max_units": spec.max_units}
         if spec.kind == SEGMENT_PAIRS and rng.random() < spec.mono_fraction:
             rate = self._rate(MONO, spec.mono_mask_rate, logged)
-            unmasked = self._monolingual(monolingual_segment_pairs_row, rng, length, logged)
+            unmasked = self._monolingual(
+                monolingual_segment_pairs_row, rng, length, logged, **units
+            )
         elif spec.kind == SEGMENT_PAIRS:
             rate = self._rate(PARALLEL, spec.mask_rate, logged)
-            unmasked = self._parallel(parallel_segment_pairs_row, rng, length, logged)
+            unmasked = self._parallel(parallel_segment_pairs_row, rng, length, logged, **units)
         elif spec.kind == MONO:
             rate = self._rate(MONO, spec.mask_rate, logged)
             unmasked = self._monolingual(
@@ -235,6 +238,8 @@ class StepBatchBuilder(grain.transforms.Map):
             unmasked = self._parallel(
                 translation_pair_row, rng, length, logged, reset_positions=self.reset_positions
             )
+        if not spec.masked:
+            return unmasked_row(unmasked, spec.prediction_slots)
         masked = mask_row(
             unmasked,
             rng,

@@ -43,10 +43,16 @@ class StreamSpec:
     mono_mask_rate: float = 0.15  # SEGMENT_PAIRS: the rate of monolingual rows
     max_length: int = 0  # this stream's row length (0 until a run resolves it)
     corruption: Corruption = BERT_CORRUPTION  # predicted tokens: (<mask>, random, kept) shares
+    # False: rows carry no masked tokens whatever the mask rates and `data.anneal` say (a
+    # contrastive objective reads clean sentences).
+    masked: bool = True
+    max_units: int = 0  # SEGMENT_PAIRS: at most this many pairs a row (0: as many as fit)
 
     def __post_init__(self) -> None:
         if self.kind not in STREAM_KINDS:
             raise ValueError(f"stream kind {self.kind!r}: expected one of {STREAM_KINDS}")
+        if self.max_units and self.kind != SEGMENT_PAIRS:
+            raise ValueError(f"max_units={self.max_units}: only {SEGMENT_PAIRS} rows count pairs")
         check_corruption(self.corruption)
 
     def at_length(self, max_length: int) -> StreamSpec:
@@ -65,9 +71,10 @@ class StreamSpec:
 
     @property
     def prediction_slots(self) -> int:
-        """Prediction slots per row: room for the highest mask rate the stream's rows use."""
+        """Prediction slots per row: room for the highest mask rate the stream's rows use (one
+        empty slot for unmasked rows)."""
         rates = [self.mask_rate] + ([self.mono_mask_rate] if self.mono_fraction > 0 else [])
-        return max_predictions(self._length(), max(rates))
+        return max_predictions(self._length(), max(rates) if self.masked else 0.0)
 
     @property
     def placeholder_slots(self) -> int:

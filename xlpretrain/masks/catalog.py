@@ -19,6 +19,9 @@ VECO = (
     AttentionMask("veco_causal", masks.veco_causal, ExampleLayout.SEGMENT_PAIR),
 )
 
+# XLCo: each side of a translation pair attends only to itself (encoded alone).
+XLCO = AttentionMask("xlco", masks.mmlm, ExampleLayout.SEGMENT_PAIR)
+
 # Objective → every mask it runs, the main one first.
 BY_OBJECTIVE: dict[str, tuple[AttentionMask, ...]] = {
     "mmlm": (MMLM,),
@@ -29,6 +32,7 @@ BY_OBJECTIVE: dict[str, tuple[AttentionMask, ...]] = {
     "veco_mono": VECO,
     "mrtd": (MMLM,),  # XLM-E's generator and discriminator attend as MLM does
     "trtd": (TLM,),
+    "xlco": (XLCO,),
 }
 
 

@@ -11,7 +11,7 @@ from typing import Any
 import jax
 
 from xlpretrain.model.config import ModelConfig, ModelFamily, generator_config
-from xlpretrain.objectives import electra, ernie_m, mlm, veco
+from xlpretrain.objectives import electra, ernie_m, mlm, veco, xlco
 from xlpretrain.objectives.declaration import Context, Objective
 
 REGISTRY: dict[str, Objective] = {
@@ -25,6 +25,7 @@ REGISTRY: dict[str, Objective] = {
         veco.VECO_MONO,
         electra.MRTD,
         electra.TRTD,
+        xlco.XLCO,
     )
 }
 

@@ -23,6 +23,13 @@ from xlpretrain.objectives.flops import StepShape
 
 # (params, batch, rng, model) -> (loss, metrics)
 LossFn = Callable[[Any, dict, jax.Array, Any], tuple[jax.Array, dict[str, jax.Array]]]
+# batch -> what the objective's loss is a mean over in it (its metrics' "count")
+CountFn = Callable[[Mapping[str, jax.Array]], jax.Array]
+
+
+def predictions(batch: Mapping[str, jax.Array]) -> jax.Array:
+    """A masked-LM batch's weighted prediction slots: what its loss is a mean over."""
+    return batch["pred_weights"].sum()
 
 
 # config key within a section -> (predicate on its value, description of the allowed values)
@@ -90,3 +97,9 @@ class Objective:
     flops: Callable[[Context, StreamSpec, StepShape], float]  # one step's batch of it, trained
     requires: tuple[Requirement, ...] = ()
     section: Section | None = None
+    # What its loss is a mean over in a batch, which weights micro-batches under gradient
+    # accumulation (the loss's metrics report it as "count").
+    count: Callable[[Context], CountFn] = lambda context: predictions
+    # Its loss compares every row with every other (a contrastive loss): not a sum over rows,
+    # so micro-batches (train.grad_accum > 1) would change it, and the run refuses them.
+    whole_batch: bool = False

@@ -115,6 +115,10 @@ def default_config() -> ml_collections.ConfigDict:
     cfg.eval.held_out_fraction = held_out.DEFAULT_FRACTION  # a multiple of 0.001 in (0, 0.5]
     cfg.eval.batches = 4
     cfg.eval.retrieval_lines = 1000  # 0: no retrieval
+    # The layer whose mean-pooled states retrieval compares (0: the embeddings; -1: the middle
+    # one, where an MLM-trained encoder aligns languages best; num_layers: the last, which
+    # `xlco` trains).
+    cfg.eval.retrieval_layer = -1
 
     cfg.data = ml_collections.ConfigDict()
     # A store prepared by `python -m xlpretrain.data.prepare` (token ids, read by random
@@ -289,6 +293,7 @@ _RANGES: Ranges = {
         "must be a multiple of 0.001 in (0, 0.5]",
     ),
     "eval.retrieval_lines": (non_negative, "must be >= 0"),
+    "eval.retrieval_layer": (lambda v: v >= -1, "must be -1 (the middle layer) or a layer >= 0"),
     "data.max_length": (lambda v: v >= 8, "must be >= 8"),
     "data.batch_size": (positive, "must be > 0"),
     "data.mono_alpha": (non_negative, "must be >= 0"),

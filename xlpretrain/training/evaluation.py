@@ -129,6 +129,20 @@ def unigram_baseline(batches: list[Mapping[str, np.ndarray]], counts: np.ndarray
     return {"loss": sums[0] / max(sums[2], 1.0), "accuracy": sums[1] / max(sums[2], 1.0)}
 
 
+def chance_ranking(candidates: list[int]) -> dict[str, float]:
+    """What scoring every candidate alike gives a ranking objective on batches of these many
+    pairs (summed over processes): loss log N, accuracy 1/N, averaged over the pairs."""
+    counts = np.array(candidates, np.float64)
+    if jax.process_count() > 1:
+        counts = np.asarray(multihost_utils.process_allgather(counts)).sum(0)
+    counts = counts[counts > 0]
+    pairs = max(counts.sum(), 1.0)
+    return {
+        "loss": float((counts * np.log(counts)).sum() / pairs),
+        "accuracy": float(len(counts) / pairs),
+    }
+
+
 def make_eval_step(model, loss_fns: Mapping[str, Callable], rng: jax.Array) -> Callable:
     """`(params, batches) -> {objective: (loss · count, accuracy · count, count)}`."""
 
@@ -153,6 +167,7 @@ class Evaluator:
     steps: list[Callable]  # per stage: the jitted evaluation step
     retrieval: ParallelCorpus | None
     retrieval_lines: int
+    retrieval_layer: int | None  # None: the middle layer
     model_config: ModelConfig
     tokenizer: Tokenizer
     languages: tuple[str, ...]
@@ -183,7 +198,10 @@ class Evaluator:
             host, kind = {k: host[k] for k in ("embeddings", "encoder")}, DISCRIMINATOR
         pretrained = Pretrained(self.model_config, host, self.tokenizer, self.languages, kind)
         result = retrieval_accuracy(
-            Model(pretrained), self.retrieval, max_lines=self.retrieval_lines
+            Model(pretrained),
+            self.retrieval,
+            layer=self.retrieval_layer,
+            max_lines=self.retrieval_lines,
         )
         scores = {f"eval/retrieval/{pair}": s["mean"] for pair, s in result["pairs"].items()}
         return {"eval/retrieval": result["average"]["mean"], **scores}
@@ -215,10 +233,16 @@ def build_evaluator(
         local = [builder.map(batch) for batch in range(settings.batches)]
         batches.append([global_batch(batch, training.batch_sharding) for batch in local])
         for name in stage.weights:
-            if plan.objectives[name].family is ModelFamily.MASKED_LM:
-                figures = unigram_baseline([b[name] for b in local], unigram)
-                for what, value in figures.items():
-                    baselines[f"eval/{what}/{name}"] = {"unigram": value}
+            if not plan.stage_streams[index][name].masked:  # nothing to predict: ranking
+                count = plan.objectives[name].count(plan.contexts[name])
+                figures = chance_ranking([int(count(b[name])) for b in local])
+                reference = "chance"
+            elif plan.objectives[name].family is ModelFamily.MASKED_LM:
+                figures, reference = unigram_baseline([b[name] for b in local], unigram), "unigram"
+            else:
+                continue
+            for what, value in figures.items():
+                baselines[f"eval/{what}/{name}"] = {reference: value}
         loss_fns = {name: plan.objectives[name].loss(plan.contexts[name]) for name in stage.weights}
         step = make_eval_step(quiet, loss_fns, jax.random.key(plan.sampling.seed))
         steps.append(
@@ -241,6 +265,7 @@ def build_evaluator(
         steps,
         retrieval,
         settings.retrieval_lines,
+        None if settings.retrieval_layer < 0 else settings.retrieval_layer,
         model.config,
         tokenizer,
         tuple(held_out_parts.languages),

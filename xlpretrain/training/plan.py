@@ -48,6 +48,8 @@ def _sized_for(spec: StreamSpec, anneal: Anneal, first: int, last: int) -> Strea
     """`spec` with the highest mask rate its rows reach from logged step `first` to `last` (a
     stage) or after training (held-out rows), so its prediction slots hold any of those
     steps' (a row's rate at its step comes from the schedule, not from these fields)."""
+    if not spec.masked:
+        return spec
     mono, parallel = "mono_mask_rate" in anneal, "parallel_mask_rate" in anneal
 
     def highest(key: str) -> float:
@@ -80,6 +82,7 @@ class EvalSettings:
     every_steps: int  # 0: no evaluation during training
     batches: int  # held-out batches per stage
     retrieval_lines: int  # 0: no retrieval
+    retrieval_layer: int  # -1: the middle layer
 
 
 def corpus_settings(config: Mapping[str, Any]) -> CorpusSettings:
@@ -393,6 +396,18 @@ def resolve(cfg: ml_collections.ConfigDict) -> RunPlan:
                 f"{stage.rows_keys[name]}={rows} ({name}) is not divisible by "
                 f"{cfg.train.grad_accum}",
             )
+    check(
+        cfg.eval.retrieval_layer <= cfg.model.num_layers,
+        "eval.retrieval_layer",
+        f"{cfg.eval.retrieval_layer}: the model has {cfg.model.num_layers} layers",
+    )
+    for name in sorted(active):
+        check(
+            not active[name].whole_batch or cfg.train.grad_accum == 1,
+            "train.grad_accum",
+            f"{cfg.train.grad_accum}: {name} scores every pair against every other of the whole "
+            "batch, which micro-batches would split into smaller batches; set 1",
+        )
     by_family: dict[str, list[str]] = {}
     for name in sorted(active):
         by_family.setdefault(active[name].family.value, []).append(name)
@@ -423,7 +438,12 @@ def resolve(cfg: ml_collections.ConfigDict) -> RunPlan:
         pipeline=PipelineSettings.of(cfg),
         optim=OptimizerSettings.of(cfg),
         loop=LoopSettings.of(cfg),
-        evaluation=EvalSettings(cfg.eval.every_steps, cfg.eval.batches, cfg.eval.retrieval_lines),
+        evaluation=EvalSettings(
+            cfg.eval.every_steps,
+            cfg.eval.batches,
+            cfg.eval.retrieval_lines,
+            cfg.eval.retrieval_layer,
+        ),
         mesh=MeshSettings.of(cfg),
         profile=_profile_window(cfg.train.profile_steps),
         config=json.loads(cfg.to_json_best_effort()),

@@ -19,7 +19,7 @@ import optax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from xlpretrain.core.errors import ConfigError
-from xlpretrain.objectives.declaration import LossFn
+from xlpretrain.objectives.declaration import CountFn, LossFn, predictions
 from xlpretrain.parallel.rules import Rules
 from xlpretrain.parallel.sharding import batch_sharding, logical_shardings, under_mesh
 from xlpretrain.training.optim import (
@@ -63,9 +63,15 @@ def make_train_step(
     optimizer: optax.GradientTransformation,
     schedule: optax.Schedule,
     grad_accum: int = 1,
+    counts: Mapping[str, CountFn] | None = None,
 ) -> Callable[[TrainState, Batches], tuple[TrainState, dict[str, jax.Array]]]:
-    """Returns `step(state, batches) -> (state, metrics)`, to be wrapped in `jax.jit`."""
+    """Returns `step(state, batches) -> (state, metrics)`, to be wrapped in `jax.jit`.
+
+    `counts[name]` is what objective `name`'s loss is a mean over in a batch (default: its
+    weighted prediction slots; `Objective.count`): each micro-batch's loss is weighted by its
+    share of the step's, so accumulated micro-batches give the loss of the whole batch."""
     names = sorted(loss_fns)
+    counts = counts or {}
 
     def micro_loss(params, micro: Batches, totals, rng):
         loss, metrics = 0.0, {}
@@ -85,7 +91,7 @@ def make_train_step(
 
     def step(state: TrainState, batches: Batches):
         rng = jax.random.fold_in(state.rng, state.step)
-        totals = {name: batches[name]["pred_weights"].sum() for name in names}
+        totals = {name: counts.get(name, predictions)(batches[name]) for name in names}
         if grad_accum == 1:
             (loss, metrics), grads = grad_fn(state.params, batches, totals, rng)
         else:
@@ -171,6 +177,7 @@ def setup_training(
             stage_optimizer,
             plan.optim.learning_rates(),
             plan.loop.grad_accum,
+            {name: plan.objectives[name].count(plan.contexts[name]) for name in stage.weights},
         )
         for stage, stage_optimizer in zip(plan.stages, optimizers, strict=True)
     ]
