@@ -1,14 +1,17 @@
 """The GPU suite's pieces on a CPU: the kernel check (interpret mode, tiny shapes) passes and can
-fail, the tile pick, the markdown rows, a step's failure and time-out, and the CLI's refusal."""
+fail, the tile pick, the suite's deadline and priority order, the mmBERT plan and its peer, the
+markdown rows, a unit's failure and time-out, and the CLI's refusal."""
 
 import os
+import re
 import subprocess
 import sys
 
 import pytest
 
 from xlpretrain import masks
-from xlpretrain.bench import gpu_report, gpu_suite, kernel_check, tile_sweep
+from xlpretrain.bench import gpu_report, gpu_suite, gpu_timings, kernel_check, tile_sweep
+from xlpretrain.bench.peer import hf_model
 from xlpretrain.model.kernels import flash
 from xlpretrain.model.kernels.gpu_compile import FlashCase
 
@@ -80,10 +83,130 @@ SWEEP_RECORDS = [
 ]
 
 
-def test_the_gpu_check_covers_every_mask_and_bias_and_the_budgets_fit_9_minutes():
+def test_the_gpu_check_covers_every_mask_and_bias():
     cases = {(c.mask, c.bias, c.dropout > 0) for c in kernel_check.check_cases()}
     assert {(m, b, False) for m in masks.MASKS for b in BIASES} < cases
-    assert sum(gpu_suite.BUDGETS.values()) <= 520  # a device call may run 600 s
+
+
+def test_a_unit_runs_under_its_budget_cut_to_the_time_left_or_not_at_all():
+    assert gpu_suite.unit_cap(60, 500.0) == 60
+    assert gpu_suite.unit_cap(60, 45.7) == 45  # cut to what is left, in whole seconds
+    assert gpu_suite.unit_cap(60, 30.0) == 30  # half its budget: still worth starting
+    assert gpu_suite.unit_cap(60, 29.9) is None  # under half: left to a shorter unit
+    assert gpu_suite.unit_cap(20, 14.0) is None  # under MIN_START_S, whatever the budget
+    assert (
+        gpu_suite.skipped(60, 29.9)["error"] == "29 s left of the suite's 520 s; its budget is 60 s"
+    )
+
+
+class FakeClock:
+    """The suite's clock, moved on by the fake units instead of by time."""
+
+    def __init__(self):
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def fake_units(monkeypatch, clock: FakeClock, share: float) -> list[tuple]:
+    """``run_unit`` replaced by a unit that takes ``share`` of the seconds it is given (1: each
+    overruns and is killed at its cap); returns the calls, (unit, params, cap), as they come."""
+    calls = []
+
+    def run_unit(unit, params, budget_s, log, env=None):
+        calls.append((unit, params, budget_s))
+        clock.now += share * budget_s
+        overran = {"status": "timed out", "error": f"timed out after {budget_s} s"}
+        return {
+            "status": "ok",
+            "seconds": share * budget_s,
+            "budget_s": budget_s,
+            "records": [],
+            **(overran if share >= 1 else {}),
+        }
+
+    monkeypatch.setattr(gpu_suite, "run_unit", run_unit)
+    return calls
+
+
+@pytest.mark.parametrize("cut", [False, True], ids=["shipped-deadline", "deadline-in-a-unit"])
+def test_the_suite_keeps_its_deadline_when_every_unit_overruns(monkeypatch, tmp_path, cut):
+    """Every unit runs to its cap: the first ones in priority order run, the suite stops
+    starting units before its deadline, and the rest are recorded as skipped with the time
+    left. (Budgets together exceed the deadline, so without it this suite would run over.)
+    With ``cut`` the deadline falls 1 s before the fourth unit's budget ends: it runs cut to
+    what is left."""
+    if cut:
+        monkeypatch.setattr(gpu_suite, "SUITE_S", sum(list(gpu_suite.BUDGETS.values())[:4]) - 1)
+    suite_s = gpu_suite.SUITE_S
+    assert sum(gpu_suite.BUDGETS.values()) > suite_s
+    clock = FakeClock()
+    calls = fake_units(monkeypatch, clock, share=1.0)
+    suite = gpu_suite.run_suite(tmp_path, clock=clock)
+    assert clock.now - 1000.0 <= suite_s
+    steps = suite["steps"]
+    assert list(steps) == list(gpu_suite.BUDGETS)  # every unit, in priority order
+    ran = [name for name, step in steps.items() if step["status"] != "skipped"]
+    assert ran[:4] == ["kernel_check", "tile_sweep", "step_xlmr_pallas", "step_mmbert_pallas"]
+    assert len(calls) == len(ran)
+    assert all(steps[name]["budget_s"] <= gpu_suite.BUDGETS[name] for name in steps)
+    if cut:
+        assert (
+            steps["step_mmbert_pallas"]["budget_s"] == gpu_suite.BUDGETS["step_mmbert_pallas"] - 1
+        )
+    skipped = [name for name, step in steps.items() if step["status"] == "skipped"]
+    assert skipped and skipped[-1] == "pipeline_workers"
+    for name in skipped:
+        left, budget = re.fullmatch(
+            rf"(\d+) s left of the suite's {suite_s} s; its budget is (\d+) s", steps[name]["error"]
+        ).groups()
+        assert int(budget) == gpu_suite.BUDGETS[name]
+        assert int(left) < max(gpu_suite.MIN_START_S, gpu_suite.START_SHARE * int(budget))
+    assert not gpu_suite.suite_passed(suite)
+    text = (tmp_path / "performance.md").read_text()
+    assert "- `pipeline_workers` skipped: " in text
+    assert "== pipeline_workers skipped: " in (tmp_path / "suite.log").read_text()
+
+
+def test_units_that_finish_early_leave_their_time_to_the_later_ones(monkeypatch, tmp_path):
+    """Each unit takes a third of its budget: all run, each under its whole budget, with the
+    parameters the priority order gives them (the pallas steps the sweep's pick: here, nothing
+    swept, the default tiles)."""
+    clock = FakeClock()
+    calls = fake_units(monkeypatch, clock, share=1 / 3)
+    suite = gpu_suite.run_suite(tmp_path, steps=10, warmup=2, clock=clock)
+    assert all(step["status"] == "ok" for step in suite["steps"].values())
+    assert [cap for _, _, cap in calls] == list(gpu_suite.BUDGETS.values())
+    timing = {"steps": 10, "warmup": 2}
+    tiles = str(tile_sweep.sweep_default())
+    assert calls[3] == (
+        "step",
+        {"model": "mmbert", "attention": "pallas", "flash_tiles": tiles, **timing},
+        gpu_suite.BUDGETS["step_mmbert_pallas"],
+    )
+    assert calls[5][:2] == ("peer", {"model": "mmbert", "mode": "eager", **timing})
+    assert calls[9][1] == {"model": "mmbert", "attention": "cudnn", "flash_tiles": "", **timing}
+
+
+def test_mmbert_is_measured_in_one_stage_of_1024_token_rows_against_modernbert():
+    """mmBERT base's pre-training phase alone (the context extension's 8,192-token stage would
+    be the one `bench.step` times), both sides masking 30 %; its peer is HF's 307 M-parameter
+    ModernBertForMaskedLM (built on PyTorch's meta device: shapes, no memory)."""
+    plan = gpu_timings.measured_plan("mmbert", "pallas", "forward=64x64:w4:s2")
+    assert len(plan.stages) == 1 and plan.stages[0].weights == {"mmlm": 1.0}
+    assert (plan.stages[0].rows, plan.stages[0].lengths) == ({"mmlm": 16}, {"mmlm": 1024})
+    assert plan.sized(workdir=None).stage_streams[0]["mmlm"].mask_rate == 0.3
+    assert plan.mask_rates.mono == 0.3  # the peer's
+    assert (plan.model.architecture, plan.model.dtype) == ("modernbert", "bfloat16")
+    assert (plan.model.attention_impl, plan.model.flash_tiles) == ("pallas", "forward=64x64:w4:s2")
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    with torch.device("meta"):
+        peer = hf_model(gpu_timings.measured_plan("mmbert", "xla").model)
+    assert type(peer).__name__ == "ModernBertForMaskedLM"
+    assert round(sum(p.numel() for p in peer.parameters()) / 1e6) == 308
+    assert (peer.config.num_hidden_layers, peer.config.local_attention) == (22, 128)
 
 
 def test_pick_takes_the_fastest_spill_free_candidate_per_kernel():
@@ -109,12 +232,14 @@ def step(*records, status="ok", error=None):
 
 
 def fake_suite() -> dict:
-    """A suite whose cuDNN step failed and whose compiled peer ran out of memory."""
+    """A suite whose XLM-R cuDNN step failed and whose compiled XLM-R peer ran out of memory;
+    mmBERT's cuDNN step timed out and its compiled peer was skipped at the deadline."""
     ours = {"tokens_per_s": 150_000.0, "mfu": 0.42, "peak_memory_gib": 31.25}
     peer = {
         "eager": {"tokens_per_s": 100_000.0, "peak_memory_gib": 56.0},
         "compile": {"error": "OutOfMemoryError: CUDA out of memory"},
     }
+    mmbert = {"tokens_per_s": 90_000.0, "mfu": 0.35, "peak_memory_gib": 20.0}
     attention = {
         "results": [
             {
@@ -141,11 +266,20 @@ def fake_suite() -> dict:
         "tile_sweep": step(
             *SWEEP_RECORDS, {"stage": "picked", "fwd_bwd_ms": 4.0, "default_ms": 5.0}
         ),
-        "step_pallas": step(ours),
-        "step_cudnn": step(status="failed", error="ValueError: cuDNN refused\nmore text"),
-        "step_xla": step({**ours, "tokens_per_s": 120_000.0}),
-        "peer_eager": step({"modes": {"eager": peer["eager"]}}),
-        "peer_compile": step({"modes": {"compile": peer["compile"]}}),
+        "step_xlmr_pallas": step(ours),
+        "step_mmbert_pallas": step(mmbert),
+        "peer_xlmr_eager": step({"modes": {"eager": peer["eager"]}}),
+        "peer_mmbert_eager": step(
+            {"modes": {"eager": {"tokens_per_s": 60_000.0, "peak_memory_gib": 48.0}}}
+        ),
+        "step_xlmr_xla": step({**ours, "tokens_per_s": 120_000.0}),
+        "step_mmbert_xla": step({**mmbert, "tokens_per_s": 75_000.0}),
+        "step_xlmr_cudnn": step(status="failed", error="ValueError: cuDNN refused\nmore text"),
+        "step_mmbert_cudnn": step(status="timed out", error="timed out after 65 s"),
+        "peer_xlmr_compile": step({"modes": {"compile": peer["compile"]}}),
+        "peer_mmbert_compile": step(
+            status="skipped", error="12 s left of the suite's 520 s; its budget is 70 s"
+        ),
         "attention_512": step(attention),
         "attention_2048": step(status="timed out", error="timed out after 30 s"),
         "pipeline_workers": step(
@@ -178,10 +312,13 @@ def fake_suite() -> dict:
     return suite
 
 
-def test_markdown_rows_for_the_measured_table(tmp_path):
+def test_markdown_rows_for_the_measured_tables(tmp_path):
     suite = fake_suite()
-    assert suite["peer_ratio"] == {"pallas": {"eager": 1.5}, "xla": {"eager": 1.2}}
-    rows = gpu_report.measured_rows(suite)
+    assert suite["peer_ratio"] == {
+        "xlmr": {"pallas": {"eager": 1.5}, "xla": {"eager": 1.2}},
+        "mmbert": {"pallas": {"eager": 1.5}, "xla": {"eager": 1.25}},
+    }
+    rows = gpu_report.measured_rows(suite, "xlmr")
     versions = "2026-11-25, NVIDIA H100 80GB HBM3, JAX 0.11.2, Flax 0.12.8 |"
     assert rows[0] == (
         '| xlpretrain `xlmr.py:base`, `attention=pallas`, `model.flash_tiles="forward=128x64:w8:s2 '
@@ -196,9 +333,28 @@ def test_markdown_rows_for_the_measured_table(tmp_path):
     )
     assert "`torch.compile` | failed: OutOfMemoryError: CUDA out of memory | — |" in rows[4]
     assert "L = 512: camlm 0.75x; L = 512: tlm 0.60x" in rows[5]
-    assert all(row.count("|") == 5 for row in rows)
+    assert len(rows) == 8 and all(row.count("|") == 5 for row in rows)
+
+    mmbert = gpu_report.measured_rows(suite, "mmbert")
+    assert len(mmbert) == 5 and all(row.count("|") == 5 for row in mmbert)  # no attention rows
+    assert mmbert[0].startswith(
+        '| xlpretrain `mmbert.py:base`, `attention=pallas`, `model.flash_tiles="forward=128x64'
+    )
+    assert "| 90,000 (MFU 35.0%) | 20.0 GiB | " + versions in mmbert[0]
+    assert "| timed out: timed out after 65 s | — |" in mmbert[1]
+    assert mmbert[2].startswith("| xlpretrain `mmbert.py:base`, `attention=xla` | 75,000 (MFU")
+    assert mmbert[3].startswith(
+        "| HF `ModernBertForMaskedLM`, eager | 60,000; ours / peer: pallas 1.50x, xla 1.25x | "
+        "48.0 GiB | 2026-11-25, NVIDIA H100 80GB HBM3, PyTorch 2.11.0"
+    )
+    assert mmbert[4].startswith(
+        "| HF `ModernBertForMaskedLM`, `torch.compile` | skipped: 12 s left of the suite's "
+        "520 s; its budget is 70 s | — |"
+    )
 
     text = gpu_report.performance_markdown(suite)
+    assert "## `xlmr.py:base`, batch 32 × 512, bf16, AdamW" in text
+    assert "## `mmbert.py:base`, batch 16 × 1,024, bf16, AdamW" in text
     assert "| mmlm/none/float32/L300/dropout0.0/d64 | 1.50e-06 | yes |" in text
     assert "| forward | 128x64:w8:s2 | 200 | 0 B | 32 KiB | 4.00 | yes |" in text
     assert "| forward | 128x128:w8:s2 | 200 | 96 B | 32 KiB | 1.00 |  |" in text
@@ -208,18 +364,32 @@ def test_markdown_rows_for_the_measured_table(tmp_path):
     assert "4.00 ms forward + backward, the default 5.00 ms" in text
     assert "| 512 | camlm | pallas | 1.50 | 0.75x | 30% | 12 |" in text
     assert "| 2048 | timed out: timed out after 30 s |" in text
-    assert "- `step_cudnn` failed: ValueError: cuDNN refused" in text
+    assert "- `step_xlmr_cudnn` failed: ValueError: cuDNN refused" in text
+    assert (
+        "- `peer_mmbert_compile` skipped: 12 s left of the suite's 520 s; its budget is 70 s"
+        in text
+    )
     assert "on 16 CPUs; the goal is 5.6 M row tokens/s a host" in text
     assert "| 0 | 2.00 s | 2,000,000 | not met |" in text
     assert "| 4 | 2.00 s | 6,100,000 | met |" in text
     assert not gpu_suite.suite_passed(suite)
     lines = gpu_report.summary(suite, tmp_path).splitlines()
-    assert "peer (eager): 100,000 tokens/s, ours / peer: pallas 1.50x, xla 1.20x" in lines
+    assert "xlmr step, attention=pallas: 150,000 tokens/s" in lines
+    assert "xlmr peer (eager): 100,000 tokens/s, ours / peer: pallas 1.50x, xla 1.20x" in lines
+    assert "mmbert step, attention=cudnn: timed out: timed out after 65 s" in lines
+    assert "mmbert peer (eager): 60,000 tokens/s, ours / peer: pallas 1.50x, xla 1.25x" in lines
+    assert (
+        "mmbert peer (compile): skipped: 12 s left of the suite's 520 s; its budget is 70 s"
+        in lines
+    )
     assert (
         "input pipeline, row tokens/s by data.num_workers: 0: 2.00 M, 4: 6.10 M (goal 5.6 M)"
         in lines
     )
-    assert lines[-1].startswith("did not finish: step_cudnn (failed), attention_2048 (timed out)")
+    assert lines[-1].startswith(
+        "did not finish: step_xlmr_cudnn (failed), step_mmbert_cudnn (timed out), "
+        "peer_mmbert_compile (skipped), attention_2048 (timed out)"
+    )
 
 
 def test_the_pipeline_step_measures_a_synthetic_store_per_worker_count(tmp_path):

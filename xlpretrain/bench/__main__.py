@@ -6,7 +6,8 @@ throughput, model FLOPs and MFU (`bench.step`).
 checked against what the data can feed; `--attention` runs the per-mask attention
 micro-benchmark instead (`bench.attention`); `--store_gb` the pipeline on synthetic prepared
 stores (`bench.store`); `--suite gpu --out DIR` runs everything a GPU session measures, on
-`configs/xlmr.py:base`, and writes DIR (`bench.gpu_suite`; no `--config`).
+`configs/xlmr.py:base` and `configs/mmbert.py:base`, and writes DIR (`bench.gpu_suite`; no
+`--config`).
 """
 
 from __future__ import annotations
@@ -129,7 +130,10 @@ def define_flags() -> None:
         "prepared stores of these sizes in GB (xlpretrain/bench/store.py).",
     )
     flags.DEFINE_bool(
-        "peer", False, "Also time Hugging Face XLMRobertaForMaskedLM (PyTorch) on the same shapes."
+        "peer",
+        False,
+        "Also time Hugging Face's XLMRobertaForMaskedLM (ModernBertForMaskedLM for "
+        "model.architecture=modernbert; PyTorch) on the same shapes.",
     )
     flags.DEFINE_list("peer_modes", ["eager", "compile"], "PyTorch modes for --peer.")
     flags.DEFINE_bool(
@@ -145,8 +149,9 @@ def define_flags() -> None:
         "suite",
         None,
         ["gpu"],
-        "Run a whole suite instead (gpu: kernel check, tile sweep, step, "
-        "peer and attention timings on configs/xlmr.py:base; xlpretrain/bench/gpu_suite.py).",
+        "Run a whole suite instead (gpu: kernel check, tile sweep, step, peer and attention "
+        "timings on configs/xlmr.py:base and configs/mmbert.py:base, under 9 minutes; "
+        "xlpretrain/bench/gpu_suite.py).",
     )
     flags.DEFINE_string("out", "", "--suite: the folder for suite.json, performance.md, suite.log.")
     flags.register_multi_flags_validator(

@@ -1,10 +1,11 @@
 """The GPU suite's results read: ours over the peer, Markdown, and the terminal's summary.
 
 `performance_markdown` writes the suite's `performance.md`: the rows for docs/performance.md's
-"Measured → H100" table (`measured_rows`), then the kernel check, the tile sweep's registers,
-spills and times, the attention table, the input pipeline by worker count, and every step that
-did not finish, each with why. It reads only the suite's records (`suite.json`), so a suite
-with failed steps is reported on a CPU too (tests/test_bench_gpu.py).
+"Measured → H100" tables, one per model (`measured_rows`), then the kernel check, the tile
+sweep's registers, spills and times, the attention table, the input pipeline by worker count,
+and every unit that did not finish or was skipped, each with why. It reads only the suite's
+records (`suite.json`), so a suite with failed units is reported on a CPU too
+(tests/test_bench_gpu.py).
 """
 
 from __future__ import annotations
@@ -18,26 +19,34 @@ from xlpretrain.bench.gpu_timings import (
     ATTENTION_LENGTHS,
     PIPELINE_GOAL,
     PIPELINE_STEPS,
+    SHAPES,
+    peer_unit,
+    step_unit,
 )
 from xlpretrain.bench.kernel_check import ATOL, RTOL
 from xlpretrain.bench.tile_sweep import SPILL_CASE, TIMED_CASE, sweep_default
 from xlpretrain.model.kernels import flash
+
+# Hugging Face's class that is each measured model's peer (`bench.peer.hf_model`).
+PEER_CLASSES = {"xlmr": "XLMRobertaForMaskedLM", "mmbert": "ModernBertForMaskedLM"}
 
 
 def first_record(step: Mapping | None) -> dict | None:
     return step["records"][0] if step and step["records"] else None
 
 
-def peer_ratios(steps: Mapping[str, dict]) -> dict[str, dict[str, float]]:
-    """Our tokens/s over the peer's, per attention and peer mode."""
+def peer_ratios(steps: Mapping[str, dict]) -> dict[str, dict[str, dict[str, float]]]:
+    """Our tokens/s over the peer's, per model, attention and peer mode (where both ran)."""
     ratios = {}
-    for impl in ATTENTION_IMPLS:
-        ours = first_record(steps.get(f"step_{impl}"))
-        for mode in bench_peer.MODES:
-            theirs = first_record(steps.get(f"peer_{mode}"))
-            run = theirs["modes"].get(mode, {}) if theirs else {}
-            if ours and "tokens_per_s" in run:
-                ratios.setdefault(impl, {})[mode] = ours["tokens_per_s"] / run["tokens_per_s"]
+    for model in SHAPES:
+        for impl in ATTENTION_IMPLS:
+            ours = first_record(steps.get(step_unit(model, impl)))
+            for mode in bench_peer.MODES:
+                theirs = first_record(steps.get(peer_unit(model, mode)))
+                run = theirs["modes"].get(mode, {}) if theirs else {}
+                if ours and "tokens_per_s" in run:
+                    by_impl = ratios.setdefault(model, {}).setdefault(impl, {})
+                    by_impl[mode] = ours["tokens_per_s"] / run["tokens_per_s"]
     return ratios
 
 
@@ -53,9 +62,9 @@ def _gib(value: float | None) -> str:
     return f"{value:.1f} GiB" if value else "n/a"
 
 
-def _peer_run(suite: Mapping, mode: str) -> dict:
-    """The peer's result in ``mode``, or ``{"failed": why not}``."""
-    step = suite["steps"].get(f"peer_{mode}")
+def _peer_run(suite: Mapping, model: str, mode: str) -> dict:
+    """The result of ``model``'s peer in ``mode``, or ``{"failed": why not}``."""
+    step = suite["steps"].get(peer_unit(model, mode))
     record = first_record(step)
     if record is None:
         return {"failed": _failed(step)}
@@ -63,9 +72,9 @@ def _peer_run(suite: Mapping, mode: str) -> dict:
     return {"failed": f"failed: {_first_line(run['error'])}"} if "error" in run else run
 
 
-def _ratios(suite: Mapping, mode: str) -> str:
-    """Ours / the peer in ``mode``, per attention: "pallas 1.52x, xla 1.20x"."""
-    by_impl = suite["peer_ratio"].items()
+def _ratios(suite: Mapping, model: str, mode: str) -> str:
+    """Ours / the peer in ``mode`` for ``model``, per attention: "pallas 1.52x, xla 1.20x"."""
+    by_impl = suite["peer_ratio"].get(model, {}).items()
     return ", ".join(f"{impl} {by_mode[mode]:.2f}x" for impl, by_mode in by_impl if mode in by_mode)
 
 
@@ -77,20 +86,28 @@ def _attention_results(suite: Mapping) -> list[dict]:
     ]
 
 
-def measured_rows(suite: Mapping) -> list[str]:
-    """Rows for docs/performance.md's "Measured → H100" table
-    (``| what | tokens/s | peak memory | date, versions |``)."""
+def shape_text(model: str) -> str:
+    """``model``'s measured step: "`mmbert.py:base`, batch 16 × 1,024"."""
+    rows, length = SHAPES[model]
+    return f"`{model}.py:base`, batch {rows} × {length:,}"
+
+
+def measured_rows(suite: Mapping, model: str) -> list[str]:
+    """Rows for ``model``'s table in docs/performance.md's "Measured → H100"
+    (``| what | tokens/s | peak memory | date, versions |``): our step per attention, the peer
+    per mode with ours / peer, and for XLM-R (whose heads the micro-benchmark has) the
+    attention's masked / unmasked ratios."""
     v, date = suite["versions"], suite["date"][:10]
     ours = f"{date}, {suite['device']}, JAX {v['jax']}, Flax {v['flax']}"
     theirs = f"{date}, {suite['device']}, PyTorch {v['torch']}, transformers {v['transformers']}"
     rows = []
     for impl in ATTENTION_IMPLS:
-        what = f"xlpretrain `xlmr.py:base`, `attention={impl}`"
+        what = f"xlpretrain `{model}.py:base`, `attention={impl}`"
         if impl == "pallas":
             what += f', `model.flash_tiles="{suite["flash_tiles"]}"`'
         if impl == "cudnn":
             what += " (attention dropout 0: cuDNN has none)"
-        step = suite["steps"].get(f"step_{impl}")
+        step = suite["steps"].get(step_unit(model, impl))
         result = first_record(step)
         if result is None:
             rows.append(f"| {what} | {_failed(step)} | — | {ours} |")
@@ -101,18 +118,23 @@ def measured_rows(suite: Mapping) -> list[str]:
             f"{_gib(result['peak_memory_gib'])} | {ours} |"
         )
     for mode, name in (("eager", "eager"), ("compile", "`torch.compile`")):
-        what = f"HF `XLMRobertaForMaskedLM`, {name}"
-        run = _peer_run(suite, mode)
+        what = f"HF `{PEER_CLASSES[model]}`, {name}"
+        run = _peer_run(suite, model, mode)
         if "failed" in run:
             rows.append(f"| {what} | {run['failed']} | — | {theirs} |")
             continue
-        ratios = _ratios(suite, mode)
+        ratios = _ratios(suite, model, mode)
         ratios = f"; ours / peer: {ratios}" if ratios else ""
         rows.append(
             f"| {what} | {run['tokens_per_s']:,.0f}{ratios} | "
             f"{_gib(run['peak_memory_gib'])} | {theirs} |"
         )
+    return rows + (_attention_rows(suite, ours) if model == "xlmr" else [])
+
+
+def _attention_rows(suite: Mapping, dated: str) -> list[str]:
     results = _attention_results(suite)
+    rows = []
     for impl in ATTENTION_IMPLS:
         ratios = "; ".join(
             f"L = {r['length']}: {r['mask']} {r['vs_unmasked']:.2f}x"
@@ -121,7 +143,7 @@ def measured_rows(suite: Mapping) -> list[str]:
         )
         rows.append(
             f"| attention `camlm` / `tlm` vs unmasked, L = 512 and 2048, `{impl}` | "
-            f"{ratios or 'not measured'} | — | {ours} |"
+            f"{ratios or 'not measured'} | — | {dated} |"
         )
     return rows
 
@@ -210,21 +232,31 @@ def _attention_lines(suite: Mapping) -> list[str]:
 
 
 def performance_markdown(suite: Mapping) -> str:
-    """``performance.md``: the measured rows, then the kernel check, the tile sweep's
-    registers, spills and times, the attention table, and every step that did not finish."""
+    """``performance.md``: the measured rows per model, then the kernel check, the tile sweep's
+    registers, spills and times, the attention table, and every unit that did not finish or
+    was skipped."""
     failed = [
         f"- `{name}` {_failed(s)}" for name, s in suite["steps"].items() if s["status"] != "ok"
+    ]
+    tables = [
+        line
+        for model in SHAPES
+        for line in (
+            f"## {shape_text(model)}, bf16, AdamW",
+            "",
+            "| what | tokens/s | peak memory | date, versions |",
+            "| --- | --- | --- | --- |",
+            *measured_rows(suite, model),
+            "",
+        )
     ]
     lines = [
         f"# GPU suite: {suite['device']}, {suite['date']}",
         "",
         "`python -m xlpretrain.bench --suite gpu`. Rows for docs/performance.md's "
-        '"Measured → H100" table (batch 32 × 512, bf16, AdamW):',
+        '"Measured → H100" tables:',
         "",
-        "| what | tokens/s | peak memory | date, versions |",
-        "| --- | --- | --- | --- |",
-        *measured_rows(suite),
-        "",
+        *tables,
         f"## Kernel check: float32 on the GPU against the XLA reference (within {ATOL:g} + "
         f"{RTOL:g} · max |reference| per tensor)",
         "",
@@ -241,7 +273,7 @@ def performance_markdown(suite: Mapping) -> str:
         "## Input pipeline on this host's CPUs",
         "",
         *_pipeline_lines(suite),
-        *(["", "## Steps that did not finish", "", *failed] if failed else []),
+        *(["", "## Units that did not finish or were skipped", "", *failed] if failed else []),
     ]
     return "\n".join(lines) + "\n"
 
@@ -279,17 +311,8 @@ def summary(suite: Mapping, out_dir: pathlib.Path) -> str:
         + (f", max abs error {max(errors):.1e}" if errors else ""),
         f'tile sweep: model.flash_tiles="{suite["flash_tiles"]}"',
     ]
-    for impl in ATTENTION_IMPLS:
-        result = first_record(steps[f"step_{impl}"])
-        tokens = f"{result['tokens_per_s']:,.0f} tokens/s" if result else None
-        lines.append(f"step, attention={impl}: {tokens or _failed(steps[f'step_{impl}'])}")
-    for mode in bench_peer.MODES:
-        run = _peer_run(suite, mode)
-        if "failed" in run:
-            lines.append(f"peer ({mode}): {run['failed']}")
-            continue
-        ratios = _ratios(suite, mode)
-        lines.append(f"peer ({mode}): {run['tokens_per_s']:,.0f} tokens/s, ours / peer: {ratios}")
+    for model in SHAPES:
+        lines.extend(_model_summary(suite, model))
     pipeline = steps.get("pipeline_workers", {}).get("records", [])
     if pipeline:
         rates = ", ".join(f"{r['num_workers']}: {r['tokens_per_s'] / 1e6:.2f} M" for r in pipeline)
@@ -299,3 +322,23 @@ def summary(suite: Mapping, out_dir: pathlib.Path) -> str:
     if unfinished:
         lines.append(f"did not finish: {', '.join(unfinished)} (performance.md says why)")
     return "\n".join(lines)
+
+
+def _model_summary(suite: Mapping, model: str) -> list[str]:
+    """``model``'s step per attention and its peer per mode, one line each."""
+    lines = []
+    for impl in ATTENTION_IMPLS:
+        step = suite["steps"].get(step_unit(model, impl))
+        result = first_record(step)
+        tokens = f"{result['tokens_per_s']:,.0f} tokens/s" if result else _failed(step)
+        lines.append(f"{model} step, attention={impl}: {tokens}")
+    for mode in bench_peer.MODES:
+        run = _peer_run(suite, model, mode)
+        if "failed" in run:
+            lines.append(f"{model} peer ({mode}): {run['failed']}")
+            continue
+        ratios = _ratios(suite, model, mode)
+        lines.append(
+            f"{model} peer ({mode}): {run['tokens_per_s']:,.0f} tokens/s, ours / peer: {ratios}"
+        )
+    return lines

@@ -2,29 +2,48 @@
 
 Until a GPU runs it, the fused kernel is checked only in interpret mode and compiled for sm_90a
 (docs/performance.md), its tiles are the smallest that never spill rather than the fastest, and
-the "Measured → H100" table is empty. A session lent a GPU has minutes, so one command does all
-of it, each step in a child process under its own time budget (together under 9 minutes on
-one H100): a hung compile or an out-of-memory is that step's recorded result and the next step
-still runs, and each step's peak memory is its own.
+the "Measured → H100" tables are empty. A session lent a GPU has minutes, so one command does
+all of it, each unit in a child process: a hung compile or an out-of-memory is that unit's
+recorded result and the next unit still runs, and each unit's peak memory is its own.
+
+The units, in the order they run (`BUDGETS`), which is their priority:
 
 1. ``kernel_check`` (`bench.kernel_check`): the kernel on this GPU against a plain-XLA
    reference with the mask, bias and dropout materialised: every mask, no bias, the bucketed
    and the gated bias, dropout; float32, packed rows with padding, a length no tile divides;
-   forward and every gradient.
+   forward and every gradient. First: were the kernel wrong, its timings would mean nothing.
 2. ``tile_sweep`` (`bench.tile_sweep`): candidate tiles per kernel compiled on the heaviest
    bf16 case (those that spill dropped), the rest timed at XLM-R base's attention shape; the
-   fastest per kernel wins.
-3. ``step_*``, ``peer_*`` (`bench.gpu_timings`, as are 4 and 5): `configs/xlmr.py:base`
-   (batch 32 × 512, bf16) with ``attention=pallas`` (the winning tiles), ``cudnn`` and
-   ``xla``; Hugging Face's step per mode.
-4. ``attention_*``: the attention micro-benchmark at L = 512 and 2048.
-5. ``pipeline_workers``: the input pipeline on the host's CPUs, from a synthetic prepared
-   store, with 0, 4 and 8 grain workers: whether one host feeds 8 GPUs (5.6 M tokens/s).
+   fastest per kernel wins, and both models' ``pallas`` steps run it (skipped or failed: the
+   default tiles).
+3. ``step_{xlmr,mmbert}_pallas`` (`bench.gpu_timings`, as are 4 to 8): `configs/xlmr.py:base`
+   (32 × 512) and `configs/mmbert.py:base` (16 × 1,024, its pre-training phase), bf16, with
+   the fused kernel at the swept tiles (`attention=auto`'s choice on a GPU): the headline
+   rows.
+4. ``peer_{xlmr,mmbert}_eager``: Hugging Face's step (`XLMRobertaForMaskedLM`,
+   `ModernBertForMaskedLM`), eager, which gives the ratio ours / peer; eager before
+   `torch.compile` because it is cheaper and seldom fails.
+5. ``step_{xlmr,mmbert}_xla``, then ``step_{xlmr,mmbert}_cudnn``: the other attentions, XLA's
+   first as the baseline the kernel is to beat.
+6. ``peer_{xlmr,mmbert}_compile``: HF under `torch.compile`, the stronger peer but the longest
+   unit (Inductor compiles the model) and the likeliest to fail.
+7. ``attention_512``, ``attention_2048``: the attention micro-benchmark; the steps already hold
+   attention, so the per-mask ratios come after them.
+8. ``pipeline_workers``: the input pipeline on the host's CPUs, from a synthetic prepared
+   store, with 0, 4 and 8 grain workers: whether one host feeds 8 GPUs (5.6 M tokens/s). Last:
+   it needs no GPU, and any host with as many cores can measure it.
+
+Nothing has run on a GPU yet, so every budget is a guess. The suite therefore keeps one
+deadline, ``SUITE_S`` from its start, and each unit runs under its budget cut to the time left
+(`unit_cap`); a unit with less than ``START_SHARE`` of its budget left (or under
+``MIN_START_S``) is not started but recorded as skipped, so a later, shorter unit can still
+use the time. Units that finish under their budgets leave it to the later ones; units that
+overrun cost the lowest priorities, never the deadline.
 
 DIR gets ``suite.json`` (everything), ``performance.md`` (rows for docs/performance.md;
-`bench.gpu_report`) and ``suite.log`` (the steps' output). This module runs the steps: ``python
--m xlpretrain.bench.gpu_suite UNIT PARAMS RESULTS`` runs one (a name in ``UNITS``); the suite
-starts each so.
+`bench.gpu_report`) and ``suite.log`` (the units' output). This module runs the units:
+``python -m xlpretrain.bench.gpu_suite UNIT PARAMS RESULTS`` runs one (a name in ``UNITS``);
+the suite starts each so.
 """
 
 from __future__ import annotations
@@ -32,6 +51,7 @@ from __future__ import annotations
 import datetime
 import importlib.metadata
 import json
+import math
 import os
 import pathlib
 import signal
@@ -43,39 +63,53 @@ from collections.abc import Callable, Iterator, Mapping
 
 import jax
 
-from xlpretrain.bench import peer as bench_peer
 from xlpretrain.bench.gpu_report import peer_ratios, performance_markdown, summary
 from xlpretrain.bench.gpu_timings import (
-    ATTENTION_IMPLS,
     ATTENTION_LENGTHS,
     PIPELINE_GB,
     PIPELINE_STEPS,
     PIPELINE_WORKERS,
+    SHAPES,
     attention_timings,
     peer,
+    peer_unit,
     pipeline_workers,
     step_throughput,
+    step_unit,
 )
 from xlpretrain.bench.kernel_check import error_text, kernel_check
 from xlpretrain.bench.tile_sweep import pick_tiles, sweep_default, tile_sweep
 from xlpretrain.model import kernels
 from xlpretrain.parallel import gpu_targets
 
-# Seconds per step, the child's start-up included; 515 in all leaves the parent's own start-up
-# and reports inside 9 minutes on one H100 (a device call may run 10).
+# The suite's deadline: 520 s from its start leaves the parent's own start-up and reports
+# inside 9 minutes on one H100 (a device call may run 10).
+SUITE_S = 520
+# A unit starts only with at least this share of its budget left, and at least MIN_START_S
+# (a child's Python, JAX and GPU client alone take about 10 s): cut shorter, it would most
+# likely be killed before its one record, and a later, shorter unit can use the time instead.
+START_SHARE, MIN_START_S = 0.5, 15
+# Seconds per unit, the child's start-up included, in the order the suite runs them (its
+# priority, the module's docstring says why). Guesses until a GPU runs them: together more than
+# SUITE_S, so a suite whose units all overrun skips the last ones.
 BUDGETS = {
     "kernel_check": 70,
     "tile_sweep": 85,
-    "step_pallas": 55,
-    "step_cudnn": 55,
-    "step_xla": 55,
-    "peer_eager": 25,
-    "peer_compile": 55,
+    "step_xlmr_pallas": 55,
+    "step_mmbert_pallas": 65,
+    "peer_xlmr_eager": 30,
+    "peer_mmbert_eager": 35,
+    "step_xlmr_xla": 55,
+    "step_mmbert_xla": 65,
+    "step_xlmr_cudnn": 55,
+    "step_mmbert_cudnn": 65,
+    "peer_xlmr_compile": 60,
+    "peer_mmbert_compile": 70,
     "attention_512": 25,
     "attention_2048": 30,
     "pipeline_workers": 60,
 }
-# The steps' functions by name: the child process (`_child`) looks its unit up here.
+# The units' functions by name: the child process (`_child`) looks its unit up here.
 UNITS: dict[str, Callable[..., Iterator[dict]]] = {
     "kernel_check": kernel_check,
     "tile_sweep": tile_sweep,
@@ -85,7 +119,7 @@ UNITS: dict[str, Callable[..., Iterator[dict]]] = {
     "pipeline_workers": pipeline_workers,
 }
 
-# --- running steps in child processes ---------------------------------------------------------
+# --- running units in child processes ---------------------------------------------------------
 
 
 def run_unit(
@@ -142,7 +176,7 @@ def run_unit(
 
 
 def _child(unit: str, params: str, results: str) -> None:
-    """One step in this process: each record appended to ``results`` as it comes (a step killed
+    """One unit in this process: each record appended to ``results`` as it comes (a unit killed
     at its budget keeps what it had); an exception is recorded, then raised into the log."""
     with open(results, "a") as out:
         try:
@@ -178,40 +212,95 @@ def target_gpu(device_kind: str) -> str:
     return next((name for name in gpu_targets.GPUS if name in device_kind.lower()), "h100")
 
 
+def unit_cap(budget_s: int, left_s: float) -> int | None:
+    """The whole seconds a unit of ``budget_s`` may run with ``left_s`` left before the suite's
+    deadline: its budget cut to what is left, or None (not started) when less than
+    ``START_SHARE`` of its budget or ``MIN_START_S`` is left."""
+    if left_s < max(MIN_START_S, START_SHARE * budget_s):
+        return None
+    return min(budget_s, math.floor(left_s))
+
+
+def skipped(budget_s: int, left_s: float) -> dict:
+    """The result of a unit not started for want of time (`unit_cap`)."""
+    return {
+        "status": "skipped",
+        "seconds": 0.0,
+        "budget_s": budget_s,
+        "records": [],
+        "error": f"{max(math.floor(left_s), 0)} s left of the suite's {SUITE_S} s; "
+        f"its budget is {budget_s} s",
+    }
+
+
+def measurement_units(flash_tiles: str, steps: int, warmup: int) -> list[tuple[str, str, dict]]:
+    """``(name, unit, params)`` of each unit after the kernel check and the tile sweep, in
+    `BUDGETS`' order: the steps with ``pallas`` (``flash_tiles``), the eager peers, the steps
+    with ``xla`` and ``cudnn``, the compiled peers, the attention lengths, the input pipeline."""
+    timing = {"steps": steps, "warmup": warmup}
+
+    def steps_with(attention: str) -> list[tuple[str, str, dict]]:
+        tiles = flash_tiles if attention == "pallas" else ""
+        params = {"attention": attention, "flash_tiles": tiles, **timing}
+        return [(step_unit(m, attention), "step", {"model": m, **params}) for m in SHAPES]
+
+    def peers(mode: str) -> list[tuple[str, str, dict]]:
+        return [(peer_unit(m, mode), "peer", {"model": m, "mode": mode, **timing}) for m in SHAPES]
+
+    pipeline = {
+        "gigabytes": PIPELINE_GB,
+        "workers": list(PIPELINE_WORKERS),
+        "steps": PIPELINE_STEPS,
+    }
+    return [
+        *steps_with("pallas"),
+        *peers("eager"),
+        *steps_with("xla"),
+        *steps_with("cudnn"),
+        *peers("compile"),
+        *((f"attention_{length}", "attention", {"length": length}) for length in ATTENTION_LENGTHS),
+        ("pipeline_workers", "pipeline_workers", pipeline),
+    ]
+
+
 def run_suite(
-    out_dir: pathlib.Path, steps: int = 10, warmup: int = 2, env: Mapping[str, str] | None = None
+    out_dir: pathlib.Path,
+    steps: int = 10,
+    warmup: int = 2,
+    env: Mapping[str, str] | None = None,
+    clock: Callable[[], float] = time.monotonic,
 ) -> dict:
-    """Every step in order under ``BUDGETS``; writes ``suite.json`` and ``performance.md``."""
+    """Every unit in `BUDGETS`' order, each under its budget cut to the time left before the
+    deadline, ``SUITE_S`` of ``clock`` from now (`unit_cap`); writes ``suite.json`` and
+    ``performance.md``."""
     out_dir.mkdir(parents=True, exist_ok=True)
     suite = {**environment(), "steps": {}}
-    results = suite["steps"]
+    results, log = suite["steps"], out_dir / "suite.log"
+    deadline = clock() + SUITE_S
 
-    def run(name: str, unit: str, **params) -> dict:
-        results[name] = run_unit(unit, params, BUDGETS[name], out_dir / "suite.log", env)
+    def run(name: str, unit: str, params: Mapping) -> dict:
+        budget, left = BUDGETS[name], deadline - clock()
+        cap = unit_cap(budget, left)
+        if cap is None:
+            results[name] = skipped(budget, left)
+            with log.open("a") as log_file:
+                log_file.write(f"== {name} skipped: {results[name]['error']}\n")
+            print(f"{name}: skipped ({results[name]['error']})", flush=True)
+            return results[name]
+        results[name] = run_unit(unit, params, cap, log, env)
+        cut = f", cut to {cap} s" if cap < budget else ""
         print(
             f"{name}: {results[name]['status']} in {results[name]['seconds']:.0f} s "
-            f"(budget {BUDGETS[name]} s)",
+            f"(budget {budget} s{cut})",
             flush=True,
         )
         return results[name]
 
-    run("kernel_check", "kernel_check", platform="gpu")
-    sweep = run("tile_sweep", "tile_sweep", gpu=target_gpu(suite["device"]))
+    run("kernel_check", "kernel_check", {"platform": "gpu"})
+    sweep = run("tile_sweep", "tile_sweep", {"gpu": target_gpu(suite["device"])})
     suite["flash_tiles"] = str(pick_tiles(sweep["records"], sweep_default()))
-    for impl in ATTENTION_IMPLS:
-        tiles = suite["flash_tiles"] if impl == "pallas" else ""
-        run(f"step_{impl}", "step", attention=impl, flash_tiles=tiles, steps=steps, warmup=warmup)
-    for mode in bench_peer.MODES:
-        run(f"peer_{mode}", "peer", mode=mode, steps=steps, warmup=warmup)
-    for length in ATTENTION_LENGTHS:
-        run(f"attention_{length}", "attention", length=length)
-    run(
-        "pipeline_workers",
-        "pipeline_workers",
-        gigabytes=PIPELINE_GB,
-        workers=list(PIPELINE_WORKERS),
-        steps=PIPELINE_STEPS,
-    )
+    for name, unit, params in measurement_units(suite["flash_tiles"], steps, warmup):
+        run(name, unit, params)
     suite["peer_ratio"] = peer_ratios(results)
     (out_dir / "suite.json").write_text(json.dumps(suite, indent=1))
     (out_dir / "performance.md").write_text(performance_markdown(suite))
@@ -219,7 +308,8 @@ def run_suite(
 
 
 def suite_passed(suite: Mapping) -> bool:
-    """Every step ran and the kernel matched the reference in every case."""
+    """Every unit ran to its end (none failed, timed out or was skipped) and the kernel matched
+    the reference in every case."""
     steps = suite["steps"].values()
     check = suite["steps"]["kernel_check"]["records"]
     return all(s["status"] == "ok" for s in steps) and all(r["passed"] for r in check)
@@ -239,10 +329,10 @@ def gpu_missing() -> str | None:
 
 def main(out_dir: str, steps: int, warmup: int) -> int:
     """``bench --suite gpu``: a ValueError where JAX has no GPU (the program's one-line
-    refusal), else the suite and its summary; exit status 1 when a step did not finish or the
+    refusal), else the suite and its summary; exit status 1 when a unit did not finish or the
     kernel missed the reference."""
     child_env = dict(os.environ)
-    # This process only looks at the device: the steps' processes get its memory, which JAX
+    # This process only looks at the device: the units' processes get its memory, which JAX
     # would otherwise preallocate here.
     os.environ["XLA_PYTHON_CLIENT_PREALLOCATE"] = "false"
     if missing := gpu_missing():

@@ -1,10 +1,13 @@
-"""What the GPU suite times on `configs/xlmr.py:base` and on the host, beside the kernel.
+"""What the GPU suite times on `configs/xlmr.py:base`, `configs/mmbert.py:base` and the host,
+beside the kernel.
 
 Each is a unit the suite runs in its own process (`gpu_suite.UNITS`), yielding records: the
-training step (batch 32 × 512, bf16) per attention implementation, Hugging Face's step per
-mode, the attention micro-benchmark at L = 512 and 2048, and the input pipeline per number of
-grain workers on this host's CPUs (a 2-core CI machine cannot say whether one host feeds 8
-GPUs). The shapes are here once: the suite runs them and the report names them.
+training step per model and attention implementation (bf16, 16 k tokens a step: XLM-R base at
+32 × 512, mmBERT base at 16 × 1,024, the length of mmBERT's pre-training phase), Hugging Face's
+step per model and mode, the attention micro-benchmark at L = 512 and 2048, and the input
+pipeline per number of grain workers on this host's CPUs (a 2-core CI machine cannot say
+whether one host feeds 8 GPUs). The shapes are here once: the suite runs them and the report
+names them.
 """
 
 from __future__ import annotations
@@ -28,24 +31,49 @@ PIPELINE_GOAL = 5.6e6
 ATTENTION_IMPLS = ("pallas", "cudnn", "xla")
 ATTENTION_LENGTHS = (512, 2048)
 ATTENTION_MASKS = ("unmasked", "mmlm", "tlm", "camlm")
+# The measured models, each `configs/<name>.py:base`, at (rows, row length) a step.
+SHAPES = {"xlmr": (32, 512), "mmbert": (16, 1024)}
 
 
-def xlmr_base(attention: str, flash_tiles: str = "") -> RunPlan:
-    """The plan of ``configs/xlmr.py:base`` at the measured shape (32 × 512, bf16) with
-    ``attention`` (cuDNN's has no dropout, so its run has no attention dropout)."""
-    cfg = cli.load_config("xlmr:base")
+def step_unit(model: str, attention: str) -> str:
+    """The suite's name of ``model``'s step with ``attention``: ``step_mmbert_pallas``."""
+    return f"step_{model}_{attention}"
+
+
+def peer_unit(model: str, mode: str) -> str:
+    """The suite's name of the peer of ``model`` in ``mode``: ``peer_xlmr_eager``."""
+    return f"peer_{model}_{mode}"
+
+
+def measured_plan(model: str, attention: str, flash_tiles: str = "") -> RunPlan:
+    """The plan of ``configs/<model>.py:base`` at ``model``'s measured shape (`SHAPES`), bf16,
+    with ``attention`` (cuDNN's has no dropout, so its run has no attention dropout).
+
+    mmBERT is measured in its pre-training phase alone, as one stage: the first stage's
+    objectives (MMLM) at the first phase's mask rate (30 %), set as `data.mono_mask_rate` so
+    that our step and the peer predict the same share of the rows. The context extension (a
+    second stage of 8,192-token rows, which `bench.step` would time as the last stage) and the
+    later phases (`data.anneal`) are left out."""
+    cfg = cli.load_config(f"{model}:base")
+    if model == "mmbert":
+        cfg.objectives.update(cfg.schedule[0]["objectives"])
+        cfg.data.mono_mask_rate = cfg.data.anneal[0]["mono_mask_rate"]
+        cfg.schedule, cfg.data.anneal = (), ()
     cfg.model.dtype = "bfloat16"
-    cfg.data.batch_size, cfg.data.max_length = 32, 512
+    cfg.data.batch_size, cfg.data.max_length = SHAPES[model]
     cfg.model.attention, cfg.model.flash_tiles = attention, flash_tiles
     if attention == "cudnn":
         cfg.model.attention_dropout_rate = 0.0
     return resolve(cfg)
 
 
-def step_throughput(attention: str, flash_tiles: str, steps: int, warmup: int) -> Iterator[dict]:
-    plan = xlmr_base(attention, flash_tiles)
+def step_throughput(
+    model: str, attention: str, flash_tiles: str, steps: int, warmup: int
+) -> Iterator[dict]:
+    plan = measured_plan(model, attention, flash_tiles)
     result = bench.benchmark(plan, steps, warmup)
     yield {
+        "model": model,
         "attention": attention,
         "flash_tiles": flash_tiles,
         "attention_dropout_rate": plan.model.attention_dropout_rate,
@@ -53,12 +81,13 @@ def step_throughput(attention: str, flash_tiles: str, steps: int, warmup: int) -
     }
 
 
-def peer(mode: str, steps: int, warmup: int) -> Iterator[dict]:
-    yield bench_peer.peer_benchmark(xlmr_base("xla"), steps, warmup, [mode])
+def peer(model: str, mode: str, steps: int, warmup: int) -> Iterator[dict]:
+    """HF's step on ``model``'s plan (`bench.peer.hf_model`: XLM-R's or ModernBERT's class)."""
+    yield bench_peer.peer_benchmark(measured_plan(model, "xla"), steps, warmup, [mode])
 
 
 def attention_timings(length: int) -> Iterator[dict]:
-    model = xlmr_base("xla").model
+    model = measured_plan("xlmr", "xla").model
     yield bench_attention.attention_benchmark(
         ATTENTION_IMPLS,
         [length],
