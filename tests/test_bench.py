@@ -131,6 +131,9 @@ HAND_COUNTED_FLOPS = {
     #   12 · 4 · 32 · 64 = 98,304 attention; + discriminator head 6 · (8² + 8) · 64 = 27,648
     "mrtd": MASKED_LM + 73_728 + 98_304 + 27_648,
     "trtd": MASKED_LM + 73_728 + 98_304 + 27_648,
+    # no LM head; + the scores of 2 rows · 2 pair slots against each other, both ways:
+    #   12 · (2 · 2)² · 8 = 1,536
+    "xlco": 589_824 + 393_216 + 1_536,
 }
 
 

@@ -38,7 +38,6 @@ from xlpretrain.model.config import ModelFamily
 from xlpretrain.objectives import flops
 from xlpretrain.objectives.declaration import Context, Objective, Section
 from xlpretrain.objectives.mlm import encode
-from xlpretrain.parallel import sharding
 
 if TYPE_CHECKING:  # the model is built by the trainer, not imported by declarations
     from xlpretrain.model.encoder import MaskedLM
@@ -162,6 +161,8 @@ def translation_ranking(
     """(mean loss, in-batch accuracy, pairs) over the batch's pairs: `ranking_terms` per
     device under `jax.shard_map` when the train step's mesh splits the batch (the vectors of
     the other devices gathered, so every device's pairs meet the whole batch's), else as is."""
+    from xlpretrain.parallel import sharding  # Flax's: declarations are read without it
+
     terms = functools.partial(ranking_terms, temperature=temperature, margin=margin)
     batch_axes = sharding.mesh_axes("batch")
     if batch_axes and sources.shape[0] % sharding.axes_size(batch_axes) == 0:
