@@ -1,2 +1,3 @@
-"""Evaluation of pre-trained encoders: cross-lingual sentence retrieval (`retrieval`) and
-sentence-pair classification fine-tuning (`finetune`)."""
+"""Evaluation of pre-trained encoders: cross-lingual sentence retrieval and bitext mining
+(`retrieval`; the measures in `alignment` and `mining`, Tatoeba's and BUCC's files in
+`benchmarks`) and sentence-pair classification fine-tuning (`finetune`)."""

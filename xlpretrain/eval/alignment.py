@@ -11,6 +11,7 @@ layers align languages best, the top ones are specialised for the MLM head.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -29,8 +30,9 @@ def default_layer(num_layers: int) -> int:
 
 def nearest_neighbour_accuracy(queries: np.ndarray, keys: np.ndarray) -> float:
     """Share of rows i whose cosine nearest neighbour among `keys` is row i (ties: first)."""
-    queries = _normalise(queries)
-    keys = _normalise(keys)
+    # float64: identical sentences must win over merely close ones, whatever the rounding.
+    queries = normalise(queries, np.float64)
+    keys = normalise(keys, np.float64)
     hits = 0
     for start in range(0, len(queries), _SIMILARITY_ROWS):
         similarity = queries[start : start + _SIMILARITY_ROWS] @ keys.T
@@ -39,10 +41,21 @@ def nearest_neighbour_accuracy(queries: np.ndarray, keys: np.ndarray) -> float:
     return hits / len(queries)
 
 
-def _normalise(x: np.ndarray) -> np.ndarray:
-    # float64: identical sentences must win over merely close ones, whatever the rounding.
-    x = np.asarray(x, np.float64)
+def normalise(x: np.ndarray, dtype: type[np.floating]) -> np.ndarray:
+    """Rows scaled to unit length (a zero row stays zero), as `dtype`."""
+    x = np.asarray(x, dtype)
     return x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
+
+
+def embed(model: Model, texts: Sequence[str], lang: str, *, layer: int, pooling: str) -> np.ndarray:
+    """`model.encode` of one language's texts. The language code goes only to models with
+    language embeddings, which need it; others may not know the code."""
+    return model.encode(
+        list(texts),
+        langs=lang if model.config.num_languages else None,
+        layer=layer,
+        pooling=pooling,
+    )
 
 
 def retrieval_accuracy(
@@ -68,12 +81,7 @@ def retrieval_accuracy(
         count = count if max_lines is None else min(count, max_lines)
         columns = list(zip(*(source.line(pair, i) for i in range(count)), strict=True))
         embeddings = [
-            model.encode(
-                list(texts),
-                langs=lang if model.config.num_languages else None,
-                layer=layer,
-                pooling=pooling,
-            )
+            embed(model, texts, lang, layer=layer, pooling=pooling)
             for texts, lang in zip(columns, pair, strict=True)
         ]
         forward = nearest_neighbour_accuracy(*embeddings)
