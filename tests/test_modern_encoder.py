@@ -5,6 +5,7 @@ objective trains on it, or is refused with the reason; a sharded step equals one
 FLOPs count the new layers by hand. Its Hugging Face interop is tests/test_modernbert.py's.
 """
 
+import dataclasses
 import logging
 
 import flax.linen as nn
@@ -55,20 +56,18 @@ def test_the_schedule_alternates_global_and_local_layers():
 def test_a_windowed_mask_is_the_objectives_mask_within_the_distance():
     meta = packed_meta()
     window = jnp.full_like(meta["positions"], 3)
-    allowed = masks.materialize(masks.windowed(masks.tlm), {**meta, "window": window})[:, 0]
+    allowed = masks.materialize(masks.windowed(masks.tlm, 3), {**meta, "window": window})[:, 0]
     plain = masks.materialize(masks.tlm, meta)[:, 0]
     index = np.arange(allowed.shape[1])
     near = np.abs(index[:, None] - index[None, :]) <= 3
     np.testing.assert_array_equal(allowed, plain & near[None])
-    assert masks.windowed(masks.tlm) is masks.windowed(
-        masks.tlm
-    )  # one identity: one compiled program
+    assert masks.windowed(masks.tlm, 3) is masks.windowed(masks.tlm, 3)  # one program
 
 
 def test_the_fused_kernel_equals_the_reference_on_a_window_and_skips_tiles_outside_it():
     meta = packed_meta()
     meta = {**meta, "window": jnp.full_like(meta["positions"], 5)}
-    mask_fn = masks.windowed(masks.mmlm)
+    mask_fn = masks.windowed(masks.mmlm, 5)
     assert_same_value_and_grads(
         lambda q, k, v: fused(q, k, v, mask_fn, meta),
         lambda q, k, v: reference_attention(q, k, v, mask_fn, meta),
@@ -134,11 +133,12 @@ def test_scanned_layers_equal_unrolled():
 
 
 # Each objective with what it needs of the model; XLM-E's gated bias is refused (rotary).
-OBJECTIVES = {
-    "mmlm": {}, "tlm": {}, "camlm": {}, "btmlm": {"btmlm__target_signal": "tag_token"},
+REQUIRED = {  # what an objective needs beside the defaults
+    "btmlm": {"btmlm__target_signal": "tag_token"},
     "veco": {"model__cross_attention": True}, "veco_mono": {"model__cross_attention": True},
     "mrtd": {"xlm_e__generator_layers": 1}, "trtd": {"xlm_e__generator_layers": 1},
 }  # fmt: skip
+OBJECTIVES = {name: REQUIRED.get(name, {}) for name in objectives.REGISTRY}  # every one
 
 
 @pytest.mark.parametrize("name", sorted(OBJECTIVES))
@@ -224,6 +224,24 @@ def test_mmbert_configs_have_the_papers_shape_and_phases(size, total, non_embedd
         assert phases == pytest.approx(values), key
     assert plan.optim.schedule == "wsd"
     assert plan.optim.decay_steps == pytest.approx(steps / 30, abs=1)
+
+
+def test_splash_runs_local_and_global_layers_as_the_reference_does():
+    """The scanned layers' window is traced, so splash picks its band or its full kernel per
+    layer at run time: 128-token rows (splash's tile) through 4 layers, two of them local with
+    a 16-token window, give XLA attention's states."""
+    config = dataclasses.replace(CONFIG, max_positions=128, local_window=32)
+    ids = jnp.asarray(np.random.default_rng(6).integers(4, 48, (2, 128)), jnp.int32)
+    mask = jnp.ones_like(ids).at[1, 90:].set(0)
+    positions, meta = api._meta(config, ids, mask, config.pad_token_id)
+    params = nn.unbox(init_params(config, jax.random.key(4)))
+    states = {}
+    for impl in ("xla", "splash"):
+        model = MaskedLM(dataclasses.replace(config, attention_impl=impl, kernel_platform="cpu"))
+        states[impl] = model.apply(
+            {"params": params}, ids, positions, mask_fn=masks.mmlm, mask_meta=meta
+        )
+    np.testing.assert_allclose(states["splash"], states["xla"], atol=2e-5)
 
 
 def test_the_python_apis_states_are_the_models_layer_by_layer():

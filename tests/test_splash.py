@@ -65,6 +65,35 @@ def test_splash_matches_the_xla_reference():
         np.testing.assert_allclose(g, w, atol=1e-4)
 
 
+@pytest.mark.parametrize("window", [16, np.iinfo(np.int32).max], ids=["local", "global"])
+def test_splash_within_a_window_matches_the_xla_reference(window):
+    """A ModernBERT layer's windowed mask: a local layer (distance ≤ 16) runs splash's band
+    mask, a global one its full mask; values and gradients equal the XLA reference's."""
+    mask_fn = masks.windowed(masks.mmlm, 16)
+    meta = packed_meta(4)
+    meta = {**meta, "window": jnp.full_like(meta["positions"], window)}
+    rng = np.random.default_rng(5)
+    q, k, v = (jnp.asarray(rng.normal(size=(B, L, H, D)), jnp.float32) for _ in range(3))
+    cotangent = jnp.asarray(rng.normal(size=(B, L, H, D)), jnp.float32)
+
+    def loss(impl):
+        def f(q, k, v):
+            out = dot_product_attention(
+                q, k, v, mask_fn=mask_fn, q_meta=meta, k_meta=meta, impl=impl, platform="cpu"
+            )
+            return jnp.sum(out * cotangent)
+
+        return f
+
+    assert splash.unsupported(mask_fn, L, L, False, False) is None
+    with jax.default_matmul_precision("float32"):
+        got = jax.value_and_grad(loss("splash"), (0, 1, 2))(q, k, v)
+        want = jax.value_and_grad(loss("xla"), (0, 1, 2))(q, k, v)
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-4)
+    for g, w in zip(got[1], want[1], strict=True):
+        np.testing.assert_allclose(g, w, atol=1e-4)
+
+
 def test_other_calls_fall_back_with_a_reason():
     for mask_fn in (masks.camlm, masks.btmlm_generate, masks.veco_cross, masks.veco_causal):
         assert "not a segment mask" in splash.unsupported(mask_fn, 128, 128, False, False)
@@ -72,6 +101,8 @@ def test_other_calls_fall_back_with_a_reason():
     assert "dropout" in splash.unsupported(masks.mmlm, 128, 128, False, True)
     assert "divisible" in splash.unsupported(masks.mmlm, 100, 100, False, False)
     assert splash.unsupported(masks.tlm, 256, 256, False, False) is None
+    windowed = masks.windowed(masks.camlm, 64)
+    assert "not a segment mask" in splash.unsupported(windowed, 128, 128, False, False)
 
 
 def test_splash_under_shard_map_equals_one_device():

@@ -67,16 +67,19 @@ def materialize(mask_fn: MaskFn, meta: Meta, k_meta: Meta | None = None) -> jax.
 
 
 @functools.cache
-def windowed(mask_fn: MaskFn) -> MaskFn:
+def windowed(mask_fn: MaskFn, local: int) -> MaskFn:
     """``mask_fn`` within the query's window: its distance to the key in the row (``index``,
-    which the reference path and the fused kernel both supply) at most ``q["window"]`` (a
-    ModernBERT local layer's; a metadata field, so every layer shares one program). Cached,
+    which the reference path and the fused kernel both supply) at most ``q["window"]`` — a
+    metadata field, so every layer shares one program: ``local`` in a ModernBERT local layer,
+    every distance in a global one. The function also states ``base`` (``mask_fn``) and
+    ``local``, which a kernel with static masks (splash) builds its local mask from. Cached,
     so a mask keeps one identity and compiles once."""
 
     def allowed(q: Meta, k: Meta) -> jax.Array:
         return mask_fn(q, k) & (jnp.abs(q["index"] - k["index"]) <= q["window"])
 
     allowed.__name__ = f"{getattr(mask_fn, '__name__', 'mask')}_windowed"
+    allowed.base, allowed.local = mask_fn, local
     return allowed
 
 

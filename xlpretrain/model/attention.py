@@ -137,9 +137,14 @@ def _flash_kernel(mask_fn, dropout_rate: float, total_heads: int, platform: str,
 def _splash_kernel(mask_fn: masks.MaskFn, platform: str):
     def run(q, k, v, q_meta, k_meta, bias, dropout_rng, offsets):
         del k_meta, bias, dropout_rng, offsets  # a segment mask; no bias, no dropout
-        segment_ids = q_meta["segment_ids"]
         return splash.attention(
-            q, k, v, mask_fn=mask_fn, segment_ids=segment_ids, platform=platform
+            q,
+            k,
+            v,
+            mask_fn=mask_fn,
+            segment_ids=q_meta["segment_ids"],
+            platform=platform,
+            window=q_meta.get("window"),
         )
 
     return run

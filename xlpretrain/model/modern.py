@@ -100,7 +100,7 @@ class ModernLayer(nn.Module):
         h = MultiHeadAttention(cfg, name="attention")(
             inputs,
             inputs,
-            mask_fn=masks.windowed(self.mask_fn),
+            mask_fn=masks.windowed(self.mask_fn, cfg.local_window // 2),
             q_meta=local,
             k_meta=local,
             deterministic=self.deterministic,

@@ -194,7 +194,7 @@ class FlashCase:
         from xlpretrain import masks
 
         mask_fn = masks.get(self.mask)
-        return masks.windowed(mask_fn) if self.window else mask_fn
+        return masks.windowed(mask_fn, self.window) if self.window else mask_fn
 
     def loss(self, tiles=None, platform: str = "gpu") -> Callable:
         """``loss(q, k, v, table, gate_u, gate_v, gate_w, meta)``: the sum of the fused
