@@ -101,7 +101,9 @@ def get_config(arg: str = "base"):
     else:
         # 3 T tokens a step of 4 M tokens (4,096 rows of 1,024, then 512 of 8,192): 715 k steps.
         cfg.data.update(max_length=1024, batch_size=4096, mono_alpha=0.7)
-        cfg.model.update(max_positions=8192, dtype="bfloat16")
+        # The fused kernels on GPUs and TPUs skip the tiles outside a local layer's window, and
+        # XLA's attention would hold 8,192² scores a layer (docs/performance.md).
+        cfg.model.update(max_positions=8192, dtype="bfloat16", attention="auto")
         cfg.train.steps = round(3e12 / (1024 * 4096))
         cfg.optim.update(learning_rate=8e-4 if size == "small" else 5e-4, warmup_steps=2_000)
         objectives, factor = {"mmlm": 1.0}, 8
