@@ -16,7 +16,7 @@ import pytest
 
 from tests.test_flash_attention import assert_same_value_and_grads, fused, packed_meta, qkv
 from tests.test_plan import shipped_config
-from tests.tiny import run_config
+from tests.tiny import one_device_and_a_mesh, run_config
 from xlpretrain import api, masks, objectives
 from xlpretrain.bench.kernel_check import reference_attention
 from xlpretrain.bench.step import synthetic_batch
@@ -179,21 +179,9 @@ def test_flops_count_geglu_and_local_windows_by_hand():
 def test_a_sharded_step_equals_one_device():
     """MMLM + TLM on ModernBERT layers (VECO's plug-in too), data 2 × fsdp 2 × tensor 2 against
     one device: the same loss and the same updated parameters."""
-    plan = resolve(modern_run(model__cross_attention=True))
-    model, init = objectives.build_model(plan.model_config(4), plan.objectives, plan.contexts)
-    rng = np.random.default_rng(3)
-    batch = {
-        n: synthetic_batch(8, plan.stage_streams[0][n], plan.model.vocab_size, rng)
-        for n in plan.stage_streams[0]
-    }
-    results = []
-    for mesh in (make_mesh(1, 1, 1, jax.devices()[:1]), make_mesh(2, 2, 2, jax.devices()[:8])):
-        training = setup_training(plan, model, init, mesh)
-        placed = jax.device_put(batch, training.batch_sharding)
-        state, metrics = training.step_fns[0](training.state, placed)
-        results.append((float(metrics["loss"]), jax.device_get(state.params)))
-    (one_loss, one), (sharded_loss, sharded) = results
-    np.testing.assert_allclose(sharded_loss, one_loss, rtol=1e-5)
+    results = one_device_and_a_mesh(resolve(modern_run(model__cross_attention=True)))
+    (one_metrics, one), (sharded_metrics, sharded) = results
+    np.testing.assert_allclose(sharded_metrics["loss"], one_metrics["loss"], rtol=1e-5)
     jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, atol=2e-6, rtol=1e-4), sharded, one)
 
 

@@ -41,10 +41,9 @@ def test_each_claimed_mask_is_the_segment_mask_splash_builds(mask_fn):
     np.testing.assert_array_equal(got, same)
 
 
-def test_splash_matches_the_xla_reference():
-    mask_fn = masks.mmlm
-    meta = packed_meta(1)
-    rng = np.random.default_rng(2)
+def assert_splash_equals_xla(mask_fn, meta, seed: int) -> None:
+    """Splash's attention under `mask_fn`, its value and gradients, equal XLA's (float32)."""
+    rng = np.random.default_rng(seed)
     q, k, v = (jnp.asarray(rng.normal(size=(B, L, H, D)), jnp.float32) for _ in range(3))
     cotangent = jnp.asarray(rng.normal(size=(B, L, H, D)), jnp.float32)
 
@@ -63,6 +62,10 @@ def test_splash_matches_the_xla_reference():
     np.testing.assert_allclose(got[0], want[0], rtol=1e-4)
     for g, w in zip(got[1], want[1], strict=True):
         np.testing.assert_allclose(g, w, atol=1e-4)
+
+
+def test_splash_matches_the_xla_reference():
+    assert_splash_equals_xla(masks.mmlm, packed_meta(1), seed=2)
 
 
 @pytest.mark.parametrize("window", [16, np.iinfo(np.int32).max], ids=["local", "global"])
@@ -71,27 +74,10 @@ def test_splash_within_a_window_matches_the_xla_reference(window):
     mask, a global one its full mask; values and gradients equal the XLA reference's."""
     mask_fn = masks.windowed(masks.mmlm, 16)
     meta = packed_meta(4)
-    meta = {**meta, "window": jnp.full_like(meta["positions"], window)}
-    rng = np.random.default_rng(5)
-    q, k, v = (jnp.asarray(rng.normal(size=(B, L, H, D)), jnp.float32) for _ in range(3))
-    cotangent = jnp.asarray(rng.normal(size=(B, L, H, D)), jnp.float32)
-
-    def loss(impl):
-        def f(q, k, v):
-            out = dot_product_attention(
-                q, k, v, mask_fn=mask_fn, q_meta=meta, k_meta=meta, impl=impl, platform="cpu"
-            )
-            return jnp.sum(out * cotangent)
-
-        return f
-
     assert splash.unsupported(mask_fn, L, L, False, False) is None
-    with jax.default_matmul_precision("float32"):
-        got = jax.value_and_grad(loss("splash"), (0, 1, 2))(q, k, v)
-        want = jax.value_and_grad(loss("xla"), (0, 1, 2))(q, k, v)
-    np.testing.assert_allclose(got[0], want[0], rtol=1e-4)
-    for g, w in zip(got[1], want[1], strict=True):
-        np.testing.assert_allclose(g, w, atol=1e-4)
+    assert_splash_equals_xla(
+        mask_fn, {**meta, "window": jnp.full_like(meta["positions"], window)}, seed=5
+    )
 
 
 def test_other_calls_fall_back_with_a_reason():

@@ -265,17 +265,23 @@ def test_unknown_objective_weight_key_and_language_mismatch(udhr, udhr_run_confi
         trainer_lib.build(resolve(cfg), str(tmp_path), jax.devices()[:1])
 
 
+def train_as_the_readme_does(config: str, workdir: pathlib.Path) -> subprocess.CompletedProcess:
+    """`python -m xlpretrain.train --config CONFIG --workdir WORKDIR` from the repository's
+    root, as the README gives it; it must succeed."""
+    repo = pathlib.Path(__file__).resolve().parents[1]
+    result = subprocess.run(
+        [sys.executable, "-m", "xlpretrain.train", "--config", config, "--workdir", str(workdir)],
+        capture_output=True, text=True, timeout=900, cwd=repo,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return result
+
+
 def test_the_demo_learns_what_a_unigram_model_cannot(tmp_path):
     """The README's first command, as written: it trains, evaluates on the demo corpus's
     held-out tenth, and its held-out masked-token accuracy and loss beat a model that ignores
     context (the training text's unigram model)."""
-    repo = pathlib.Path(__file__).resolve().parents[1]
-    result = subprocess.run(
-        [sys.executable, "-m", "xlpretrain.train", "--config", "configs/demo.py",
-         "--workdir", str(tmp_path)],
-        capture_output=True, text=True, timeout=900, cwd=repo,
-    )  # fmt: skip
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    result = train_as_the_readme_does("configs/demo.py", tmp_path)
     records = read_metrics(tmp_path)
     assert [r["step"] for r in records] == list(range(50, 601, 50))
     for key in ("loss", "loss/mmlm", "loss/tlm", "accuracy/mmlm", "count/tlm", "learning_rate",
@@ -322,13 +328,7 @@ def test_the_xlco_demo_learns_to_retrieve_translations(tmp_path):
     """`configs/demo.py:xlco` (the demo with the contrastive objective) as the README gives it:
     held-out retrieval rises far above its step-0 value, on the pairs across scripts too, where
     the untrained model is near chance."""
-    repo = pathlib.Path(__file__).resolve().parents[1]
-    result = subprocess.run(
-        [sys.executable, "-m", "xlpretrain.train", "--config", "configs/demo.py:xlco",
-         "--workdir", str(tmp_path)],
-        capture_output=True, text=True, timeout=900, cwd=repo,
-    )  # fmt: skip
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    result = train_as_the_readme_does("configs/demo.py:xlco", tmp_path)
     held_out = re.search(r"held-out at step 600: (.*)", result.stdout).group(1)
     retrieval, start = map(float, re.search(
         r"retrieval@1 ([\d.]+) \(step 0 ([\d.]+)", held_out

@@ -12,7 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from tests.tiny import run_config
+from tests.tiny import one_device_and_a_mesh, run_config
 from xlpretrain import objectives
 from xlpretrain.bench.step import synthetic_batch
 from xlpretrain.core.errors import ConfigError
@@ -27,11 +27,9 @@ from xlpretrain.objectives.xlco import (
     translation_ranking,
     xlco_flops,
 )
-from xlpretrain.parallel.sharding import make_mesh
 from xlpretrain.training import trainer as trainer_lib
 from xlpretrain.training.metrics import read_metrics
 from xlpretrain.training.plan import resolve
-from xlpretrain.training.step import setup_training
 
 
 def unit(*angles: float) -> jnp.ndarray:
@@ -111,19 +109,7 @@ def test_gradients_reach_both_sides_of_a_pair():
 def test_a_sharded_step_equals_one_device():
     """XLCo + TLM on data 2 × fsdp 2 × tensor 2 against one device: the same loss, accuracy
     and updated parameters, so every device's pairs met every pair of the batch."""
-    plan = resolve(xlco_run())
-    model, init = objectives.build_model(plan.model_config(4), plan.objectives, plan.contexts)
-    rng = np.random.default_rng(3)
-    batch = {
-        n: synthetic_batch(8, plan.stage_streams[0][n], plan.model.vocab_size, rng)
-        for n in plan.stage_streams[0]
-    }
-    results = []
-    for mesh in (make_mesh(1, 1, 1, jax.devices()[:1]), make_mesh(2, 2, 2, jax.devices()[:8])):
-        training = setup_training(plan, model, init, mesh)
-        placed = jax.device_put(batch, training.batch_sharding)
-        state, metrics = training.step_fns[0](training.state, placed)
-        results.append((jax.device_get(metrics), jax.device_get(state.params)))
+    results = one_device_and_a_mesh(resolve(xlco_run()))
     (one_metrics, one), (sharded_metrics, sharded) = results
     for key in ("loss", "loss/xlco", "accuracy/xlco", "count/xlco"):
         np.testing.assert_allclose(sharded_metrics[key], one_metrics[key], rtol=1e-5)

@@ -16,6 +16,7 @@ import pathlib
 import shutil
 from collections.abc import Iterable, Mapping, Sequence
 
+import jax
 import ml_collections
 import numpy as np
 
@@ -243,3 +244,25 @@ def train_json_tokenizer(
         named = dict(zip(roles, JSON_SPECIALS, strict=True))
         (folder / "tokenizer_config.json").write_text(json.dumps(named))
     return folder / "tokenizer.json"
+
+
+def one_device_and_a_mesh(plan, rows: int = 8, seed: int = 3) -> list[tuple[dict, dict]]:
+    """(metrics, updated parameters) of one step of `plan`'s first stage on the same synthetic
+    batch (`rows` rows per objective), on one device and on data 2 × fsdp 2 × tensor 2: what
+    a sharded-equals-one-device test compares."""
+    from xlpretrain import objectives
+    from xlpretrain.bench.step import synthetic_batch
+    from xlpretrain.parallel.sharding import make_mesh
+    from xlpretrain.training.step import setup_training
+
+    model, init = objectives.build_model(plan.model_config(4), plan.objectives, plan.contexts)
+    rng = np.random.default_rng(seed)
+    streams = plan.stage_streams[0]
+    batch = {n: synthetic_batch(rows, streams[n], plan.model.vocab_size, rng) for n in streams}
+    results = []
+    for mesh in (make_mesh(1, 1, 1, jax.devices()[:1]), make_mesh(2, 2, 2, jax.devices()[:8])):
+        training = setup_training(plan, model, init, mesh)
+        placed = jax.device_put(batch, training.batch_sharding)
+        state, metrics = training.step_fns[0](training.state, placed)
+        results.append((jax.device_get(metrics), jax.device_get(state.params)))
+    return results
