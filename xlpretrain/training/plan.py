@@ -14,6 +14,7 @@ the config, so the batch `aot` sizes is the batch training feeds.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 from collections.abc import Mapping
 from typing import Any
@@ -53,7 +54,7 @@ def _sized_for(spec: StreamSpec, anneal: Anneal, first: int, last: int) -> Strea
     mono, parallel = "mono_mask_rate" in anneal, "parallel_mask_rate" in anneal
 
     def highest(key: str) -> float:
-        return max(anneal.maximum(key, first, last), anneal.settled().value(key, 0))
+        return max(anneal.maximum(key, first, last), anneal.points[key][1][-1])
 
     rate, mono_rate = spec.mask_rate, spec.mono_mask_rate
     if (spec.kind == MONO and mono) or (spec.kind != MONO and parallel):
@@ -207,10 +208,10 @@ class RunPlan:
             anneal=anneal,
         )
 
-    @property
+    @functools.cached_property
     def phases(self) -> list[Phase]:
         """The stages as the input pipeline sees them: from which step on which rows of which
-        length are drawn."""
+        length are drawn (built once: the loop asks for a step's stage every step)."""
         return [
             Phase(stage.start_step, stage.rows, streams)
             for stage, streams in zip(self.stages, self.stage_streams, strict=True)
@@ -238,13 +239,13 @@ class RunPlan:
         )
         line = f"stage {stage + 1}/{len(self.stages)}: {named}{changed}; `loss` sums these"
         shapes, before = self._row_shapes(stage), self._row_shapes(stage - 1) if stage else {}
-        changed = ", ".join(
+        reshaped = ", ".join(
             f"{name} {rows} × {length} (was {before[name][0]} × {before[name][1]})"
             for name, (rows, length) in shapes.items()
             if name in before and before[name] != (rows, length)
         )
-        if changed:
-            line += f"; rows × tokens: {changed}: new shapes, its step compiles"
+        if reshaped:
+            line += f"; rows × tokens: {reshaped}: new shapes, its step compiles"
         return line
 
     def _row_shapes(self, stage: int) -> dict[str, tuple[int, int]]:
