@@ -11,6 +11,8 @@ setup(
     # `--config xlmr:tiny` works without a clone.
     packages=[*find_packages(include=["xlpretrain", "xlpretrain.*"]), "xlpretrain.configs"],
     package_dir={"xlpretrain.configs": "configs"},
+    # The demo corpus ships as a snapshot, the same bytes whatever Babel is installed.
+    package_data={"xlpretrain.data": ["demo_corpus_v2.tar.xz"]},
     install_requires=[
         "jax>=0.4.35",
         "flax>=0.10",
@@ -22,7 +24,7 @@ setup(
         "tokenizers>=0.15",  # a Hugging Face tokenizer.json (mmBERT's, ModernBERT's)
         "chex>=0.1.87",
         "absl-py>=2.0",
-        "babel>=2.14",
+        "babel>=2.14",  # only to build a demo corpus anew (demo_corpus --from-babel)
         "tensorboardX>=2.6",
         "numpy>=1.26",
         "matplotlib>=3.8",  # python -m xlpretrain.masks --png

@@ -20,6 +20,15 @@ UDHR = REPO.parent / "shared" / "data" / "udhr"
 REQUIRE_SHARED = "XLPRETRAIN_REQUIRE_SHARED"
 
 
+@pytest.fixture(scope="session", autouse=True)
+def empty_cache(tmp_path_factory) -> pathlib.Path:
+    """Nothing cached before the session hides a change: the demo corpus is unpacked afresh into
+    an empty folder of this session's, which every command a test runs inherits."""
+    folder = tmp_path_factory.mktemp("xlpretrain_cache") / "demo_corpus"
+    os.environ["XLPRETRAIN_CACHE"] = str(folder)
+    return folder
+
+
 @pytest.fixture(scope="session")
 def udhr() -> pathlib.Path:
     """The UDHR corpus (528 languages) that CI places beside the clone as ../shared: a user's

@@ -1,7 +1,9 @@
-"""Tests of the built-in demo corpus made from babel's CLDR data: languages and scripts
-covered, the user-corpus file format, key alignment of the parallel files, real text,
-determinism across processes, caching and recovery from an interrupted build."""
+"""Tests of the built-in demo corpus: the shipped snapshot's bytes whatever Babel is installed,
+languages and scripts covered, the user-corpus file format, key alignment of the parallel files,
+real text, caching and recovery from an interrupted unpacking; the builder from Babel's CLDR
+data (`cldr`), deterministic across processes."""
 
+import hashlib
 import os
 import shutil
 import subprocess
@@ -12,7 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from xlpretrain.data import demo_corpus
+from xlpretrain.data import cldr, demo_corpus
+
+# sha256 over the sorted (path, bytes) of the snapshot's files: what Babel 2.18 (CLDR 47) built,
+# the corpus every figure in the README and docs was measured on.
+DEMO_TREE_SHA256 = "8edeffc3341b88253183b4df42474a27c3a84f9ec6053fffb8f93084ab5ab907"
 
 
 @pytest.fixture(scope="module")
@@ -28,12 +34,47 @@ def corpus(tmp_path_factory) -> Path:
     return root
 
 
+@pytest.fixture(scope="module")
+def babel_corpus(tmp_path_factory) -> Path:
+    """Five languages built from the installed Babel's CLDR data."""
+    root = tmp_path_factory.mktemp("babel")
+    demo_corpus.build_demo_corpus(root, num_languages=5)
+    return root
+
+
 def tree(root: Path) -> dict[str, bytes]:
     return {
         str(p.relative_to(root)): p.read_bytes()
         for p in sorted(root.rglob("*"))
         if p.is_file() and p.name != ".lock"
     }
+
+
+def tree_sha256(root: Path) -> str:
+    digest = hashlib.sha256()
+    for name, data in tree(root).items():
+        if name != "DONE":
+            digest.update(f"{name}\0{len(data)}\0".encode() + data)
+    return digest.hexdigest()
+
+
+def test_the_corpus_is_the_shipped_snapshot_and_needs_no_babel(corpus, tmp_path):
+    """The default corpus is the snapshot's bytes, unpacked without importing Babel at all: the
+    same for every Babel release (`.ci/run` also compares two releases' output)."""
+    assert tree_sha256(corpus) == DEMO_TREE_SHA256
+    code = (
+        "import sys; sys.modules['babel'] = None\n"  # any `import babel` now raises
+        "from xlpretrain.data import demo_corpus as d; d.build_demo_corpus(sys.argv[1])"
+    )
+    subprocess.run([sys.executable, "-c", code, str(tmp_path)], check=True)
+    assert tree_sha256(tmp_path) == DEMO_TREE_SHA256
+
+
+def test_a_damaged_snapshot_is_an_error_naming_it(tmp_path, monkeypatch):
+    monkeypatch.setattr(demo_corpus, "SNAPSHOT_SHA256", "0" * 64)
+    with pytest.raises(demo_corpus.SnapshotError, match=r"demo_corpus_v2\.tar\.xz has sha256 "):
+        demo_corpus.build_demo_corpus(tmp_path)
+    assert not (tmp_path / "DONE").exists()
 
 
 def read_lines(path: Path) -> list[str]:
@@ -118,7 +159,7 @@ def test_a_tenth_is_held_out_the_same_items_in_every_pair_file(corpus):
         for name in names:
             train, test = read_lines(corpus / kind / name), read_lines(held_out / kind / name)
             total = len(train) + len(test)
-            assert len(test) == total // demo_corpus.HELD_OUT_EVERY, name
+            assert len(test) == total // cldr.HELD_OUT_EVERY, name
             assert not set(train) & set(test), name
     english = {tuple(read_lines(held_out / "parallel" / name)[i].split("\t")[0] for i in (0, -1))
                for name in names}  # fmt: skip
@@ -155,14 +196,15 @@ def test_text_is_real(corpus):
     assert "Germany: German" in mono("en") and "Euro" in mono("en")
 
 
-def test_build_is_deterministic_across_processes(corpus, tmp_path):
-    """A fresh interpreter, with another string-hash seed, writes the same bytes."""
+def test_the_babel_build_is_deterministic_across_processes(babel_corpus, tmp_path):
+    """A fresh interpreter, with another string-hash seed, builds the same bytes."""
     code = (
-        "import sys; from xlpretrain.data import demo_corpus as d; d.build_demo_corpus(sys.argv[1])"
+        "import sys; from xlpretrain.data import demo_corpus as d\n"
+        "d.build_demo_corpus(sys.argv[1], num_languages=5)"
     )
     env = {**os.environ, "PYTHONHASHSEED": "12345"}
     subprocess.run([sys.executable, "-c", code, str(tmp_path)], check=True, env=env)
-    assert tree(tmp_path) == tree(corpus)
+    assert tree(tmp_path) == tree(babel_corpus)
 
 
 def test_cached_build_is_not_rewritten(corpus, monkeypatch):
@@ -171,7 +213,7 @@ def test_cached_build_is_not_rewritten(corpus, monkeypatch):
     def fail(*args):
         raise AssertionError("cached corpus rebuilt")
 
-    monkeypatch.setattr(demo_corpus, "_write_corpus", fail)
+    monkeypatch.setattr(demo_corpus, "_unpack", fail)
     assert demo_corpus.build_demo_corpus(corpus).mono == corpus / "mono"
     assert {p: p.stat().st_mtime_ns for p in corpus.rglob("*")} == mtimes
 
@@ -188,10 +230,11 @@ def test_interrupted_build_is_redone(corpus, tmp_path):
     assert not list(copy.glob(".build-*"))
 
 
-def test_other_settings_rebuild(corpus, tmp_path):
+def test_other_settings_rebuild_from_babel(corpus, babel_corpus, tmp_path):
     copy = tmp_path / "copy"
     shutil.copytree(corpus, copy)
     mono, parallel, *_ = demo_corpus.build_demo_corpus(copy, num_languages=5)
+    assert tree(copy) == tree(babel_corpus)
     languages = sorted(p.stem for p in mono.glob("*.txt"))
     assert len(languages) == 5 and "en" in languages
     assert len(list(parallel.glob("*.tsv"))) == 4
@@ -202,6 +245,13 @@ def test_other_settings_rebuild(corpus, tmp_path):
         demo_corpus.build_demo_corpus(copy, num_languages=1)
     with pytest.raises(ValueError, match="min_entries"):
         demo_corpus.build_demo_corpus(copy, num_languages=400)
+
+
+def test_the_tests_start_from_an_empty_cache(empty_cache, tmp_path_factory):
+    """The README's and docs' commands the tests run read the demo corpus from this session's
+    own cache folder, not one a former install or Babel release left in ~/.cache."""
+    assert demo_corpus.default_demo_cache_dir() == empty_cache
+    assert empty_cache.is_relative_to(tmp_path_factory.getbasetemp())
 
 
 def test_default_cache_dir(monkeypatch, tmp_path):

@@ -1,6 +1,7 @@
 """A regular (non-editable) install is whole: its wheel holds every module of the package, the
-shipped configs and every program's `__main__`, and the installed copy, away from any clone,
-trains from a shipped config named on the command line (`--config xlmr:tiny`)."""
+shipped configs, the demo corpus's snapshot and every program's `__main__`, and the installed
+copy, away from any clone, trains from a shipped config named on the command line
+(`--config xlmr:tiny`)."""
 
 import os
 import pathlib
@@ -34,6 +35,7 @@ def wheel(tmp_path_factory) -> pathlib.Path:
 
 def test_the_wheel_holds_every_module_the_configs_and_every_program(wheel):
     names = set(zipfile.ZipFile(wheel).namelist())
+    assert "xlpretrain/data/demo_corpus_v2.tar.xz" in names
     modules = {
         str(path.relative_to(REPO))
         for path in (REPO / "xlpretrain").rglob("*.py")

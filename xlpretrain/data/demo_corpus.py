@@ -1,79 +1,44 @@
-"""A small, real multilingual corpus built offline from the CLDR data that ``babel`` ships.
+"""The demo corpus: a small, real multilingual corpus that needs no download, the same bytes for
+every user.
 
-When no corpus is configured the demo still trains on genuine text in dozens of languages and
-scripts, with no download: CLDR translates the same items (names of territories, languages,
-scripts, currencies and time zones; months and weekdays; unit and relative-time phrases;
-dates) into every locale, keyed by locale-independent codes. Keys therefore align the
-locales, which gives parallel data for free. The layout is exactly that of a user corpus:
+It is CLDR text in 40 languages and 15 scripts (names of territories, languages, currencies and
+time zones, months, units, dates: ``cldr`` says how it is made), in the layout of a user corpus:
+``mono/<lang>.txt``, ``parallel/en-<lang>.tsv`` and a ``held_out/`` copy of that layout. The
+package ships it as a snapshot (``demo_corpus_v2.tar.xz``, what ``cldr`` builds from Babel 2.18's
+CLDR 47) rather than building it from the installed Babel: each Babel release ships newer CLDR
+data, which changes the text and the languages chosen, so the README's figures would hold for
+one Babel release only. ``--from-babel`` (or a language count other than the snapshot's) still
+builds one from the installed Babel, and ``--snapshot FILE`` packs a built corpus the way the
+shipped one was packed.
 
-* ``mono/<lang>.txt``: one document per line. A document groups related items in that
-  language, joined with the locale's own list pattern, e.g. a country with the languages
-  spoken there, its currency, cities and time zones; a run of language names; a unit in
-  several plural forms.
-* ``parallel/en-<lang>.tsv``: ``english<TAB>other`` per line, one short CLDR item (a country
-  with its currency, a language name, a date, ...) rendered in both locales. Only items that
-  every selected language translates are used, and each English text once, so all
-  ``en-*.tsv`` files share the same English column, line by line.
-* ``held_out/mono`` and ``held_out/parallel``: the same layout, for evaluation. Every
-  ``HELD_OUT_EVERY``-th document of each language and every ``HELD_OUT_EVERY``-th parallel item
-  (the same items in every pair file) are held out of training; the held-out pairs are never
-  seen as pairs, though their names may occur inside training documents.
-
-The build is deterministic (fixed reference dates, sorted keys) and takes a few seconds; the
-result is cached under a stamp that names the corpus version and the babel version.
+A corpus is unpacked (or built) once into a cache folder and used from there; the stamp naming
+its source is written last, so an interrupted unpacking is redone.
 """
 
 from __future__ import annotations
 
 import contextlib
-import datetime
 import fcntl
+import hashlib
+import io
 import os
-import re
 import shutil
+import tarfile
 import tempfile
-from collections import Counter
 from collections.abc import Iterator
-from functools import cache
+from importlib import resources
 from pathlib import Path
 from typing import NamedTuple
-
-import babel
-from babel import Locale, localedata
-from babel.core import get_global
-from babel.dates import format_date, format_timedelta
-from babel.lists import format_list
-from babel.numbers import get_territory_currencies
 
 from xlpretrain.core import programs
 from xlpretrain.data import translation_pairs
 
 VERSION = "demo_corpus_v2"
-HELD_OUT_EVERY = 10  # one document, one parallel item in ten is held out
-
-# Fixed so that the output never depends on the day it is built.
-_CURRENCY_DATE = datetime.date(2025, 1, 1)
-_DATES = [datetime.date(2025, month, day) for month in range(1, 13) for day in (1, 10, 20)]
-# One count per CLDR plural category that matters in practice (one / two / few / many / other).
-_UNIT_COUNTS = (1, 2, 5, 11, 100)
-_RELATIVE_UNITS = {
-    "second": 1,
-    "minute": 60,
-    "hour": 3600,
-    "day": 86400,
-    "week": 7 * 86400,
-    "month": 30 * 86400,
-    "year": 365 * 86400,
-}
-_RELATIVE_COUNTS = (1, 3, -1, -3)
-_CHUNK = 12  # names per "list" document
-_MAX_SPOKEN = 8  # languages listed per country
-_MIN_SPOKEN_PERCENT = 1.0
-_OFFICIAL = ("official", "de_facto_official")
-# Characters that would split a line or a TSV field (everything str.splitlines() breaks on).
-_BREAKS = re.compile(r"[\t\n\r\v\f\x1c-\x1e\x85\u2028\u2029]+| {2,}")
-
-Key = tuple[str, ...]
+SNAPSHOT = f"{VERSION}.tar.xz"  # package data beside this module
+SNAPSHOT_SHA256 = "9198d1386c3845d46c2f8bddf931bb211bcf95fc9fffd3780c9b10d55d78a65e"
+SNAPSHOT_LANGUAGES = 40
+SNAPSHOT_MIN_ENTRIES = 1400
+_TOP_FOLDERS = ("mono", "parallel", "held_out")
 
 
 class DemoFolders(NamedTuple):
@@ -88,6 +53,10 @@ class DemoFolders(NamedTuple):
 _FOLDERS = ("mono", "parallel", "held_out/mono", "held_out/parallel")
 
 
+class SnapshotError(OSError):
+    """The packaged snapshot is missing or not the one this version ships (a broken install)."""
+
+
 def default_demo_cache_dir() -> Path:
     """``$XLPRETRAIN_CACHE`` if set, else ``~/.cache/xlpretrain/demo_corpus_v2``."""
     env = os.environ.get("XLPRETRAIN_CACHE")
@@ -95,29 +64,37 @@ def default_demo_cache_dir() -> Path:
 
 
 def build_demo_corpus(
-    cache_dir: str | os.PathLike, *, num_languages: int = 40, min_entries: int = 1400
+    cache_dir: str | os.PathLike,
+    *,
+    num_languages: int = SNAPSHOT_LANGUAGES,
+    min_entries: int = SNAPSHOT_MIN_ENTRIES,
+    from_babel: bool = False,
 ) -> DemoFolders:
-    """Builds (or finds cached) the CLDR demo corpus in ``cache_dir``; returns its folders.
+    """Unpacks (or finds cached) the demo corpus in ``cache_dir``; returns its folders.
 
-    ``num_languages`` languages are chosen deterministically: English (the pivot of the
-    parallel files), then the best-ranked official language of every other script, then the
-    best-ranked of the rest, ranking by the number of territories where a language is
-    official, then by how much CLDR data its locale has. A language qualifies if its locale
-    translates at least ``min_entries`` of the names English has (territories, languages,
-    scripts, currencies, time zones and units: about 1800), which keeps thinly covered
-    locales out and the parallel files, limited to items every language has, large.
-    A build is complete only once ``cache_dir/DONE`` holds the matching stamp (written last),
-    so an interrupted build is redone; concurrent builders serialise on a lock file.
+    The default is the shipped snapshot, the same bytes whatever Babel is installed. With
+    ``from_babel``, or a ``num_languages`` / ``min_entries`` other than the snapshot's, the
+    corpus is built from the installed Babel's CLDR data instead (``cldr.write_corpus``): its
+    bytes then depend on the Babel release. A corpus is complete only once ``cache_dir/DONE``
+    holds the matching stamp (written last); concurrent builders serialise on a lock file.
     """
     if num_languages < 2:
         raise ValueError(f"num_languages must be >= 2 (English + others), got {num_languages}")
     cache_dir = Path(cache_dir)
     folders = DemoFolders(*(cache_dir / name for name in _FOLDERS))
-    stamp_path = cache_dir / "DONE"
-    stamp = (
-        f"{VERSION} babel={babel.__version__} num_languages={num_languages} "
-        f"min_entries={min_entries}\n"
+    snapshot = not from_babel and (num_languages, min_entries) == (
+        SNAPSHOT_LANGUAGES,
+        SNAPSHOT_MIN_ENTRIES,
     )
+    if snapshot:
+        source = f"snapshot sha256={SNAPSHOT_SHA256}"
+    else:
+        import babel
+
+        source = f"babel={babel.__version__} num_languages={num_languages}"
+        source += f" min_entries={min_entries}"
+    stamp = f"{VERSION} {source}\n"
+    stamp_path = cache_dir / "DONE"
     cache_dir.mkdir(parents=True, exist_ok=True)
     with _locked(cache_dir / ".lock"):
         if stamp_path.is_file() and stamp_path.read_text(encoding="utf-8") == stamp:
@@ -126,8 +103,13 @@ def build_demo_corpus(
         for leftover in cache_dir.glob(".build-*"):  # from an interrupted build
             shutil.rmtree(leftover)
         build = Path(tempfile.mkdtemp(prefix=".build-", dir=cache_dir))
-        _write_corpus(build, _select_languages(num_languages, min_entries))
-        for name in ("mono", "parallel", "held_out"):
+        if snapshot:
+            _unpack(_snapshot_bytes(), build)
+        else:
+            from xlpretrain.data import cldr  # imports Babel's data only when building from it
+
+            cldr.write_corpus(build, num_languages, min_entries)
+        for name in _TOP_FOLDERS:
             shutil.rmtree(cache_dir / name, ignore_errors=True)
             os.replace(build / name, cache_dir / name)
         build.rmdir()
@@ -146,287 +128,94 @@ def _locked(path: Path) -> Iterator[None]:
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
-def _write_corpus(root: Path, languages: list[str]) -> None:
-    for name in _FOLDERS:
-        (root / name).mkdir(parents=True)
-    for lang in languages:
-        _write_split(root, f"mono/{lang}.txt", _documents(lang))
-    items = {lang: _items(lang) for lang in languages}
-    # Keys every language has; an English text only once ("Thai" the language and the script).
-    first_key: dict[str, Key] = {}
-    for key in sorted(set.intersection(*(set(i) for i in items.values()))):
-        first_key.setdefault(items["en"][key], key)
-    for lang in languages:
-        if lang != "en":
-            pairs = [f"{items['en'][k]}\t{items[lang][k]}" for k in first_key.values()]
-            _write_split(root, f"parallel/en-{lang}.tsv", pairs)
-
-
-def _write_split(root: Path, name: str, lines: list[str]) -> None:
-    """Every ``HELD_OUT_EVERY``-th distinct line to ``held_out/name``, the others to ``name``."""
-    lines = list(dict.fromkeys(lines))  # a repeated document would leak into the held-out
-    out = {i for i in range(len(lines)) if i % HELD_OUT_EVERY == HELD_OUT_EVERY - 1}
-    _write_lines(root / name, [line for i, line in enumerate(lines) if i not in out])
-    _write_lines(root / "held_out" / name, [line for i, line in enumerate(lines) if i in out])
-
-
-def _write_lines(path: Path, lines: list[str]) -> None:
-    with open(path, "w", encoding="utf-8", newline="\n") as f:
-        f.writelines(line + "\n" for line in lines)
-
-
-# --------------------------------------------------------------------------- language choice
-
-
-def _select_languages(num_languages: int, min_entries: int) -> list[str]:
-    official = Counter(
-        lang.split("_")[0]
-        for spoken in get_global("territory_languages").values()
-        for lang, info in spoken.items()
-        if info.get("official_status") in _OFFICIAL
-    )
-    likely = get_global("likely_subtags")
-    # Base locales with their own data: not e.g. nb/nn (inherit from no) or ht (from fr_HT).
-    inherits = get_global("parent_exceptions")
-    codes = [
-        c
-        for c in localedata.locale_identifiers()
-        if "_" not in c and c != "root" and c in likely and c not in inherits
-    ]
-
-    def script(code: str) -> str:
-        return likely[code].split("_")[1]
-
-    def eligible(code: str) -> bool:
-        return _richness(code) >= min_entries
-
-    chosen = ["en"]
-    for code in _ranked([c for c in codes if official[c]], official):  # one per script
-        if len(chosen) == num_languages:
-            break
-        if script(code) not in {script(c) for c in chosen} and eligible(code):
-            chosen.append(code)
-    for code in _ranked(codes, official):  # then the strongest of the rest
-        if len(chosen) == num_languages:
-            break
-        if code not in chosen and eligible(code):
-            chosen.append(code)
-    if len(chosen) < num_languages:
-        raise ValueError(
-            f"only {len(chosen)} CLDR languages translate >= {min_entries} names; "
-            f"lower num_languages ({num_languages}) or min_entries"
+def _snapshot_bytes() -> bytes:
+    """The shipped archive, checked against the hash this version expects."""
+    try:
+        data = resources.files("xlpretrain.data").joinpath(SNAPSHOT).read_bytes()
+    except FileNotFoundError as e:
+        raise SnapshotError(
+            f"the demo corpus snapshot {SNAPSHOT} is missing from the installed package "
+            f"({Path(__file__).parent}); reinstall xlpretrain"
+        ) from e
+    if (digest := hashlib.sha256(data).hexdigest()) != SNAPSHOT_SHA256:
+        raise SnapshotError(
+            f"the demo corpus snapshot {Path(__file__).parent / SNAPSHOT} has sha256 {digest}, "
+            f"not {SNAPSHOT_SHA256}: the file is damaged; reinstall xlpretrain"
         )
-    return sorted(chosen)
+    return data
 
 
-def _ranked(codes: list[str], official: Counter[str]) -> Iterator[str]:
-    """By territories where official, then by data; lazily, one group of equals at a time."""
-    for count in sorted({official[c] for c in codes}, reverse=True):
-        group = [c for c in codes if official[c] == count]
-        yield from sorted(group, key=lambda c: (-_richness(c), c))
+def _unpack(archive: bytes, root: Path) -> None:
+    """Writes the archive's regular files under ``root``; any other member is an error."""
+    with tarfile.open(fileobj=io.BytesIO(archive), mode="r:xz") as tar:
+        for member in tar:
+            parts = Path(member.name).parts
+            if member.isdir() and len(parts) <= 2 and parts[0] in _TOP_FOLDERS:
+                continue
+            if not member.isfile() or parts[0] not in _TOP_FOLDERS or ".." in parts:
+                raise SnapshotError(f"unexpected member {member.name!r} in {SNAPSHOT}")
+            path = root.joinpath(*parts)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(tar.extractfile(member).read())
 
 
-@cache
-def _richness(code: str) -> int:
-    """How many of English's names (territories, languages, scripts, currencies, time zones,
-    units) the locale translates: a cheap measure of its CLDR coverage."""
-    data, english = Locale.parse(code)._data, Locale("en")._data
-    units = data["unit_patterns"]
-    long_units = sum(1 for u in english["unit_patterns"] if u in units and "long" in units[u])
-    return long_units + sum(
-        len(set(english[k]) & set(data[k]))
-        for k in ("territories", "languages", "scripts", "currency_names", "meta_zones")
-    )
-
-
-# ------------------------------------------------------------------------------ the texts
-
-
-def _clean(text: str) -> str:
-    return _BREAKS.sub(" ", text).strip()
-
-
-@cache
-def _atoms(code: str) -> dict[Key, str]:
-    """Every CLDR item the locale translates, by a locale-independent key.
-
-    Only the locale's own data counts: values it would merely inherit from CLDR's root
-    (placeholder month names ``M01``, ``+3 d`` relative times, ...) are left out. Cities are
-    the exception: CLDR's own fallback (the time-zone id's city) is the correct name.
-    """
-    loc, root = Locale.parse(code), Locale("root")
-    atoms: dict[Key, str] = {}
-    for kind, names in (
-        ("territory", loc.territories),
-        ("language", loc.languages),
-        ("script", loc.scripts),
-        ("currency", loc.currencies),
-    ):
-        atoms.update(((kind, k), v) for k, v in names.items())
-    for mz, names in loc._data["meta_zones"].items():
-        long = names.get("long", {})
-        if name := long.get("generic") or long.get("standard"):
-            atoms["metazone", mz] = name
-    for zone in get_global("zone_territories"):
-        city = loc.time_zones.get(zone, {}).get("city")
-        atoms["city", zone] = city or zone.rsplit("/", 1)[-1].replace("_", " ")
-    for unit, patterns in loc._data["unit_patterns"].items():
-        for n in _UNIT_COUNTS:
-            # babel's format_unit, minus its number formatting: a small int is str(n) in every
-            # locale (latn digits, no grouping), and this runs thousands of times per build.
-            if pattern := patterns.get("long", {}).get(loc.plural_form(n)):
-                atoms["unit", unit, str(n)] = pattern.format(n)
-    if dict(loc.months["format"]["wide"]) != dict(root.months["format"]["wide"]):
-        for width in ("wide", "abbreviated"):
-            for m, name in loc.months["format"][width].items():
-                atoms["month", width, str(m)] = name
-            for d, name in loc.days["format"][width].items():
-                atoms["day", width, str(d)] = name
-        atoms.update((("quarter", str(q)), v) for q, v in loc.quarters["format"]["wide"].items())
-        atoms.update((("era", str(e)), v) for e, v in loc.eras["wide"].items())
-        atoms.update((("date", d.isoformat()), format_date(d, "full", loc)) for d in _DATES)
-    for unit, seconds in _RELATIVE_UNITS.items():
-        for n in _RELATIVE_COUNTS:
-            delta = datetime.timedelta(seconds=n * seconds)
-            text = format_timedelta(delta, add_direction=True, locale=loc)
-            if text != format_timedelta(delta, add_direction=True, locale=root):
-                atoms["relative", unit, str(n)] = text
-    return {k: t for k, v in atoms.items() if (t := _clean(v))}
-
-
-def _join(atoms: dict[Key, str], keys: list[Key], loc: Locale) -> str:
-    """The available items among ``keys``, as the locale writes a list ("a, b and c")."""
-    return format_list([atoms[k] for k in keys if k in atoms], locale=loc)
-
-
-@cache
-def _country_groups(territory: str) -> list[list[Key]]:
-    """Keys describing one country: languages spoken, currencies, cities, time zones."""
-    spoken = sorted(
-        get_global("territory_languages")[territory].items(),
-        key=lambda kv: (-(kv[1].get("population_percent") or 0.0), kv[0]),
-    )
-    languages = [
-        ("language", lang)
-        for lang, info in spoken
-        if info.get("official_status") in _OFFICIAL
-        or (info.get("population_percent") or 0.0) >= _MIN_SPOKEN_PERCENT
-    ][:_MAX_SPOKEN]
-    currencies = [
-        ("currency", c) for c in get_territory_currencies(territory, start_date=_CURRENCY_DATE)
-    ]
-    zones = _zones_by_territory().get(territory, [])
-    metazones = sorted({mz for z in zones if (mz := get_global("meta_zones").get(z))})
-    return [
-        languages,
-        currencies,
-        [("city", z) for z in zones],
-        [("metazone", mz) for mz in metazones],
-    ]
-
-
-@cache
-def _zones_by_territory() -> dict[str, list[str]]:
-    zones: dict[str, list[str]] = {}
-    for zone, territory in sorted(get_global("zone_territories").items()):
-        zones.setdefault(territory, []).append(zone)
-    return zones
-
-
-@cache
-def _countries() -> list[str]:
-    return sorted(t for t in get_global("territory_languages") if len(t) == 2 and t.isalpha())
-
-
-@cache
-def _documents(code: str) -> list[str]:
-    """The monolingual documents of one language, one string each, in a fixed order."""
-    atoms, loc = _atoms(code), Locale.parse(code)
-    docs = []
-    for territory in _countries():
-        head = atoms.get(("territory", territory))
-        groups = [_join(atoms, keys, loc) for keys in _country_groups(territory)]
-        if head and any(groups):
-            docs.append(head + ": " + "; ".join(g for g in groups if g) + ".")
-    countries = set(_countries())
-    lists: list[list[Key]] = [
-        sorted(k for k in atoms if k[0] == "territory" and k[1] not in countries),
-        sorted(k for k in atoms if k[0] == "language"),
-        sorted(k for k in atoms if k[0] == "script"),
-        sorted(k for k in atoms if k[0] == "currency"),
-        sorted(k for k in atoms if k[0] == "metazone"),
-    ]
-    for keys in lists:
-        docs.extend(_join(atoms, keys[i : i + _CHUNK], loc) for i in range(0, len(keys), _CHUNK))
-    docs.extend(_join(atoms, _unit_keys(unit), loc) for unit in _units(atoms))
-    for width in ("wide", "abbreviated"):
-        docs.append(_join(atoms, [("month", width, str(m)) for m in range(1, 13)], loc))
-        docs.append(_join(atoms, [("day", width, str(d)) for d in range(7)], loc))
-    docs.append(_join(atoms, [("quarter", str(q)) for q in range(1, 5)], loc))
-    docs.append(_join(atoms, [("era", "0"), ("era", "1")], loc))
-    for month in range(1, 13):
-        dates = [("date", d.isoformat()) for d in _DATES if d.month == month]
-        docs.append(_join(atoms, dates, loc))
-    for unit in _RELATIVE_UNITS:
-        docs.append(_join(atoms, [("relative", unit, str(n)) for n in _RELATIVE_COUNTS], loc))
-    return [d for d in docs if d]
-
-
-@cache
-def _items(code: str) -> dict[Key, str]:
-    """Short translation units for the parallel files: one CLDR item (group) per key."""
-    atoms, loc = _atoms(code), Locale.parse(code)
-    items: dict[Key, str] = {}
-    for territory in _countries():
-        currencies = _country_groups(territory)[1]
-        keys = [("territory", territory), *currencies]
-        if all(k in atoms for k in keys):  # all or nothing, so both sides say the same
-            head = atoms[keys[0]]
-            items["country", territory] = (
-                f"{head}: {_join(atoms, currencies, loc)}" if currencies else head
-            )
-    for key, text in atoms.items():
-        if key[0] in ("language", "script", "currency", "metazone", "date", "relative") or (
-            key[0] in ("month", "day") and key[1] == "wide"
-        ):
-            items[key] = text
-    for unit in _units(atoms):
-        if all(k in atoms for k in _unit_keys(unit)):
-            items["unit", unit] = _join(atoms, _unit_keys(unit), loc)
-    return items
-
-
-def _units(atoms: dict[Key, str]) -> list[str]:
-    return sorted({k[1] for k in atoms if k[0] == "unit"})
-
-
-def _unit_keys(unit: str) -> list[Key]:
-    return [("unit", unit, str(n)) for n in _UNIT_COUNTS]
+def write_snapshot(corpus: str | os.PathLike, path: str | os.PathLike) -> str:
+    """Packs the corpus folder ``corpus`` (``mono/``, ``parallel/``, ``held_out/``) into an
+    xz-compressed tar at ``path`` with no owner, time or order of its own; returns its sha256."""
+    corpus, buffer = Path(corpus), io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:xz", preset=9, format=tarfile.GNU_FORMAT) as tar:
+        for file in sorted(p for name in _TOP_FOLDERS for p in (corpus / name).rglob("*")):
+            if file.is_file():
+                info = tarfile.TarInfo(file.relative_to(corpus).as_posix())
+                info.size, info.mode = file.stat().st_size, 0o644
+                tar.addfile(info, io.BytesIO(file.read_bytes()))
+    Path(path).write_bytes(buffer.getvalue())
+    return hashlib.sha256(buffer.getvalue()).hexdigest()
 
 
 def main(argv: list[str] | None = None) -> None:
-    """`python -m xlpretrain.data.demo_corpus --out DIR [--languages N] [--pairs DIR]`: writes
-    the demo corpus to a folder of one's own, to pass as data.mono_dir / data.parallel_dir, and
-    with --pairs its translation-or-not fine-tuning task (`translation_pairs`)."""
+    """`python -m xlpretrain.data.demo_corpus --out DIR [--from-babel] [--languages N]
+    [--pairs DIR] [--snapshot FILE]`: writes the demo corpus to a folder of one's own, to pass as
+    data.mono_dir / data.parallel_dir, and with --pairs its translation-or-not fine-tuning task
+    (`translation_pairs`)."""
     parser = programs.ArgumentParser(
         prog="python -m xlpretrain.data.demo_corpus",
-        description="Writes the CLDR demo corpus (training and held-out folders) to --out.",
+        description="Writes the demo corpus (training and held-out folders) to --out: the "
+        "snapshot this package ships, or one built from the installed Babel's CLDR data.",
     )
     parser.add_argument("--out", required=True, help="folder to write mono/, parallel/, held_out/")
-    parser.add_argument("--languages", type=int, default=40, help="English and N-1 others")
+    parser.add_argument(
+        "--from-babel",
+        action="store_true",
+        help="build it from the installed Babel's CLDR data instead of unpacking the shipped "
+        "snapshot (its text and languages then depend on the Babel release)",
+    )
+    parser.add_argument(
+        "--languages",
+        type=int,
+        default=SNAPSHOT_LANGUAGES,
+        help=f"English and N-1 others; other than {SNAPSHOT_LANGUAGES}, built from Babel",
+    )
     parser.add_argument(
         "--pairs",
         help="also write the translation-or-not task built from it to this folder, "
         "<l1>-<l2>/{train,test}.tsv, for python -m xlpretrain.eval.finetune",
     )
+    parser.add_argument(
+        "--snapshot",
+        help="also pack the corpus into this .tar.xz file, as the shipped snapshot is packed",
+    )
     args = parser.parse_args(argv)
-    folders = build_demo_corpus(args.out, num_languages=args.languages)
+    folders = build_demo_corpus(args.out, num_languages=args.languages, from_babel=args.from_babel)
     for name, folder in folders._asdict().items():
         count = len(list(folder.iterdir()))
         print(f"{name + ':':<19}{folder}  ({count} files)")
     if args.pairs:
         counts = translation_pairs.write_task(args.out, args.pairs)
         print(f"{'pairs:':<19}{args.pairs}  ({len(counts)} folders of train.tsv and test.tsv)")
+    if args.snapshot:
+        digest = write_snapshot(args.out, args.snapshot)
+        print(f"{'snapshot:':<19}{args.snapshot}  (sha256 {digest})")
 
 
 if __name__ == "__main__":
