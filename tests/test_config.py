@@ -23,6 +23,33 @@ def test_default_and_shipped_configs_validate():
         xlmr.get_config("huge")
 
 
+def test_every_config_key_a_message_suggests_exists():
+    """Remedies in the library's messages and the shipped configs (`--config.KEY=...`) name
+    keys a run accepts."""
+    import pathlib
+
+    root = pathlib.Path(__file__).resolve().parents[1]
+    sources = [*(root / "xlpretrain").rglob("*.py"), *(root / "configs").glob("*.py")]
+    named = {
+        (path.name, key.rstrip("."))
+        for path in sources
+        for key in re.findall(r"--config\.([a-z_][\w.]*)", path.read_text(encoding="utf-8"))
+    }
+    assert ("corpus.py", "tokenizer.character_coverage") in named
+    flat = config_lib.default_config().to_dict()
+
+    def exists(key: str) -> bool:
+        value = flat
+        for part in key.split("."):
+            if not isinstance(value, dict) or part not in value:
+                return False
+            value = value[part]
+        return True
+
+    missing = sorted((name, key) for name, key in named if key != "a.b" and not exists(key))
+    assert not missing, missing
+
+
 def test_xlmr_sizes():
     sys.path.insert(0, "configs")
     import xlmr

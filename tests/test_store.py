@@ -399,3 +399,16 @@ def test_lines_in_blocks_of_a_record_come_back_in_order(folders, udhr_tokenizer_
             got = stored_parallel.token_pair(pair, i, None)
             for side, text in zip(got, parallel.line(pair, i), strict=True):
                 np.testing.assert_array_equal(side, tokenizer.encode(text))
+
+
+def test_a_vocabulary_the_sample_cannot_give_names_the_flags_that_give_it(folders, tmp_path):
+    """`--vocab_size` too small for the sample's characters: the error names `prepare`'s own
+    flags, and lowering `--character_coverage` as it suggests trains that size."""
+    flags = [f"--mono_dir={folders / 'mono'}", "--vocab_size=300", "--sentences_per_language=50"]
+    with pytest.raises(DataError) as error:
+        prepare_cli.main([*flags, f"--out={tmp_path / 'store'}"])
+    message = str(error.value)
+    assert message.startswith("vocab_size=300 is too small for the tokenizer training sample")
+    assert "Raise --vocab_size, or lower --character_coverage so that" in message
+    prepare_cli.main([*flags, "--character_coverage=0.98", f"--out={tmp_path / 'covered'}"])
+    assert Tokenizer.load(tmp_path / "covered" / "tokenizer.model").vocab_size == 300

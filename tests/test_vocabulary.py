@@ -3,12 +3,14 @@ tokenizer (a store's, a given SentencePiece model's, the workdir's); a size that
 or one the tokenizer sample cannot give, is an error naming the key and the value to set."""
 
 import json
+import re
 import shutil
 
 import jax
 import pytest
 
 from tests.tiny import prepare_store, udhr_subset
+from xlpretrain.data.tokenizer import Tokenizer
 from xlpretrain.training import trainer as trainer_lib
 from xlpretrain.training.config import ConfigError
 from xlpretrain.training.plan import resolve
@@ -60,11 +62,24 @@ def test_a_run_that_trains_its_tokenizer_needs_a_size(udhr_run_config, tmp_path)
         trainer_lib.build(resolve(cfg), str(tmp_path / "run"))
 
 
-def test_a_size_the_sample_cannot_give_names_the_key(udhr_run_config, tmp_path):
-    cfg = udhr_run_config(model__vocab_size=40)  # fewer ids than the sample's characters
-    cfg.tokenizer.path = ""
-    with pytest.raises(ConfigError, match=r"'model.vocab_size': vocab_size=40 is too small .* >="):
+def test_a_size_the_sample_cannot_give_names_the_keys_that_give_it(udhr_run_config, tmp_path):
+    """The message names the size and the coverage by the keys a run sets, and lowering the
+    coverage as it suggests lets the same size train."""
+    cfg = udhr_run_config(model__vocab_size=1002)  # fewer ids than the sample's characters
+    cfg.tokenizer.update(path="", sentences_per_language=20)
+    with pytest.raises(ConfigError) as error:
         trainer_lib.build(resolve(cfg), str(tmp_path / "run"))
+    message = str(error.value)
+    assert re.match(r"config key 'model.vocab_size': vocab_size=1002 is too small .* >=", message)
+    assert re.findall(r"--config\.([\w.]+)", message) == [
+        "model.vocab_size",
+        "tokenizer.character_coverage",
+    ]
+    cfg.tokenizer.character_coverage = 0.98
+    plan = resolve(cfg)
+    assert plan.corpus.character_coverage == 0.98
+    trainer_lib.build(plan, str(tmp_path / "covered"))
+    assert Tokenizer.load(tmp_path / "covered" / "tokenizer.model").vocab_size == 1002
 
 
 def test_programs_without_a_workdir_size_the_model_from_the_tokenizer_they_name(

@@ -64,6 +64,7 @@ class CorpusSettings:
     demo_languages: int = 40
     tokenizer_path: str = ""
     sentences_per_language: int = 2000
+    character_coverage: float = 0.9995
     init_checkpoint: str = ""
     seed: int = 0  # `train.seed`: the tokenizer's sample and the held-out lines
     evaluates: bool = False  # `eval.every_steps` > 0
@@ -348,9 +349,12 @@ def load_tokenizer(
                     vocab_size,
                     sentences_per_language=per_language,
                     seed=settings.seed,
+                    character_coverage=settings.character_coverage,
                 )
             except VocabularySizeError as error:
-                raise ConfigError(f"config key 'model.vocab_size': {error}") from None
+                raise ConfigError(
+                    f"config key 'model.vocab_size': {error.remedy(_CONFIG_KEYS)}"
+                ) from None
         multihost_utils.sync_global_devices("tokenizer trained")
         tokenizer = Tokenizer.load(own)
     if tokenizer.vocab_size != vocab_size:
@@ -360,6 +364,14 @@ def load_tokenizer(
             f"{tokenizer.vocab_size} (or 0, which takes the tokenizer's size)"
         )
     return tokenizer
+
+
+# How a run's config spells the tokenizer's settings, for the remedies errors suggest.
+_CONFIG_KEYS = {
+    "vocab_size": "--config.model.vocab_size",
+    "sentences_per_language": "--config.tokenizer.sentences_per_language",
+    "character_coverage": "--config.tokenizer.character_coverage",
+}
 
 
 def _tokenizer_sample(corpus: Corpus, per_language: int) -> dict[str, list[str]]:

@@ -460,26 +460,48 @@ def train_tokenizer(
 
 
 class VocabularySizeError(ValueError):
-    """The training sample cannot give a SentencePiece model of the size asked for."""
+    """The training sample cannot give a SentencePiece model of the size asked for.
+
+    ``str()`` names the way out in `train_tokenizer`'s arguments; ``remedy(names)`` in a
+    caller's own spelling of them (config keys, command-line flags), so that what a message
+    suggests always exists where the user reads it."""
+
+    def __init__(self, vocab_size: int, bound: int, too_large: bool, sample: str) -> None:
+        self.vocab_size, self.bound, self.too_large, self.sample = (
+            vocab_size,
+            bound,
+            too_large,
+            sample,
+        )
+        super().__init__(self.remedy(_ARGUMENTS))
+
+    def remedy(self, names: Mapping[str, str]) -> str:
+        """The message with ``names[setting]`` for each of ``vocab_size``,
+        ``sentences_per_language`` and ``character_coverage``."""
+        size = names["vocab_size"]
+        if self.too_large:
+            return (
+                f"vocab_size={self.vocab_size} is too large for {self.sample}: it supports at "
+                f"most vocab_size={self.bound}. Lower {size}, or give it more text (more "
+                f"sentences, or a larger {names['sentences_per_language']})."
+            )
+        return (
+            f"vocab_size={self.vocab_size} is too small for {self.sample}: its characters alone "
+            f"need vocab_size >= {self.bound}. Raise {size}, or lower "
+            f"{names['character_coverage']} so that rare characters become <unk>."
+        )
+
+
+_ARGUMENTS = {k: k for k in ("vocab_size", "sentences_per_language", "character_coverage")}
 
 
 def _vocab_size_error(
     error: RuntimeError, vocab_size: int, num_sentences: int, num_languages: int
 ) -> VocabularySizeError | None:
-    """SentencePiece's vocabulary-size failures, restated in our ids with a way out."""
-    corpus = f"the tokenizer training sample ({num_sentences} sentences, {num_languages} languages)"
+    """SentencePiece's vocabulary-size failures, restated in our ids."""
+    sample = f"the tokenizer training sample ({num_sentences} sentences, {num_languages} languages)"
     if too_high := re.search(r"Vocabulary size too high.*value <= (\d+)", str(error)):
-        most = int(too_high.group(1)) + 2
-        return VocabularySizeError(
-            f"vocab_size={vocab_size} is too large for {corpus}: it supports at most "
-            f"vocab_size={most}. Lower vocab_size, or give it more text (more sentences, or a "
-            "larger sentences_per_language)."
-        )
+        return VocabularySizeError(vocab_size, int(too_high.group(1)) + 2, True, sample)
     if too_low := re.search(r"smaller than required_chars\. \d+ vs (\d+)", str(error)):
-        least = int(too_low.group(1)) + 2
-        return VocabularySizeError(
-            f"vocab_size={vocab_size} is too small for {corpus}: its characters alone need "
-            f"vocab_size >= {least}. Raise vocab_size, or lower character_coverage so that "
-            "rare characters become <unk>."
-        )
+        return VocabularySizeError(vocab_size, int(too_low.group(1)) + 2, False, sample)
     return None

@@ -171,6 +171,11 @@ def default_config() -> ml_collections.ConfigDict:
     # into WORKDIR/tokenizer.model.
     cfg.tokenizer.path = ""
     cfg.tokenizer.sentences_per_language = 2000
+    # The share of the sample's characters the trained model covers; the rarest of the rest
+    # become <unk>. SentencePiece's default, which its authors recommend for text with large
+    # character sets (Chinese, Japanese); XLM-R's paper does not say what its model used. Lower
+    # it (e.g. 0.999) when many scripts meet a small model.vocab_size; 1.0 keeps every character.
+    cfg.tokenizer.character_coverage = 0.9995
 
     cfg.model = ml_collections.ConfigDict()
     # xlmr (XLM-R's post-LN layers, learned positions) | modernbert (ModernBERT / mmBERT:
@@ -306,6 +311,7 @@ _RANGES: Ranges = {
     "data.prefetch": (non_negative, "must be >= 0"),
     "data.demo_languages": (lambda v: v >= 2, "must be >= 2"),
     "tokenizer.sentences_per_language": (positive, "must be > 0"),
+    "tokenizer.character_coverage": (lambda v: 0.0 < v <= 1.0, "must be in (0, 1]"),
     "model.vocab_size": (
         lambda v: v == 0 or v >= 6,
         "must be >= 6 (5 special ids + 1 piece), or 0 for the tokenizer's size",

@@ -106,6 +106,7 @@ def corpus_settings(config: Mapping[str, Any]) -> CorpusSettings:
         demo_languages=data["demo_languages"],
         tokenizer_path=config["tokenizer"]["path"],
         sentences_per_language=config["tokenizer"]["sentences_per_language"],
+        character_coverage=config["tokenizer"]["character_coverage"],
         init_checkpoint=config["init"]["checkpoint"],
         seed=config["train"]["seed"],
         evaluates=evaluation["every_steps"] > 0,

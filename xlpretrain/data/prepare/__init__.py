@@ -23,7 +23,7 @@ from xlpretrain.data.prepare.manifest import write_manifest
 from xlpretrain.data.prepare.readers import Reading
 from xlpretrain.data.prepare.runners import run_pieces
 from xlpretrain.data.prepare.shards import finished
-from xlpretrain.data.prepare.vocabulary import store_tokenizer
+from xlpretrain.data.prepare.vocabulary import Sample, store_tokenizer
 from xlpretrain.data.sources import DataError
 
 __all__ = ["TfdsInput", "prepare", "tfds_input"]
@@ -43,6 +43,7 @@ def prepare(
     shard_mb: float = 64.0,
     max_line_bytes: int = 1_000_000,
     sentences_per_language: int = 10_000,
+    character_coverage: float = 0.9995,
     seed: int = 0,
     text_field: str = "text",
     pair_text_fields: Sequence[str] = (),
@@ -65,7 +66,7 @@ def prepare(
         files[store_lib.PARALLEL] = input_files(parallel_dir, store_lib.PARALLEL)
     os.makedirs(out, exist_ok=True)
     reading = Reading(max_line_bytes, text_field, tuple(pair_text_fields))
-    sample = (sentences_per_language, reading, seed)
+    sample = Sample(sentences_per_language, reading, seed, character_coverage)
     store_tokenizer(files, tfds_inputs, out, tokenizer, vocab_size, shard, sample)
     tasks = plan(files, tfds_inputs, int(shard_mb * 2**20))
     mine = [

@@ -102,6 +102,13 @@ def main(argv: Sequence[str] | None = None) -> None:
         help="tokenizer training sample per language (with --vocab_size)",
     )
     parser.add_argument(
+        "--character_coverage",
+        type=float,
+        default=0.9995,
+        help="share of the sample's characters the trained tokenizer covers, the rest <unk> "
+        "(with --vocab_size; SentencePiece's default)",
+    )
+    parser.add_argument(
         "--text_field",
         default="text",
         help="the document of a .jsonl or .parquet record, or of a --mono_tfds record",
@@ -155,6 +162,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         shard_mb=args.shard_mb,
         max_line_bytes=args.max_line_bytes,
         sentences_per_language=args.sentences_per_language,
+        character_coverage=args.character_coverage,
         text_field=args.text_field,
         pair_text_fields=args.pair_text_fields,
         beam_options=rest if args.beam else None,

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import shutil
 from collections.abc import Sequence
+from typing import NamedTuple
 
 from xlpretrain.data import store as store_lib
 from xlpretrain.data.prepare.inputs import Task, TfdsInput, plan
@@ -16,11 +17,28 @@ from xlpretrain.data.sources import DataError
 from xlpretrain.data.tokenizer import (
     SentencePieceTokenizer,
     Tokenizer,
+    VocabularySizeError,
     tokenizer_file,
     train_tokenizer,
 )
 
 SAMPLE_PIECES = 32  # pieces of a self-labelled TFDS split read for the tokenizer's sample
+# How `prepare`'s command line spells the tokenizer's settings, for the remedies errors suggest.
+_FLAGS = {
+    "vocab_size": "--vocab_size",
+    "sentences_per_language": "--sentences_per_language",
+    "character_coverage": "--character_coverage",
+}
+
+
+class Sample(NamedTuple):
+    """What a trained tokenizer learns from: lines per language, how they are read, the seed
+    choosing them, and the share of their characters it covers."""
+
+    per_language: int
+    reading: Reading
+    seed: int
+    character_coverage: float
 
 
 def tokenizer_sample(
@@ -61,10 +79,10 @@ def store_tokenizer(
     tokenizer: str,
     vocab_size: int,
     shard: tuple[int, int],
-    sample: tuple[int, Reading, int],
+    sample: Sample,
 ) -> None:
-    """Puts the tokenizer into the store: a copy of `tokenizer`, or one trained on `sample` (per
-    language, reading, seed); a store that has one keeps it, unless a different one is given."""
+    """Puts the tokenizer into the store: a copy of `tokenizer`, or one trained on `sample`; a
+    store that has one keeps it, unless a different one is given."""
     kept = tokenizer_file(out)
     if tokenizer:
         if not os.path.isfile(tokenizer):
@@ -86,10 +104,18 @@ def store_tokenizer(
                 "--shard needs the tokenizer in the store first: run once without --shard to "
                 "train it, or give --tokenizer"
             )
-        per_language, reading, seed = sample
-        texts = tokenizer_sample(files, tfds_inputs, per_language, reading)
+        texts = tokenizer_sample(files, tfds_inputs, sample.per_language, sample.reading)
         path = os.path.join(out, SentencePieceTokenizer.FILE)
-        train_tokenizer(texts, path + ".tmp", vocab_size, seed=seed)
+        try:
+            train_tokenizer(
+                texts,
+                path + ".tmp",
+                vocab_size,
+                seed=sample.seed,
+                character_coverage=sample.character_coverage,
+            )
+        except VocabularySizeError as error:
+            raise DataError(error.remedy(_FLAGS)) from None
         os.replace(path + ".tmp", path)
     elif Tokenizer.load(kept).vocab_size != vocab_size:
         raise DataError(
