@@ -1,5 +1,5 @@
-"""A small MMLM + TLM run on the built-in demo corpus (CLDR text from Babel) that shows it
-learned: about a minute on two CPU cores, no download.
+"""A small MMLM + TLM run on the built-in demo corpus (CLDR text shipped with the package) that
+shows it learned: about a minute on two CPU cores, no download.
 `python -m xlpretrain.train --config configs/demo.py --workdir DIR`.
 
 `configs/demo.py:xlco` adds the sentence-level contrastive objective (`xlco`: each pair's

@@ -162,6 +162,8 @@ def default_config() -> ml_collections.ConfigDict:
     cfg.data.tlm_reset_positions = False  # XLM resets positions for the second sentence
     cfg.data.num_workers = 0  # grain worker processes (0: build batches in the main process)
     cfg.data.prefetch = 2  # batches built ahead of the step
+    # The demo corpus (no corpus set): 40 is the snapshot the package ships, the same bytes
+    # everywhere; another count is built from the installed Babel's CLDR data.
     cfg.data.demo_languages = 40
     # Per-objective row length and global batch, e.g. {"veco_mono": {"max_length": 512}}.
     cfg.data.per_objective = ml_collections.ConfigDict()
