@@ -5,6 +5,7 @@ exported and warm-starting a run."""
 
 import dataclasses
 import json
+import pathlib
 
 import grain
 import jax
@@ -12,11 +13,12 @@ import numpy as np
 import pytest
 
 import xlpretrain
+from tests import tiny
 from tests.test_api import TEXTS, xlm_e_workdir
 from xlpretrain.convert import folder, merge
 from xlpretrain.convert.__main__ import main
 from xlpretrain.convert.merging import check_same_model
-from xlpretrain.data.tokenizer import Tokenizer, train_tokenizer
+from xlpretrain.data.tokenizer import HFTokenizer, Tokenizer, train_tokenizer
 from xlpretrain.model import vocab
 from xlpretrain.model.config import ModelConfig, ModelFamily
 from xlpretrain.training import trainer as trainer_lib
@@ -37,18 +39,15 @@ def leaves(path) -> list[np.ndarray]:
     return jax.tree.leaves(folder.read(path).params)
 
 
-@pytest.fixture(scope="module")
-def run(udhr_run_config, udhr_tokenizer_path, tmp_path_factory):
-    """A training workdir as the trainer leaves it (config.json, model_family.json,
-    tokenizer.model) with checkpoints at steps 1, 2 and 3 whose parameters are the constants
-    `STEPS`, saved by the trainer's checkpointer: no step compiled. Returns (workdir, config,
-    model config)."""
-    cfg = udhr_run_config(objectives={"mmlm": 1.0})
-    workdir = tmp_path_factory.mktemp("merge") / "run"
-    workdir.mkdir()
+def constant_run(workdir: pathlib.Path, cfg, tokenizer: Tokenizer) -> ModelConfig:
+    """`workdir` as the trainer leaves a run of `cfg` (config.json, model_family.json, the
+    tokenizer under its kind's name) with checkpoints at steps 1, 2 and 3 whose parameters are
+    the constants `STEPS`, saved by the trainer's checkpointer: no step compiled. Returns its
+    model config."""
+    workdir.mkdir(parents=True)
     (workdir / "config.json").write_text(cfg.to_json_best_effort(indent=2))
     folder.record_family(workdir, ModelFamily.MASKED_LM)
-    Tokenizer.load(udhr_tokenizer_path).save(workdir / "tokenizer.model")
+    tokenizer.save(workdir / tokenizer.FILE)
     config = ModelConfig.from_run_config(cfg.model, 0)
     checkpointer = Checkpointer(workdir / "checkpoints", keep=len(STEPS), async_save=False)
     try:
@@ -57,7 +56,34 @@ def run(udhr_run_config, udhr_tokenizer_path, tmp_path_factory):
             checkpointer.save(step, {"params": constant(config, value)}, data)
     finally:
         checkpointer.close()
-    return workdir, cfg, config
+    return config
+
+
+@pytest.fixture(scope="module")
+def run(udhr_run_config, udhr_tokenizer_path, tmp_path_factory):
+    """`constant_run` of a tiny XLM-R with a SentencePiece model (tokenizer.model). Returns
+    (workdir, config, model config)."""
+    cfg = udhr_run_config(objectives={"mmlm": 1.0})
+    workdir = tmp_path_factory.mktemp("merge") / "run"
+    return workdir, cfg, constant_run(workdir, cfg, Tokenizer.load(udhr_tokenizer_path))
+
+
+@pytest.fixture(scope="module")
+def json_run(demo_json_tokenizer_path, tmp_path_factory):
+    """`constant_run` of a tiny ModernBERT on the demo corpus whose tokenizer is a
+    `tokenizer.json` (mmBERT's kind: the decay-merge flow of docs/modern.md). Returns
+    (workdir, config)."""
+    cfg = tiny.run_config(
+        None,
+        demo_json_tokenizer_path,
+        objectives={"mmlm": 1.0},
+        model__vocab_size=2002,
+        model__architecture="modernbert",
+        model__absolute_positions=False,
+    )
+    workdir = tmp_path_factory.mktemp("merge_json") / "run"
+    constant_run(workdir, cfg, Tokenizer.load(demo_json_tokenizer_path))
+    return workdir, cfg
 
 
 def test_averages_are_computed_by_hand(run, tmp_path, capsys):
@@ -116,7 +142,7 @@ def test_checkpoints_of_different_models_are_refused_naming_both(run, tmp_path):
     folder.write(folder.Pretrained(config, constant(config, 1.0), other), tmp_path / "other")
     for name, message in (
         ("wider", r"the model config differs in hidden_size \(32 vs 64\), mlp_dim \(64 vs 128\)"),
-        ("no_tokenizer", r"no_tokenizer has no tokenizer.model, the other has one"),
+        ("no_tokenizer", r"no_tokenizer has no tokenizer, the other has tokenizer.model"),
         ("other", r"their tokenizers \(tokenizer.model\) differ"),
     ):
         with pytest.raises(ValueError, match=f"{ours} and .*{name} are not checkpoints of one"):
@@ -189,3 +215,53 @@ def test_the_merged_folder_loads_exports_and_starts_a_run(run, tmp_path, caplog)
     params = vocab.with_rows(jax.device_get(trainer.training.state.params), model.config.vocab_size)
     assert all(np.all(leaf == 2.0) for leaf in jax.tree.leaves(params))  # the real vocabulary's
     assert "freshly initialised" not in caplog.text
+
+
+def test_runs_with_a_tokenizer_json_merge_load_and_warm_start(json_run, tmp_path, caplog):
+    """The decay-merge flow of docs/modern.md for a run whose tokenizer is a `tokenizer.json`
+    (mmBERT's): the merged folder carries that tokenizer, with its special ids, and a run
+    started from it trains with them."""
+    workdir, cfg = json_run
+    merged = tmp_path / "merged"
+    main(["merge", str(workdir), "--steps", "1,3", "--out", str(merged)])
+    assert (merged / "tokenizer.json").read_bytes() == (workdir / "tokenizer.json").read_bytes()
+    assert not (merged / "tokenizer.model").exists()
+    ours = Tokenizer.load(workdir / "tokenizer.json")
+    model = xlpretrain.load(merged)
+    assert model.tokenizer.special == ours.special
+    assert model.tokenizer.mask_id == 2001  # the tokenizer.json's, not XLM-R's layout
+    assert all(np.all(leaf == 3.0) for leaf in jax.tree.leaves(model.params))  # (1 + 5) / 2
+
+    cfg = cfg.copy_and_resolve_references()
+    cfg.init.checkpoint, cfg.tokenizer.path = str(merged), ""  # its tokenizer comes with it
+    with caplog.at_level("INFO", logger="xlpretrain"):
+        trainer = trainer_lib.build(resolve(cfg), str(tmp_path / "warm"), jax.devices()[:1])
+    trainer.checkpointer.close()
+    assert (tmp_path / "warm" / "tokenizer.json").read_bytes() == (
+        workdir / "tokenizer.json"
+    ).read_bytes()
+    assert trainer.plan.contexts["mmlm"].special == ours.special
+    params = vocab.with_rows(jax.device_get(trainer.training.state.params), 2002)
+    assert all(np.all(leaf == 3.0) for leaf in jax.tree.leaves(params))
+    assert "freshly initialised" not in caplog.text
+
+
+def test_tokenizers_of_another_kind_or_other_roles_are_refused(json_run, tmp_path):
+    """Two `tokenizer.json`s are one tokenizer only if their text and special tokens by role
+    agree; a SentencePiece model is another tokenizer."""
+    workdir, _ = json_run
+    first = folder.read(workdir)
+    text = (workdir / "tokenizer.json").read_text(encoding="utf-8")
+    roles = json.loads((workdir / "tokenizer_config.json").read_text(encoding="utf-8"))
+    swapped = HFTokenizer(
+        text, {HFTokenizer.CONFIG: {**roles, "pad_token": "[MASK]", "mask_token": "[PAD]"}}
+    )
+    sentencepiece = train_tokenizer(TEXTS, tmp_path / "other.model", 64)
+    for name, tokenizer, message in (
+        ("swapped", swapped, r"their tokenizers \(tokenizer.json\) differ"),
+        ("spm", sentencepiece, r"their tokenizers \(tokenizer.json vs tokenizer.model\) differ"),
+    ):
+        folder.write(dataclasses.replace(first, tokenizer=tokenizer), tmp_path / name)
+        with pytest.raises(ValueError, match=message):
+            merge([workdir, tmp_path / name], tmp_path / "out")
+    assert not (tmp_path / "out").exists()

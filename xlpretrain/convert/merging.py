@@ -113,12 +113,14 @@ def check_same_model(a: Pretrained, b: Pretrained, a_source: str, b_source: str)
             raise ValueError(
                 f"{where}: parameter {name} has shape {value.shape} vs {theirs[name].shape}"
             )
-    a_tokenizer, b_tokenizer = _tokenizer_bytes(a), _tokenizer_bytes(b)
-    if a_tokenizer != b_tokenizer:
-        if a_tokenizer is None or b_tokenizer is None:
-            without = a_source if a_tokenizer is None else b_source
-            raise ValueError(f"{where}: {without} has no tokenizer.model, the other has one")
-        raise ValueError(f"{where}: their tokenizers (tokenizer.model) differ")
+    if _tokenizer_state(a) != _tokenizer_state(b):
+        if a.tokenizer is None or b.tokenizer is None:
+            without, other = (a_source, b) if a.tokenizer is None else (b_source, a)
+            raise ValueError(
+                f"{where}: {without} has no tokenizer, the other has {other.tokenizer.FILE}"
+            )
+        files = dict.fromkeys((a.tokenizer.FILE, b.tokenizer.FILE))
+        raise ValueError(f"{where}: their tokenizers ({' vs '.join(files)}) differ")
     if a.languages != b.languages:
         raise ValueError(f"{where}: their languages (languages.json, the index of lang_ids) differ")
 
@@ -135,6 +137,9 @@ def _read(source: str | os.PathLike) -> Pretrained:
     return folder.unpadded(model)
 
 
-def _tokenizer_bytes(model: Pretrained) -> bytes | None:
-    """The serialized SentencePiece model (what pickling a Tokenizer keeps), or None."""
-    return None if model.tokenizer is None else model.tokenizer.__getstate__()["model_proto"]
+def _tokenizer_state(model: Pretrained) -> tuple | None:
+    """What gives the model's ids their meaning, or None: the tokenizer's kind and what pickling
+    it keeps (a SentencePiece model's bytes; a ``tokenizer.json``'s text and its special tokens
+    by role, which its side files may name)."""
+    tokenizer = model.tokenizer
+    return None if tokenizer is None else (tokenizer.FILE, tokenizer.__getstate__())
