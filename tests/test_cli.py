@@ -47,7 +47,12 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
     ],
 )
 def test_a_user_error_is_one_line_with_exit_2_and_leaves_nothing(tmp_path, arguments, message):
-    workdir = tmp_path / "run"
+    assert message in one_line_error(tmp_path / "run", arguments)
+
+
+def one_line_error(workdir: pathlib.Path, arguments: list[str]) -> str:
+    """The one line `python -m xlpretrain.train` of configs/demo.py into `workdir` with
+    `arguments` prints on stderr, checked to be an error that exits 2 and leaves no `workdir`."""
     command = [sys.executable, "-m", "xlpretrain.train", "--config=configs/demo.py"]
     result = subprocess.run(
         [*command, f"--workdir={workdir}", *arguments],
@@ -59,8 +64,27 @@ def test_a_user_error_is_one_line_with_exit_2_and_leaves_nothing(tmp_path, argum
     lines = result.stderr.splitlines()  # nothing else: JAX's start-up lines are held back
     assert result.returncode == 2, result.stdout[-2000:] + result.stderr[-2000:]
     assert len(lines) == 1 and "Traceback" not in result.stderr + result.stdout, lines
-    assert lines[0].startswith("xlpretrain.train: error: ") and message in lines[0], lines
+    assert lines[0].startswith("xlpretrain.train: error: "), lines
     assert not workdir.exists()
+    return lines[0]
+
+
+@pytest.mark.parametrize(
+    "name, content, message",
+    [
+        ("tokenizer.json", b"<html>not JSON</html>", "not JSON"),
+        ("tokenizer.json", b'{"pieces": ["a", "b"]}', "JSON, but not a Hugging Face tokenizer"),
+        ("tokenizer.model", bytes(range(256)) * 4, "not a SentencePiece model"),
+    ],
+)
+def test_a_malformed_tokenizer_is_one_line_naming_it(tmp_path, name, content, message):
+    """A `tokenizer.path` that is no tokenizer stops the run before it starts, as any other
+    user error does."""
+    path = tmp_path / "given" / name
+    path.parent.mkdir()
+    path.write_bytes(content)
+    line = one_line_error(tmp_path / "run", [f"--config.tokenizer.path={path}"])
+    assert f"config key 'tokenizer.path': {path}: {message}" in line
 
 
 def test_a_workdir_that_is_a_file_is_named_so(tmp_path, capsys):

@@ -82,6 +82,22 @@ def test_saving_keeps_the_file_and_names_every_role(tok, demo_json_tokenizer_pat
         tokenizer_file(tmp_path / "kept")
 
 
+def test_a_file_that_is_no_tokenizer_is_a_value_error_naming_it(tok, tmp_path):
+    """What a command line reports in one line (tests/test_cli.py runs `train` on the commonest
+    ones): not UTF-8, a side file that is no JSON, an empty or a JSON SentencePiece model."""
+    (tmp_path / "tokenizer.json").write_bytes(b"\xff\xfe{}")
+    with pytest.raises(ValueError, match=r"/tokenizer.json: not JSON \(not UTF-8 text"):
+        Tokenizer.load(tmp_path / "tokenizer.json")
+    tok.save(tmp_path / "tokenizer.json")
+    (tmp_path / "special_tokens_map.json").write_text("{'mask_token': '[MASK]'}")
+    with pytest.raises(ValueError, match=r"/special_tokens_map.json: not JSON \(Expecting"):
+        Tokenizer.load(tmp_path / "tokenizer.json")
+    for content, why in ((b"", "an empty file"), (b'{"pieces": []}', "INTERNAL")):
+        (tmp_path / "tokenizer.model").write_bytes(content)
+        with pytest.raises(ValueError, match=f"/tokenizer.model: not a SentencePiece .*{why}"):
+            Tokenizer.load(tmp_path / "tokenizer.model")
+
+
 def _unigram(specials: list[str]) -> tokenizers.Tokenizer:
     """A small Unigram tokenizer whose special tokens are spelled like no role."""
     tokenizer = tokenizers.Tokenizer(models.Unigram())

@@ -76,10 +76,11 @@ class Tokenizer(abc.ABC):
     @staticmethod
     def load(path: str | os.PathLike) -> Tokenizer:
         """The tokenizer in ``path``: a ``tokenizer.json`` (any ``.json``) or a SentencePiece
-        model (e.g. XLM-R's ``sentencepiece.bpe.model``)."""
+        model (e.g. XLM-R's ``sentencepiece.bpe.model``). A file that is neither is a
+        ``ValueError`` naming it."""
         if Path(path).suffix == ".json":
             return HFTokenizer.from_file(path)
-        return SentencePieceTokenizer(Path(path).read_bytes())
+        return SentencePieceTokenizer(Path(path).read_bytes(), str(path))
 
     @property
     def bos_id(self) -> int:
@@ -149,23 +150,30 @@ class SentencePieceTokenizer(Tokenizer):
 
     FILE = "tokenizer.model"
 
-    def __init__(self, model_proto: bytes) -> None:
-        """Wraps a serialized SentencePiece ``ModelProto`` (the bytes of a ``.model`` file)."""
-        self._init(model_proto)
+    def __init__(self, model_proto: bytes, source: str = FILE) -> None:
+        """Wraps a serialized SentencePiece ``ModelProto`` (the bytes of a ``.model`` file);
+        ``source``: the file's path, for errors."""
+        self._init(model_proto, source)
 
     @staticmethod
     def layout(vocab_size: int) -> SpecialIds:
         """The special ids of every SentencePiece model of ``vocab_size`` ids (XLM-R's)."""
         return SpecialIds(bos=0, pad=1, eos=2, unk=3, mask=vocab_size - 1)
 
-    def _init(self, model_proto: bytes) -> None:
-        sp = spm.SentencePieceProcessor(model_proto=model_proto)
+    def _init(self, model_proto: bytes, source: str = FILE) -> None:
+        if not model_proto:  # parses as a model of no pieces, which logs at every call
+            raise ValueError(f"{source}: not a SentencePiece model (an empty file)")
+        try:
+            sp = spm.SentencePieceProcessor(model_proto=model_proto)
+        except RuntimeError as error:  # sentencepiece's C++ errors, e.g. bytes it cannot parse
+            first = str(error).strip().splitlines()[0] if str(error).strip() else ""
+            raise ValueError(f"{source}: not a SentencePiece model ({first})") from None
         # The +1 shift is only collision-free if spm ids 0..2 are exactly its unk/bos/eos.
         if (sp.unk_id(), sp.bos_id(), sp.eos_id()) != (0, 1, 2):
             raise ValueError(
-                "SentencePiece model must have unk/bos/eos at ids 0/1/2 (XLM-R layout), got "
-                f"{sp.unk_id()}/{sp.bos_id()}/{sp.eos_id()}; retrain with unk_id=0, bos_id=1, "
-                "eos_id=2, pad_id=-1 (train_tokenizer does this)"
+                f"{source}: a SentencePiece model must have unk/bos/eos at ids 0/1/2 (XLM-R "
+                f"layout), got {sp.unk_id()}/{sp.bos_id()}/{sp.eos_id()}; retrain with "
+                "unk_id=0, bos_id=1, eos_id=2, pad_id=-1 (train_tokenizer does this)"
             )
         self._model_proto = bytes(model_proto)
         self._sp = sp
@@ -248,8 +256,14 @@ class HFTokenizer(Tokenizer):
         """``text``: a ``tokenizer.json``; ``configs``: the side files' contents by name;
         ``source``: the file's path, for errors."""
         self._text = text
-        self._backend = tokenizers.Tokenizer.from_str(text)
-        self._tokens = _role_tokens(json.loads(text), configs or {}, source)
+        data = _json(text, source)
+        try:
+            self._backend = tokenizers.Tokenizer.from_str(text)
+        except Exception as error:  # tokenizers raises a bare Exception for what it cannot read
+            raise ValueError(
+                f"{source}: JSON, but not a Hugging Face tokenizer.json ({error})"
+            ) from None
+        self._tokens = _role_tokens(data, configs or {}, source)
         ids = {}
         for role, token in self._tokens.items():
             ids[role] = self._backend.token_to_id(token)
@@ -265,12 +279,11 @@ class HFTokenizer(Tokenizer):
         """``path`` (a ``tokenizer.json``) with the side files beside it."""
         path = Path(path)
         configs = {
-            name: json.loads((path.parent / name).read_text(encoding="utf-8"))
+            name: _json(_text(path.parent / name), path.parent / name)
             for name in cls.SIDE_FILES
             if (path.parent / name).is_file()
         }
-        # Bytes, not text mode: a copy must keep the file's bytes (a store's fingerprint).
-        return cls(path.read_bytes().decode("utf-8"), configs, str(path))
+        return cls(_text(path), configs, str(path))
 
     def _config(self) -> dict[str, str]:
         """``tokenizer_config.json`` naming every role, under each of its keys."""
@@ -327,6 +340,23 @@ def tokenizer_file(folder: str | os.PathLike) -> Path | None:
             "come from"
         )
     return found[0] if found else None
+
+
+def _text(path: Path) -> str:
+    """The UTF-8 text of a JSON file, read as bytes (not text mode: a copy must keep the
+    file's bytes, a store's fingerprint); other bytes are an error naming it."""
+    try:
+        return path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise ValueError(f"{path}: not JSON (not UTF-8 text: {error})") from None
+
+
+def _json(text: str, source: str | os.PathLike) -> object:
+    """``text`` parsed; text that is no JSON is an error naming ``source``."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as error:
+        raise ValueError(f"{source}: not JSON ({error})") from None
 
 
 def _role_tokens(data: Mapping, configs: Mapping[str, Mapping], source: str) -> dict[str, str]:
