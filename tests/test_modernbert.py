@@ -14,6 +14,8 @@ safetensors_numpy = pytest.importorskip("safetensors.numpy")
 from xlpretrain import masks  # noqa: E402
 from xlpretrain.convert import folder, from_hf, modernbert, to_hf  # noqa: E402
 from xlpretrain.convert.__main__ import main  # noqa: E402
+from xlpretrain.data import demo_corpus  # noqa: E402
+from xlpretrain.data.tokenizer import Tokenizer, train_tokenizer  # noqa: E402
 from xlpretrain.model.config import ModelConfig  # noqa: E402
 from xlpretrain.model.encoder import MaskedLM  # noqa: E402
 
@@ -203,6 +205,35 @@ def test_round_trip_is_exact_and_loads_without_missing_keys(converted, tmp_path,
     before, after = folder.read(root / "ours"), folder.read(tmp_path / "again")
     assert before.config == after.config
     jax.tree.map(np.testing.assert_array_equal, before.params, after.params)
+
+
+def test_a_sentencepiece_model_exports_as_transformers_reads_it(tmp_path):
+    """What configs/mmbert.py:tiny trains when given no tokenizer, exported as its "next:" line
+    says (to-hf): transformers' AutoTokenizer gives xlpretrain's ids on the demo corpus's
+    languages, special tokens (<s>, </s>, <mask>, padding) included; from-hf reads it back."""
+    folders = demo_corpus.build_demo_corpus(demo_corpus.default_demo_cache_dir())
+    texts = {
+        path.stem: path.read_text(encoding="utf-8").splitlines()[:200]
+        for path in sorted(folders.mono.glob("*.txt"))
+    }
+    ours = train_tokenizer(texts, tmp_path / "tokenizer.model", 1002, character_coverage=0.99)
+    config = our_config(vocab_size=1002)
+    folder.write(folder.Pretrained(config, random_params(config), ours), tmp_path / "run")
+    main(["to-hf", str(tmp_path / "run"), str(tmp_path / "hf")])
+
+    theirs = transformers.AutoTokenizer.from_pretrained(tmp_path / "hf")
+    sentences = [texts[lang][7] for lang in ("ar", "de", "el", "hi", "ja", "ko", "ru", "th", "zh")]
+    rows = [[ours.bos_id, *ours.encode(text).tolist(), ours.eos_id] for text in sentences]
+    width = max(map(len, rows))
+    padded = [row + [ours.pad_id] * (width - len(row)) for row in rows]
+    assert theirs(sentences, padding=True)["input_ids"] == padded
+    assert any(ours.pad_id in row for row in padded)  # rows of other lengths: padding shows
+    masked = theirs(f"{sentences[1]} <mask>")["input_ids"]
+    assert masked == [*rows[1][:-1], ours.mask_id, ours.eos_id]
+    roles = ("cls", "pad", "sep", "unk", "mask")
+    assert [getattr(theirs, f"{role}_token_id") for role in roles] == [0, 1, 2, 3, 1001]
+    assert from_hf(tmp_path / "hf", tmp_path / "back").tokenizer.special == ours.special
+    assert Tokenizer.load(tmp_path / "hf" / "tokenizer.json").special == ours.special
 
 
 def test_transformers_4_config_keys_read_as_version_5s(converted):

@@ -55,7 +55,8 @@ def main(argv: list[str] | None = None) -> None:
         description="SRC: an xlpretrain checkpoint folder, or a training workdir (its latest "
         "checkpoint). DST: a new HF XLMRobertaForMaskedLM folder (ModernBertForMaskedLM for "
         "a ModernBERT model; config.json, model.safetensors, and sentencepiece.bpe.model or "
-        "tokenizer.json when there is a tokenizer); for an XLM-E workdir, its discriminator "
+        "tokenizer.json when there is a tokenizer, a ModernBERT one's SentencePiece model as "
+        "both); for an XLM-E workdir, its discriminator "
         "as an XLMRobertaModel (ModernBertModel) folder.",
     )
     push.add_argument("src", metavar="SRC")

@@ -19,13 +19,19 @@ keeps xlpretrain's pad id, which numbers the batch's positions (``rotary.rotary_
 A ModernBERT folder's tokenizer is its ``tokenizer.json`` (``data.tokenizer.HFTokenizer``, its
 special tokens found by role), read on import and written on export with the special ids it
 gives; a model without a tokenizer exports the SentencePiece layout's ids, as XLM-R exports do.
+A SentencePiece model (what a run trains when given no tokenizer) is exported as XLM-R's is,
+``sentencepiece.bpe.model``, and also as the ``tokenizer.json`` and ``tokenizer_config.json``
+that transformers' ``XLMRobertaTokenizerFast`` converts it to (the same ids): transformers reads
+a ModernBERT folder's tokenizer from a ``tokenizer.json`` only (``tokenizer_files``).
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import tempfile
 from collections.abc import Mapping
+from pathlib import Path
 
 import numpy as np
 
@@ -34,6 +40,7 @@ from xlpretrain.convert.hf import (
     COPY,
     HEADS_IN,
     HEADS_OUT,
+    HF_TOKENIZER_FILE,
     LINEAR,
     OPTION_REASONS,
     Part,
@@ -49,7 +56,8 @@ from xlpretrain.convert.hf import (
     untie,
     write_folder,
 )
-from xlpretrain.data.tokenizer import SpecialIds
+from xlpretrain.core.errors import require
+from xlpretrain.data.tokenizer import SentencePieceTokenizer, SpecialIds, Tokenizer
 from xlpretrain.model import vocab
 from xlpretrain.model.config import ModelConfig
 
@@ -369,4 +377,25 @@ def write_hf(model: Pretrained, path: str | os.PathLike) -> None:
     else:
         hf_config = config_to_hf(config, special=special)
         tensors = params_to_hf(model.params, config)
+    files = tokenizer_files(model.tokenizer)  # before writing: a failure leaves no folder
     write_folder(path, hf_config, tensors, model.tokenizer)
+    for name, content in files.items():
+        (Path(path) / name).write_bytes(content)
+
+
+def tokenizer_files(tokenizer: Tokenizer | None) -> dict[str, bytes]:
+    """The files an export holds besides those ``write_folder`` writes: for a SentencePiece
+    model, what transformers' ``XLMRobertaTokenizerFast`` saves of it (``tokenizer.json``,
+    ``tokenizer_config.json``), whose ids are ours (``data.tokenizer``'s layout is XLM-R's).
+    transformers gives a ``modernbert`` folder a tokenizer from its ``tokenizer.json`` alone,
+    where an ``xlm-roberta`` one converts ``sentencepiece.bpe.model`` itself."""
+    if not isinstance(tokenizer, SentencePieceTokenizer):
+        return {}
+    transformers = require("transformers", "exporting a ModernBERT model's SentencePiece model")
+    with tempfile.TemporaryDirectory() as scratch:
+        model, saved = Path(scratch) / "model", Path(scratch) / "saved"
+        tokenizer.save(model / HF_TOKENIZER_FILE)
+        # from_pretrained converts the model (the constructor, in transformers 5, does not).
+        converted = transformers.XLMRobertaTokenizerFast.from_pretrained(model)
+        names = [Path(file).name for file in converted.save_pretrained(saved)]
+        return {name: (saved / name).read_bytes() for name in names if name != HF_TOKENIZER_FILE}
