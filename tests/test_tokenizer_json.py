@@ -26,7 +26,7 @@ from xlpretrain.data import demo_corpus
 from xlpretrain.data import store as store_lib
 from xlpretrain.data.masking import regular_ids
 from xlpretrain.data.sources import DataError
-from xlpretrain.data.tokenizer import HFTokenizer, Tokenizer, tokenizer_file
+from xlpretrain.data.tokenizer import HFTokenizer, SpecialIds, Tokenizer, tokenizer_file
 from xlpretrain.eval import retrieval
 from xlpretrain.model import init_params
 from xlpretrain.training import trainer as trainer_lib
@@ -147,6 +147,42 @@ def test_roles_from_the_files_beside_it_then_its_structure(tmp_path):
     (tmp_path / "tokenizer_config.json").write_text(json.dumps({"mask_token": "<nowhere>"}))
     with pytest.raises(ValueError, match="its mask token '<nowhere>' is not in its vocabulary"):
         Tokenizer.load(tmp_path / "tokenizer.json")
+
+
+@pytest.mark.parametrize("processor", ["template", "roberta"])
+def test_roles_follow_the_files_structure_not_the_usual_spellings(processor, tmp_path):
+    """A tokenizer.json whose post-processor starts units with `<go>` and ends them with `<stop>`,
+    pads with `<blank>` and whose model's unknown token is `<?>`, while `<s>`, `</s>`, `<pad>`
+    and `<unk>` are added special tokens too: each role is the token its structure gives it,
+    the usual spellings are other special tokens, and a saved copy keeps those roles."""
+    spelled = ["<s>", "</s>", "<pad>", "<unk>"]
+    tokenizer = _unigram(["<?>", "<go>", "<stop>", "<blank>", "<mask>", *spelled])
+    ids = {t: tokenizer.token_to_id(t) for t in ["<?>", "<go>", "<stop>", "<blank>", "<mask>"]}
+    if processor == "template":
+        tokenizer.post_processor = processors.TemplateProcessing(
+            single="<go> $A <stop>",
+            pair="<go> $A <stop> $B <stop>",
+            special_tokens=[("<go>", ids["<go>"]), ("<stop>", ids["<stop>"])],
+        )
+    else:
+        tokenizer.post_processor = processors.RobertaProcessing(
+            ("<stop>", ids["<stop>"]), ("<go>", ids["<go>"])
+        )
+    tokenizer.enable_padding(pad_id=ids["<blank>"], pad_token="<blank>")
+    tokenizer.save(str(tmp_path / "tokenizer.json"))
+
+    found = Tokenizer.load(tmp_path / "tokenizer.json")
+    want = SpecialIds(
+        bos=ids["<go>"],
+        pad=ids["<blank>"],
+        eos=ids["<stop>"],
+        unk=ids["<?>"],
+        mask=ids["<mask>"],  # no structure names a mask: its spelling does
+        others=tuple(sorted(tokenizer.token_to_id(t) for t in spelled)),
+    )
+    assert found.special == want
+    found.save(tmp_path / "copy" / "tokenizer.json")
+    assert Tokenizer.load(tmp_path / "copy" / "tokenizer.json").special == want
 
 
 def test_random_replacements_are_every_regular_id_and_only_those():
