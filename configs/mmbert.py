@@ -110,5 +110,6 @@ def get_config(arg: str = "base"):
         cfg.data.anneal = phases((60, 110, 1833))
     cfg.objectives.mmlm = 0.0  # the schedule sets them
     cfg.schedule = context_extension(objectives, cfg.data.batch_size, cfg.data.max_length, factor)
-    cfg.optim.decay_steps = round((1.0 - DECAY) * cfg.train.steps)
+    # The learning rate's decay is the decay phase, at any --config.train.steps.
+    cfg.optim.decay_fraction = 1.0 - DECAY
     return cfg

@@ -44,6 +44,11 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
             ["--config.data.parallel_dir=/no/pairs"],
             "config key 'data.mono_dir': mmlm read monolingual data: set it to a folder",
         ),
+        (
+            ["--config.optim.schedule=wsd", "--config.optim.decay_steps=541"],
+            "config key 'optim.decay_steps': 541, but train.steps=600 leave 540 after "
+            "optim.warmup_steps=60: set a decay of at most 540 steps",
+        ),
     ],
 )
 def test_a_user_error_is_one_line_with_exit_2_and_leaves_nothing(tmp_path, arguments, message):

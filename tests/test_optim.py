@@ -2,11 +2,15 @@
 pre-training's warm-up steps and of fine-tuning's warm-up fraction are one schedule, and
 `adamw_from` of a run's section updates exactly as `optim.adamw` of the same numbers."""
 
+import re
+
 import jax
 import numpy as np
 import optax
 import pytest
 
+from tests.test_plan import shipped_config
+from xlpretrain.core.errors import ConfigError
 from xlpretrain.training import optim
 from xlpretrain.training.config import default_config
 from xlpretrain.training.finetune_config import default_config as finetune_config
@@ -84,3 +88,56 @@ def test_warmup_stable_decay_by_hand(shape, decaying):
         *(float(rates(s)) for s in range(6)),
         *[1.0] * 21,
     ]
+
+
+def wsd(steps: int, warmup: int, **decay) -> object:
+    cfg = default_config()
+    cfg.train.steps = steps
+    cfg.optim.update(schedule="wsd", learning_rate=1.0, warmup_steps=warmup, **decay)
+    return cfg
+
+
+@pytest.mark.parametrize(
+    "decay, message",
+    [({"decay_steps": 9}, "'optim.decay_steps': 9, but train.steps=10 leave 8 after "
+      "optim.warmup_steps=2: set a decay of at most 8 steps, or optim.decay_fraction"),
+     ({"decay_fraction": 0.9}, "'optim.decay_fraction': 0.9 of train.steps=10 is 9 steps, "
+      "but train.steps=10 leave 8"),
+     ({"decay_steps": 3, "decay_fraction": 0.3}, "'optim.decay_fraction': 0.3 and "
+      "optim.decay_steps=3 both give the decay")],
+)  # fmt: skip
+def test_a_decay_longer_than_the_steps_after_warm_up_is_refused(decay, message):
+    """Squeezed into the 8 steps warm-up leaves, a 9-step decay would fall faster than asked."""
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        resolve(wsd(10, 2, **decay))
+
+
+@pytest.mark.parametrize("shape", ["linear", "cosine", "1-sqrt"])
+def test_a_decay_of_every_step_after_warm_up_falls_to_0_and_no_lower(shape):
+    """The longest decay that fits: from the peak straight after warm-up, never rising, never
+    negative, 0 at train.steps and after."""
+    rates = resolve(wsd(10, 2, decay_steps=8, decay_shape=shape)).optim.learning_rates()
+    values = np.array([float(rates(s)) for s in range(14)])
+    np.testing.assert_allclose(values[:3], [0.0, 0.5, 1.0], atol=1e-6)
+    assert np.all(np.diff(values[2:]) <= 0) and np.all(values[2:10] > 0), values
+    assert np.all(values >= 0) and not np.any(values[10:]), values
+
+
+@pytest.mark.parametrize("steps", [3, 4, 20, 30, 31, 45, 300, 600])
+def test_mmbert_decays_in_its_decay_phase_at_any_train_steps(steps):
+    """configs/mmbert.py:tiny gives its decay as the last 1/30 of the run, so a shorter run (the
+    docs train 4 steps) starts, and the learning rate decays where data.anneal's decay phase
+    begins; a run no longer than its 30 warm-up steps only warms up."""
+    cfg = shipped_config("mmbert.py", "tiny")
+    cfg.train.steps = steps
+    plan = resolve(cfg)
+    rates, decay = plan.optim.learning_rates(), plan.optim.decay_steps
+    if steps <= 30:
+        assert decay == round(steps / 30)  # a warm-up of `steps`, never reaching the decay
+        assert float(rates(steps - 1)) == pytest.approx(2e-3 * (steps - 1) / steps)
+        return
+    phase = min(s for s in range(steps + 1) if plan.anneal.value("mono_mask_rate", s) == 0.05)
+    assert steps - decay == phase and (steps != 300 or decay == 10)
+    peak = float(rates(phase))  # where the decay starts (optax counts steps from 0)
+    assert peak == pytest.approx(2e-3) and float(rates(phase + 1)) < peak
+    assert float(rates(steps)) == 0.0

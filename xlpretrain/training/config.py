@@ -231,9 +231,12 @@ def default_config() -> ml_collections.ConfigDict:
     cfg.optim.clip_norm = 1.0  # global-norm clipping; 0 disables
     # linear: warm-up, then linearly to 0 at train.steps (the seed papers'); wsd: warm-up,
     # stable, then to 0 over the last `decay_steps` steps along `decay_shape` (0: no decay), so
-    # a longer train.steps only lengthens the stable part (ModernBERT, mmBERT).
+    # a longer train.steps only lengthens the stable part (ModernBERT, mmBERT). The decay may
+    # instead be `decay_fraction` of train.steps (one of the two is 0); either must fit after
+    # the warm-up (sections.decay_length).
     cfg.optim.schedule = "linear"
     cfg.optim.decay_steps = 0
+    cfg.optim.decay_fraction = 0.0
     cfg.optim.decay_shape = "linear"  # linear | cosine | 1-sqrt
 
     cfg.mesh = mesh_section()
@@ -358,6 +361,7 @@ _RANGES: Ranges = {
     "optim.clip_norm": (non_negative, "must be >= 0 (0 disables clipping)"),
     "optim.schedule": (one_of(*SCHEDULES), f"must be one of {', '.join(SCHEDULES)}"),
     "optim.decay_steps": (non_negative, "must be >= 0 (0: no decay)"),
+    "optim.decay_fraction": (lambda v: 0.0 <= v < 1.0, "must be in [0, 1) (0: optim.decay_steps)"),
     "optim.decay_shape": (one_of(*DECAY_SHAPES), f"must be one of {', '.join(DECAY_SHAPES)}"),
     **LOOP_RANGES,
     **MESH_RANGES,

@@ -34,7 +34,9 @@ def warmup_stable_decay(
     """Warm-up, stable, decay (the trapezoid of ModernBERT and mmBERT): 0 → `peak` over
     `warmup_steps`, `peak` until the last `decay` steps, then to 0 at `total_steps` along
     `shape` (linear; cosine; 1-sqrt, 1 − √(t/decay)). A longer run lengthens the stable part
-    alone: the steps before its decay train at the same rates."""
+    alone: the steps before its decay train at the same rates. The decay fits after the
+    warm-up (`decay_length` refuses one that does not), except in a run no longer than its
+    warm-up, which only warms up."""
     warmup = min(warmup_steps, total_steps)
     start = max(total_steps - decay, warmup)
     span = max(total_steps - start, 1)
@@ -61,6 +63,36 @@ def warmup_linear_decay(peak: float, warmup_steps: int, total_steps: int) -> opt
         ],
         boundaries=[warmup],
     )
+
+
+def decay_length(optim: Mapping[str, Any], steps: int, warmup: int) -> int:
+    """The warm-up–stable–decay schedule's decay, in steps: `optim.decay_steps`, or
+    `optim.decay_fraction` of `steps` (a shipped config's decay then follows a shorter or
+    longer `--config.train.steps`, as its `data.anneal` points do). A `wsd` decay longer than
+    the steps after warm-up is refused rather than squeezed into them, which would decay
+    faster than asked; a run no longer than its warm-up (a trial of a few steps) never reaches
+    a decay, so it is not checked."""
+    fraction, given = optim.get("decay_fraction", 0.0), optim.get("decay_steps", 0)
+    if fraction:
+        check(
+            not given,
+            "optim.decay_fraction",
+            f"{fraction} and optim.decay_steps={given} both give the decay: set the other 0",
+        )
+        key, decay, asked = "optim.decay_fraction", round(fraction * steps), f"{fraction}"
+        asked += f" of train.steps={steps} is {decay} steps"
+    else:
+        key, decay, asked = "optim.decay_steps", given, f"{given}"
+    left = steps - warmup
+    if optim.get("schedule", "linear") == "wsd" and left > 0:
+        check(
+            decay <= left,
+            key,
+            f"{asked}, but train.steps={steps} leave {left} after optim.warmup_steps={warmup}: "
+            f"set a decay of at most {left} steps"
+            + ("" if fraction else ", or optim.decay_fraction (a share of train.steps)"),
+        )
+    return decay
 
 
 @dataclasses.dataclass(frozen=True)
@@ -109,7 +141,7 @@ class OptimizerSettings:
     clip_norm: float  # global-norm clipping; 0 disables
     layer_decay: float = 1.0  # fine-tuning's layer-wise learning-rate decay (1: none)
     schedule: str = "linear"  # linear | wsd (warm-up, stable, decay)
-    decay_steps: int = 0  # wsd: the decay's length
+    decay_steps: int = 0  # wsd: the decay's length (`optim.decay_steps` or `decay_fraction`)
     decay_shape: str = "linear"  # wsd: linear | cosine | 1-sqrt
 
     @classmethod
@@ -133,7 +165,7 @@ class OptimizerSettings:
             clip_norm=optim["clip_norm"],
             layer_decay=optim.get("layer_decay", 1.0),
             schedule=optim.get("schedule", "linear"),
-            decay_steps=optim.get("decay_steps", 0),
+            decay_steps=decay_length(optim, steps, warmup),
             decay_shape=optim.get("decay_shape", "linear"),
         )
 
