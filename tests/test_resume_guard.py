@@ -63,6 +63,7 @@ TASKS = {
             "model.remat",
             "model.loss_chunk",
             "init.checkpoint",  # read by a run's first start only
+            "init.changes",
         ),
         # As the trainer calls it: eval.* decide the lines training reads of each kind.
         lambda config: held_out_shares(corpus_settings(config), (MONO, PARALLEL)),

@@ -17,6 +17,16 @@ RELATIVE_POSITIONS = ("none", "bucketed", "gated")
 # alternating local/global attention (model/modern.py).
 ARCHITECTURES = ("xlmr", "modernbert")
 ATTENTION_IMPLS = ("xla", "cudnn", "pallas", "splash", "auto")
+# The settings in which the same weights compute another function without any parameter changing
+# shape, by architecture: a warm start shares them with its checkpoint or names them in
+# `init.changes` (`training.warm_start`). XLM-R's relative-position distance counts where the
+# checkpoint has relative positions; the activation is no setting (conversions refuse another).
+FUNCTION_SETTINGS = {
+    "xlmr": ("layer_norm_eps", "max_distance"),
+    "modernbert": (
+        "layer_norm_eps", "local_window", "global_every", "rope_theta", "local_rope_theta",
+    ),
+}  # fmt: skip
 
 
 class ModelFamily(enum.Enum):

@@ -16,7 +16,7 @@ import ml_collections
 
 from xlpretrain.core.errors import INSTALL, ConfigError, check
 from xlpretrain.data import held_out
-from xlpretrain.model.config import ARCHITECTURES, ATTENTION_IMPLS
+from xlpretrain.model.config import ARCHITECTURES, ATTENTION_IMPLS, FUNCTION_SETTINGS
 from xlpretrain.model.kernels.tiles import Tiles
 from xlpretrain.objectives import REGISTRY
 from xlpretrain.objectives.declaration import Section
@@ -33,6 +33,8 @@ from xlpretrain.training.stages import start_step
 
 # Objectives a config may name: each objective's declaration is the one place that says so.
 KNOWN_OBJECTIVES = tuple(REGISTRY)
+# What `init.changes` may name: the model keys a warm start otherwise takes as its checkpoint's.
+CHANGEABLE = tuple(sorted({f"model.{n}" for names in FUNCTION_SETTINGS.values() for n in names}))
 
 # Logical axis → mesh axes, for parameters and activations alike (xlpretrain.parallel.sharding).
 DEFAULT_LOGICAL_AXIS_RULES = (
@@ -204,6 +206,7 @@ def default_config() -> ml_collections.ConfigDict:
     cfg.model.max_distance = 128
     cfg.model.share_relative_table = True  # one table for all layers; gates stay per layer
     cfg.model.absolute_positions = True
+    cfg.model.layer_norm_eps = 1e-5
     # modernbert: every global_every-th layer from the first attends to the whole row, the
     # others to local_window tokens around each (half each side); the rotary bases of each.
     cfg.model.local_window = 128
@@ -249,6 +252,10 @@ def default_config() -> ml_collections.ConfigDict:
     # A model to start from: a converted checkpoint folder (python -m xlpretrain.convert from-hf
     # …) or a training workdir. Shared parameters load; new ones are initialised and logged.
     cfg.init.checkpoint = ""
+    # The run's model settings must be the checkpoint's where they change what its weights
+    # compute (a window, a rotary base, …: xlpretrain/training/warm_start.py), except those
+    # named here, comma-separated ("model.rope_theta"), which the run changes on purpose.
+    cfg.init.changes = ""
 
     # Every objective has a weight (0 = off), so `--config.objectives.tlm=1` turns one on.
     cfg.objectives = ml_collections.ConfigDict({name: 0.0 for name in KNOWN_OBJECTIVES})
@@ -352,6 +359,11 @@ _RANGES: Ranges = {
     "model.rope_theta": (positive, "must be > 0"),
     "model.local_rope_theta": (positive, "must be > 0"),
     "model.max_distance": (lambda v: v >= 2, "must be >= 2"),
+    "model.layer_norm_eps": (positive, "must be > 0"),
+    "init.changes": (
+        lambda v: set(listed(v)) <= set(CHANGEABLE),
+        f"must name keys among {', '.join(CHANGEABLE)}, comma-separated",
+    ),
     "optim.learning_rate": (positive, "must be > 0"),
     "optim.warmup_steps": (non_negative, "must be >= 0"),
     "optim.b1": (lambda v: 0.0 <= v < 1.0, "must be in [0, 1)"),
@@ -366,6 +378,11 @@ _RANGES: Ranges = {
     **LOOP_RANGES,
     **MESH_RANGES,
 }
+
+
+def listed(value: str) -> tuple[str, ...]:
+    """The keys of a comma-separated list ("model.a, model.b"), as `init.changes` gives them."""
+    return tuple(key.strip() for key in value.split(",") if key.strip())
 
 
 def check_config(cfg: ml_collections.ConfigDict) -> None:

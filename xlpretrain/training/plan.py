@@ -32,7 +32,7 @@ from xlpretrain.data.streams import MONO, SEGMENT_PAIRS, Phase, StreamSpec, phas
 from xlpretrain.data.tokenizer import SpecialIds, Tokenizer
 from xlpretrain.model.config import ModelConfig
 from xlpretrain.objectives.declaration import Context, MaskRates, Objective
-from xlpretrain.training.config import check_config
+from xlpretrain.training.config import check_config, listed
 from xlpretrain.training.sections import (
     LoopSettings,
     MeshSettings,
@@ -141,6 +141,8 @@ class RunPlan:
     profile: tuple[int, int] | None  # `train.profile_steps`: [start, end) traced
     config: Mapping[str, Any]  # the config as `config.json` records it (JSON values)
     anneal: Anneal | None = None  # `data.anneal`; streams are sized for its highest mask rates
+    # `init.changes` without `model.`: settings a warm start changes from its checkpoint's
+    init_changes: tuple[str, ...] = ()
 
     def model_config(self, num_languages: int, kernel_platform: str = "") -> ModelConfig:
         """The encoder of a run over `num_languages` languages (its language-embedding table,
@@ -450,6 +452,7 @@ def resolve(cfg: ml_collections.ConfigDict) -> RunPlan:
         profile=_profile_window(cfg.train.profile_steps),
         config=json.loads(cfg.to_json_best_effort()),
         anneal=anneal,
+        init_changes=tuple(key.removeprefix("model.") for key in listed(cfg.init.changes)),
     )
 
 

@@ -17,7 +17,6 @@ import jax
 
 from xlpretrain import objectives as objectives_lib
 from xlpretrain.convert import folder as convert_folder
-from xlpretrain.core.errors import ConfigError
 from xlpretrain.data.corpus import (
     held_out_shares,
     held_out_splits,
@@ -119,18 +118,16 @@ def build(plan: RunPlan, workdir: str, devices: list[jax.Device] | None = None) 
     resume_step = checkpointer.latest_step()
     if resume_step is not None:
         check_resume(plan, workdir, resume_step)
+    pretrained = None
+    init_checkpoint = plan.corpus.init_checkpoint
+    if init_checkpoint and resume_step is None:  # resuming ignores it
+        pretrained = warm_start.read(init_checkpoint, plan.model, plan.init_changes)
     mesh = plan.mesh.make(devices)
     plan.check_batch_divides(mesh.shape)
     corpus, held_out = split_off_held_out(
         load_corpus(plan.corpus, plan.sources()), held_out_splits(plan.corpus, plan.sources())
     )
     _check_languages(workdir, corpus.languages)
-    pretrained = None
-    init_checkpoint = plan.corpus.init_checkpoint
-    if init_checkpoint and resume_step is None:  # resuming ignores it
-        if not os.path.isdir(init_checkpoint):
-            raise ConfigError(f"config key 'init.checkpoint': no folder {init_checkpoint}")
-        pretrained = convert_folder.read(init_checkpoint)
     tokenizer = load_tokenizer(plan.corpus, workdir, corpus, plan.model.vocab_size)
     plan = plan.with_special_ids(tokenizer.special)
 

@@ -55,6 +55,7 @@ RESUME_NEUTRAL = (
     "model.remat",
     "model.loss_chunk",
     "init.checkpoint",  # read only by a run's first start
+    "init.changes",
 )
 
 
