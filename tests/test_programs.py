@@ -144,6 +144,23 @@ def test_jax_on_the_cpu_alone_holds_back_its_start_up_lines_too():
     assert_one_line(result, "xlpretrain.masks: error: No such file or directory (/no/such/")
 
 
+def test_from_hf_refuses_another_model_type_naming_every_family_it_converts(tmp_path):
+    """A BERT folder is refused before any weight is read, and the line says what would convert:
+    XLM-R / RoBERTa and ModernBERT (mmBERT) alike."""
+    (tmp_path / "bert").mkdir()
+    (tmp_path / "bert" / "config.json").write_text('{"model_type": "bert"}')
+    result = run(
+        "-m", "xlpretrain.convert", "from-hf", str(tmp_path / "bert"), str(tmp_path / "out")
+    )
+    assert_one_line(
+        result,
+        f"xlpretrain.convert: error: {tmp_path / 'bert' / 'config.json'}: unsupported "
+        "architecture: model_type='bert'; from-hf converts XLM-R / RoBERTa (model_type "
+        "'xlm-roberta' or 'roberta') and ModernBERT / mmBERT (model_type 'modernbert') masked LMs",
+    )
+    assert not (tmp_path / "out").exists()
+
+
 def assert_one_line(result: subprocess.CompletedProcess, error: str) -> None:
     assert result.returncode == 2, result.stdout[-2000:] + result.stderr[-2000:]
     assert len(result.stderr.splitlines()) == 1, result.stderr

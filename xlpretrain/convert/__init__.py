@@ -14,19 +14,41 @@ plug-in (``seq2seq.py``); ``merge`` averages checkpoints of one model into a che
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 
 from xlpretrain.convert import folder, hf, modernbert, seq2seq
 from xlpretrain.convert.folder import Pretrained
 from xlpretrain.convert.merging import merge
+
+# The families `from_hf` converts, by their HF model types: its refusal names them all.
+FAMILIES = {"XLM-R / RoBERTa": hf.MODEL_TYPES, "ModernBERT / mmBERT": (modernbert.MODEL_TYPE,)}
+
+
+def _check_model_type(hf_config: Mapping, source: str | os.PathLike) -> None:
+    """Refuses a model type no converter reads, naming every family that one does: a user
+    with another model learns what would convert, not only what would not."""
+    model_type = hf_config.get("model_type")
+    if any(model_type in types for types in FAMILIES.values()):
+        return
+    known = " and ".join(
+        f"{family} (model_type {' or '.join(map(repr, types))})"
+        for family, types in FAMILIES.items()
+    )
+    raise ValueError(
+        f"{source}: unsupported architecture: model_type={model_type!r}; from-hf converts "
+        f"{known} masked LMs"
+    )
 
 
 def from_hf(
     src: str | os.PathLike, dst: str | os.PathLike, *, allow_missing_head: bool = False
 ) -> Pretrained:
     """HF folder ``src`` → new checkpoint folder ``dst``; returns the converted model. Its
-    ``model_type`` picks the converter: ``modernbert``, else ``hf`` (XLM-R / RoBERTa)."""
+    ``model_type`` picks the converter: ``modernbert``, else ``hf`` (XLM-R / RoBERTa); any
+    other is refused (``_check_model_type``)."""
     folder.new_folder(dst)  # fail before reading a large checkpoint
-    _, hf_config = hf.read_config(src)
+    path, hf_config = hf.read_config(src)
+    _check_model_type(hf_config, path / "config.json")
     if hf_config.get("model_type") == modernbert.MODEL_TYPE:
         model = modernbert.read_hf(src)
     else:
