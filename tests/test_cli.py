@@ -35,7 +35,22 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
         (["--config.train.steps=abc"], "config key 'train.steps': cannot read 'abc'"),
         (["--config.data.batch_size=-1"], "config key 'data.batch_size': must be > 0, got -1"),
         (["--config=configs/nonexistent.py"], "--config configs/nonexistent.py: no such file"),
-        (["--config=configs/demoo.py"], "no such file; did you mean configs/demo.py?"),
+        (["--config=configs/demoo.py"], "; did you mean configs/demo.py?"),
+        (  # a shipped config's name that is not one: the file looked for, the shipped names
+            ["--config=nosuch:tiny"],
+            f"--config nosuch:tiny: no such file ({REPO / 'nosuch'}) and no shipped config "
+            "'nosuch' (shipped: demo, ernie_m, finetune_pairs, mmbert, veco, xlm_e, xlmr)",
+        ),
+        (
+            ["--config=nosuch.py:tiny"],
+            f"--config nosuch.py:tiny: no such file ({REPO / 'nosuch.py'}), and shipped configs "
+            "are named without .py or a folder (shipped: demo, ernie_m, finetune_pairs, ",
+        ),
+        (
+            ["--config=xlmr.py:tiny"],
+            "(shipped: demo, ernie_m, finetune_pairs, mmbert, veco, "
+            "xlm_e, xlmr); did you mean xlmr:tiny?",
+        ),
         (
             ["--config.data.mono_dir=/no/such/corpus"],  # evaluating, as configs/demo.py does
             "config key 'data.mono_dir': no such folder: /no/such/corpus",

@@ -83,4 +83,4 @@ def test_an_installed_copy_trains_a_shipped_config_by_name(wheel, udhr_tokenizer
     assert (workdir / "checkpoints" / "2").is_dir()
     unknown = run("-m", "xlpretrain.train", "--config", "xlmrr:tiny", f"--workdir={workdir}")
     assert unknown.returncode == 2
-    assert "no shipped config of that name (shipped: demo, ernie_m" in unknown.stderr
+    assert "no shipped config 'xlmrr' (shipped: demo, ernie_m" in unknown.stderr

@@ -96,9 +96,15 @@ def _overrides(argv: Sequence[str], name: str) -> list[tuple[str, str | None]]:
     return found
 
 
+def shipped_name(spec_path: str) -> bool:
+    """Whether `--config` would look `spec_path` up among the shipped configs: a bare name
+    (`xlmr`), not a path (`xlmr.py`, `configs/xlmr`)."""
+    return re.fullmatch(r"\w+", spec_path) is not None
+
+
 def shipped_config(name: str) -> str | None:
     """The file of the shipped config `name` (`xlmr`, as in `--config xlmr:tiny`), or None."""
-    if not re.fullmatch(r"\w+", name):
+    if not shipped_name(name):
         return None
     path = importlib.resources.files("xlpretrain.configs") / f"{name}.py"
     return str(path) if path.is_file() else None
@@ -112,29 +118,44 @@ def shipped_names() -> list[str]:
 
 def config_file(spec: str) -> str:
     """`PATH[:ARG]` or `NAME[:ARG]` (a shipped config) as `PATH[:ARG]`; a spec that is neither
-    is an error naming the closest files and shipped configs."""
+    is an error saying what was looked for and naming the closest file or shipped config."""
     path, colon, arg = spec.partition(":")
     if os.path.isfile(path):
         return spec
     shipped = shipped_config(path)
     if shipped is not None:
         return f"{shipped}{colon}{arg}"
-    raise FileNotFoundError(_missing_file(path))
+    raise FileNotFoundError(_missing_file(spec))
 
 
-def _missing_file(path: str) -> str:
-    """`--config PATH` names no file and no shipped config: say so, with the config files beside
-    it and the shipped names."""
-    folder = os.path.dirname(path) or "."
+def _missing_file(spec: str) -> str:
+    """`--config SPEC` names no file and no shipped config: the file it looked for (from where
+    the command ran, which a relative path depends on), the shipped names, and the nearest of
+    either; the config files beside a path that names a folder."""
+    path, colon, arg = spec.partition(":")
+    folder = os.path.dirname(path)
+    name = os.path.basename(path).removesuffix(".py")
     files = []
-    if os.path.isdir(folder):
-        files = sorted(f for f in os.listdir(folder) if f.endswith(".py"))
-    close = difflib.get_close_matches(os.path.basename(path), files, n=1)
-    hint = f"; did you mean {os.path.join(folder, close[0])}?" if close else ""
-    known = f" ({folder} has {', '.join(files)})" if files and not close else ""
+    if os.path.isdir(folder or "."):
+        files = sorted(f for f in os.listdir(folder or ".") if f.endswith(".py") and f[0] != "_")
+    shipped = shipped_names()
+    near_file = difflib.get_close_matches(os.path.basename(path), files, n=1)
+    near_name = difflib.get_close_matches(name, shipped, n=1)
+    hint = ""
+    if near_file:
+        hint = f"; did you mean {os.path.join(folder, near_file[0])}?"
+    elif near_name:
+        hint = f"; did you mean {near_name[0]}{colon}{arg}?"
+    elif folder and files:
+        hint = f"; {folder} has {', '.join(files)}"
+    looked_up = (
+        f" and no shipped config {path!r}"
+        if shipped_name(path)
+        else ", and shipped configs are named without .py or a folder"
+    )
     return (
-        f"--config {path}: no such file{hint}{known}, and no shipped config of that name "
-        f"(shipped: {', '.join(shipped_names())})"
+        f"--config {spec}: no such file ({os.path.abspath(path)}){looked_up} "
+        f"(shipped: {', '.join(shipped)}){hint}"
     )
 
 
