@@ -192,6 +192,18 @@ def test_progress_line_carries_accuracy_learning_rate_and_gradient_norm():
     assert progress_line(30, 60, tuned, 0).endswith("| eval accuracy fra 0.500 rus 0.750")
 
 
+def test_a_run_stopping_early_shows_its_steps_against_the_whole_run_and_its_eta_to_the_stop():
+    """`train.stop_at=40` of 60 steps: step 30 of 60 (the schedule's), stopping at 40, the ETA
+    to step 40; a stop at the last step is no early stop."""
+    scalars = {"loss": 5.5, "loss/mmlm": 5.5, "tokens_per_s": 1000.0}
+    line = progress_line(30, 60, scalars, 12.0, stop_at=40)
+    assert line == (
+        "step 30/60 (stopping at 40) | loss 5.5000 (mmlm 5.500) | 1.0k tok/s | ETA 0:00:12 to "
+        "step 40"
+    )
+    assert progress_line(30, 60, scalars, 12.0, stop_at=60) == progress_line(30, 60, scalars, 12.0)
+
+
 def test_eta_comes_from_the_steps_after_the_compiling_one(monkeypatch):
     clock = iter([0.0, 10.0, 11.0, 11.0])  # start; step 1 done (compiled); step 3 logged twice
     monkeypatch.setattr(time, "perf_counter", lambda: next(clock))

@@ -121,6 +121,7 @@ def test_stop_and_resume_on_the_same_mesh_is_exact(reference, udhr_run_config, t
     with caplog.at_level("INFO", logger="xlpretrain"):
         run(udhr_run_config(train__stop_at=3), tmp_path, devices)
     assert f"stopped after steps 1-3 of {STEPS} in " in caplog.text
+    assert f"step 3/{STEPS} (stopping at 3) | loss " in caplog.text  # not "step 3/3"
     assert f"to continue to step {STEPS}: run the same command again, without" in caplog.text
     assert "next: python -m xlpretrain.convert" not in caplog.text
     assert f"train.stop_at=3; to continue to step {STEPS}: run" in trainer_lib.finished(

@@ -208,10 +208,8 @@ def _run(loop: Loop, new_iterator: Callable[[], grain.DatasetIterator]) -> Train
                         progress.restart_window()
                     writer.write(step, scalars)
                     history.append({"step": step, **scalars})
-                    log.info(
-                        "%s",
-                        progress_line(step, end_step, scalars, progress.seconds_left(step)),
-                    )
+                    left = progress.seconds_left(step)  # to end_step
+                    log.info("%s", progress_line(step, loop.total_steps, scalars, left, end_step))
                 if step % loop.checkpoint_every == 0 or step == end_step or preempted:
                     guard.flush()  # never checkpoint past the step that ends the run
                     checkpointer.save(step, state, iterator)

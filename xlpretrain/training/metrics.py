@@ -134,11 +134,24 @@ def _per_objective(scalars: Mapping[str, float], prefix: str) -> str:
     )
 
 
-def progress_line(step: int, total: int, scalars: Mapping[str, float], seconds_left: float) -> str:
+def progress_line(
+    step: int,
+    total: int,
+    scalars: Mapping[str, float],
+    seconds_left: float,
+    stop_at: int | None = None,
+) -> str:
     """`step 30/60 | loss 5.1234 (mmlm 5.100 tlm 5.150) | acc mmlm 0.120 tlm 0.100 |
-    lr 4.80e-04 | grad 1.23 | 12.3k tok/s | ETA 0:01:23 | eval mmlm 5.300 retrieval@1 0.125`"""
+    lr 4.80e-04 | grad 1.23 | 12.3k tok/s | ETA 0:01:23 | eval mmlm 5.300 retrieval@1 0.125`.
+    A run that stops short of its `total` steps (`train.stop_at`) shows both, so that its
+    steps still read against the run's length (and its schedule): `step 30/60 (stopping at
+    40)`, and the ETA, which counts to the stop, says so: `ETA 0:00:12 to step 40`."""
+    stops_early = stop_at is not None and stop_at < total
     losses = _per_objective(scalars, "loss/")
-    parts = [f"step {step}/{total}", f"loss {scalars['loss']:.4f} ({losses})"]
+    parts = [
+        f"step {step}/{total}" + (f" (stopping at {stop_at})" if stops_early else ""),
+        f"loss {scalars['loss']:.4f} ({losses})",
+    ]
     if accuracy := _per_objective(scalars, "accuracy/"):
         parts.append(f"acc {accuracy}")
     if "learning_rate" in scalars:
@@ -146,7 +159,8 @@ def progress_line(step: int, total: int, scalars: Mapping[str, float], seconds_l
     if "grad_norm" in scalars:
         parts.append(f"grad {scalars['grad_norm']:.3g}")
     parts.append(f"{scalars.get('tokens_per_s', 0.0) / 1e3:.1f}k tok/s")
-    parts.append(f"ETA {datetime.timedelta(seconds=int(max(seconds_left, 0)))}")
+    eta = f"ETA {datetime.timedelta(seconds=int(max(seconds_left, 0)))}"
+    parts.append(eta + (f" to step {stop_at}" if stops_early else ""))
     # Held-out losses per objective (pre-training), else accuracies per language (fine-tuning).
     held_out = [_per_objective(scalars, "eval/loss/")]
     if not held_out[0] and (accuracy := _per_objective(scalars, "eval/accuracy/")):
