@@ -2,6 +2,9 @@
 reduced over every prediction of the held-out batches) and retrieval accuracy@1, logged with
 the step's metrics every `eval.every_steps` steps."""
 
+import dataclasses
+import logging
+
 import jax
 import numpy as np
 import pytest
@@ -13,7 +16,12 @@ from xlpretrain.convert.folder import Pretrained
 from xlpretrain.data.folders import ParallelSource
 from xlpretrain.eval.alignment import retrieval_accuracy
 from xlpretrain.training import trainer as trainer_lib
-from xlpretrain.training.evaluation import training_unigram, unigram_baseline, without_dropout
+from xlpretrain.training.evaluation import (
+    Evaluator,
+    training_unigram,
+    unigram_baseline,
+    without_dropout,
+)
 from xlpretrain.training.metrics import progress_line, read_metrics
 from xlpretrain.training.plan import resolve
 
@@ -26,8 +34,30 @@ def held_out(udhr, tmp_path_factory):
     return udhr_subset(udhr, tmp_path_factory.mktemp("held_out"), HELD_OUT)
 
 
+class Phases(logging.Handler):
+    """The run's log lines and, as `PHASE name`, the moment each long phase of its start
+    begins: so a test sees which line came just before it."""
+
+    def __init__(self):
+        super().__init__(logging.INFO)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+
+    def marking(self, name, fn):
+        def marked(*args, **kwargs):
+            self.lines.append(f"PHASE {name}")
+            return fn(*args, **kwargs)
+
+        return marked
+
+
 @pytest.fixture(scope="module")
 def evaluated_run(udhr_run_config, held_out, tmp_path_factory):
+    """The run, its final parameters and metrics, and its log with its phases marked
+    (`Phases`): initialising the state, measuring retrieval (first at step 0), the first train
+    step (which compiles), the first evaluation."""
     cfg = udhr_run_config(
         data__pack=False,  # with long rows, some padded: batches differ in predictions
         data__max_length=128,
@@ -38,16 +68,58 @@ def evaluated_run(udhr_run_config, held_out, tmp_path_factory):
         eval__retrieval_lines=12,
     )
     workdir = tmp_path_factory.mktemp("run")
-    trainer = trainer_lib.build(resolve(cfg), str(workdir), jax.devices()[:1])
+    phases, logger = Phases(), logging.getLogger("xlpretrain")
+    setup_training, build_evaluator = trainer_lib.setup_training, trainer_lib.build_evaluator
+
+    def marked_training(*args):
+        training = phases.marking("init", setup_training)(*args)
+        steps = [phases.marking("train step", step) for step in training.step_fns]
+        return dataclasses.replace(training, step_fns=steps)
+
+    def marked_evaluator(*args):
+        evaluator = build_evaluator(*args)
+        evaluator.steps = [phases.marking("evaluation", step) for step in evaluator.steps]
+        return evaluator
+
+    level = logger.level
+    logger.addHandler(phases)
+    logger.setLevel(logging.INFO)
     try:
-        state = trainer_lib.run(trainer)
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(trainer_lib, "setup_training", marked_training)
+            patch.setattr(trainer_lib, "build_evaluator", marked_evaluator)
+            patch.setattr(
+                Evaluator, "_retrieval", phases.marking("retrieval", Evaluator._retrieval)
+            )
+            trainer = trainer_lib.build(resolve(cfg), str(workdir), jax.devices()[:1])
+            try:
+                state = trainer_lib.run(trainer)
+            finally:
+                trainer.checkpointer.close()
     finally:
-        trainer.checkpointer.close()
-    return cfg, trainer, jax.device_get(state.params), read_metrics(str(workdir))
+        logger.removeHandler(phases)
+        logger.setLevel(level)
+    return cfg, trainer, jax.device_get(state.params), read_metrics(str(workdir)), phases.lines
+
+
+def test_each_long_phase_of_the_start_is_announced_just_before_it_begins(evaluated_run):
+    """A user never sits through initialising the state, step 0's retrieval, compiling the
+    train step or the first evaluation without a line saying which it is."""
+    *_, lines = evaluated_run
+    announced = {
+        "init": "initialising the model and its optimizer state on 1 device(s)",
+        "retrieval": "measuring retrieval at step 0 on 3 held-out pair files (up to 12 lines "
+        "each), the reference for later evaluations",
+        "train step": f"compiling the train step; then steps 1-{STEPS} (logged every 1)",
+        "evaluation": "evaluating on 2 held-out batches, retrieval on 3 pair files",
+    }
+    for phase, line in announced.items():
+        first = lines.index(f"PHASE {phase}")
+        assert lines[first - 1] == line, (phase, lines[max(first - 3, 0) : first + 1])
 
 
 def test_held_out_scores_are_logged_every_n_steps(evaluated_run):
-    _, _, _, records = evaluated_run
+    _, _, _, records, _ = evaluated_run
     evaluated = [r["step"] for r in records if "eval/loss/mmlm" in r]
     assert evaluated == list(range(4, STEPS + 1, 4))
     last = records[-1]
@@ -63,7 +135,7 @@ def test_held_out_scores_are_logged_every_n_steps(evaluated_run):
 def test_held_out_loss_is_every_predictions_mean_without_dropout(evaluated_run):
     """The last evaluation, recomputed from the final parameters: each held-out batch scored
     by the objective with dropout off, summed over predictions and divided by their count."""
-    cfg, trainer, params, records = evaluated_run
+    cfg, trainer, params, records, _ = evaluated_run
     plan = trainer.plan
     model, _ = objectives.build_model(plan.model_config(0), plan.objectives, plan.contexts)
     quiet = without_dropout(model)
@@ -85,7 +157,7 @@ def test_held_out_loss_is_every_predictions_mean_without_dropout(evaluated_run):
 
 
 def test_retrieval_is_scored_with_the_current_parameters(evaluated_run, held_out):
-    cfg, trainer, params, records = evaluated_run
+    cfg, trainer, params, records, _ = evaluated_run
     languages = tuple(trainer.builder.corpus.languages)
     config = trainer.evaluator.model_config
     model = Model(Pretrained(config, params, trainer.builder.tokenizer, languages))

@@ -176,6 +176,11 @@ class Evaluator:
     baselines: dict[str, dict[str, float]] = dataclasses.field(default_factory=dict)
 
     def __call__(self, params, stage: int) -> dict[str, float]:
+        log.info(
+            "evaluating on %d held-out batches%s",
+            len(self.batches[stage]),
+            f", retrieval on {len(self.retrieval.pairs)} pair files" if self.retrieval else "",
+        )
         totals: dict[str, np.ndarray] = {}
         for batch in self.batches[stage]:
             for name, values in jax.device_get(self.steps[stage](params, batch)).items():
@@ -273,6 +278,12 @@ def build_evaluator(
         baselines,
     )
     if retrieval is not None:
+        log.info(
+            "measuring retrieval at step 0 on %d held-out pair files (up to %d lines each), "
+            "the reference for later evaluations",
+            len(retrieval.pairs),
+            settings.retrieval_lines,
+        )
         start = evaluator._retrieval(training.state.params)["eval/retrieval"]
         baselines["eval/retrieval"] = {"step 0": start, **baselines["eval/retrieval"]}
     log.info(

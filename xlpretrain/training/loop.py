@@ -156,6 +156,12 @@ def _run(loop: Loop, new_iterator: Callable[[], grain.DatasetIterator]) -> Train
     progress = Progress(start_step, end_step)
     history: list[dict[str, float]] = []
     last_saved, step, stage = start_step, start_step, None
+    log.info(
+        "compiling the train step; then steps %d-%d (logged every %d)",
+        start_step + 1,
+        end_step,
+        loop.log_every,
+    )
     try:
         with PreemptionWatch(checkpointer.manager) as preemption:
             for step in range(start_step + 1, end_step + 1):

@@ -136,6 +136,7 @@ def build(plan: RunPlan, workdir: str, devices: list[jax.Device] | None = None) 
     )
     if jax.process_index() == 0:
         convert_folder.record_family(workdir, objectives_lib.model_family(plan.objectives))
+    log.info("initialising the model and its optimizer state on %d device(s)", mesh.size)
     training = setup_training(plan, model, init_params, mesh)
     check_free_space(workdir, training.state, plan.loop.keep_checkpoints)
     if pretrained is not None:
