@@ -63,6 +63,30 @@ def test_the_loss_of_known_vectors_by_hand():
     assert float(total) == pytest.approx(2 * expected) and (float(hits), float(pairs)) == (1, 2)
 
 
+def test_both_directions_count_where_they_differ():
+    """x = (0°, 90°), y = (30°, 150°): cos(x_i, y_j) = [[cos 30°, cos 150°], [cos 60°, cos 60°]],
+    whose rows (x → y) and columns (y → x) hold different scores, so the loss of one direction
+    scored twice, either one, is not the loss of both (the example above, symmetric, cannot
+    tell them apart)."""
+    sources, targets = unit(0.0, math.pi / 2), unit(math.pi / 6, 5 * math.pi / 6)
+    tau, m = 0.5, 0.2
+
+    def nll(own: float, other: float) -> float:
+        own, other = (own - m) / tau, other / tau
+        return math.log(math.exp(own) + math.exp(other)) - own
+
+    cos30, cos60 = math.cos(math.pi / 6), 0.5
+    forward = [nll(cos30, -cos30), nll(cos60, cos60)]  # rows: x_0 → (y_0, y_1), x_1 → (y_0, y_1)
+    backward = [nll(cos30, cos60), nll(cos60, -cos30)]  # columns: y_0 → (x_0, x_1), y_1 → …
+    assert abs(sum(forward) - sum(backward)) > 0.1  # the example is asymmetric
+    loss, accuracy, count = translation_ranking(
+        sources, targets, jnp.array([True, True]), temperature=tau, margin=m
+    )
+    np.testing.assert_allclose(loss, 0.5 * (sum(forward) + sum(backward)) / 2, rtol=1e-6)
+    # x_1's own y_1 ((0.5 - m) / τ) loses to y_0 (0.5 / τ); both y find their own x: 3 of 4.
+    assert float(accuracy) == pytest.approx(0.75) and float(count) == 2.0
+
+
 def pair_rows() -> dict:
     """One row of two pairs (`<s> a b </s>` `<s> c </s>`, then `<s> d </s>` `<s> e f </s>`) and
     padding, as the pipeline lays xlco rows out."""
