@@ -46,6 +46,39 @@ def test_the_margin_mines_the_translations_where_the_cosine_mines_a_hub():
     assert candidates.scores.tolist() == pytest.approx([40 / 33, 40 / 33], rel=1e-6)
 
 
+def ratio_margin(similarity: np.ndarray, k: int) -> np.ndarray:
+    """Every pair's score(x_i, y_j), straight from the definition: 2 cos(x_i, y_j) over the sum
+    of the means of x_i's k highest cosines and of y_j's."""
+    x_mean = np.sort(similarity, axis=1)[:, -k:].mean(axis=1)
+    y_mean = np.sort(similarity, axis=0)[-k:, :].mean(axis=0)
+    return 2 * similarity / (x_mean[:, None] + y_mean[None, :])
+
+
+def test_the_margin_takes_4_neighbours_by_default():
+    """Six and seven rows a side, so that k = 3, 4 and 5 are three neighbourhoods (with two
+    rows, any k >= 2 is both): the default scores are k = 4's, as LASER and XTREME mine BUCC.
+    By hand for x0-y0: x0's 4 highest cosines, and y0's, are 0.60, 0.30, 0.25, 0.20 (mean
+    0.3375), so 2 · 0.6 / 0.675 = 16/9; k = 3 would give 1.2 / 0.7667 = 1.565, k = 5
+    1.2 / (0.30 + 0.29) = 2.034."""
+    similarity = np.array(
+        [
+            [0.60, 0.30, 0.10, 0.20, 0.05, 0.25, 0.15],
+            [0.25, 0.55, 0.30, 0.10, 0.20, 0.05, 0.10],
+            [0.10, 0.20, 0.50, 0.30, 0.15, 0.10, 0.25],
+            [0.30, 0.05, 0.20, 0.45, 0.30, 0.15, 0.05],
+            [0.05, 0.15, 0.25, 0.10, 0.50, 0.30, 0.20],
+            [0.20, 0.10, 0.05, 0.25, 0.10, 0.40, 0.30],
+        ]
+    )
+    candidates = mining.margin_candidates(*with_cosines(similarity))
+    assert candidates.l1_rows.tolist() == candidates.l2_rows.tolist() == [0, 1, 4, 2, 3, 5]
+    assert candidates.scores[0] == pytest.approx(16 / 9, rel=1e-5)
+    pairs = (candidates.l1_rows, candidates.l2_rows)
+    np.testing.assert_allclose(candidates.scores, ratio_margin(similarity, 4)[pairs], rtol=1e-5)
+    for k in (3, 5):  # what the default is told apart from
+        assert np.abs(ratio_margin(similarity, k)[pairs] / candidates.scores - 1).min() > 0.05
+
+
 def test_nearest_neighbours_in_bands_are_those_of_the_whole_matrix(monkeypatch):
     rng = np.random.default_rng(0)
     queries, keys = rng.normal(size=(37, 8)), rng.normal(size=(23, 8))
