@@ -289,7 +289,7 @@ def test_folder_errors_name_the_path(tmp_path):
         MonolingualSource.from_dir(empty)
     assert str(error.value) == (
         f"no *.txt file in data folder {empty} (monolingual data is one <lang>.txt file per "
-        "language, e.g. eng.txt); it is empty"
+        "language, e.g. en.txt); it is empty"
     )
     write(empty, "notes.md", b"x\n")
     write(empty, "en.txt.gz", b"x\n")
@@ -298,8 +298,14 @@ def test_folder_errors_name_the_path(tmp_path):
         ParallelSource.from_dir(empty)
     assert str(error.value) == (
         f"no *.tsv file in data folder {empty} (parallel data is one <l1>-<l2>.tsv file per "
-        "language pair, e.g. eng-deu.tsv); it holds only: en.txt.gz, notes.md, sub.txt"
+        "language pair, e.g. en-de.tsv); it holds only: en.txt.gz, notes.md, sub.txt"
     )
+    for name in ("fra.txt", "deu.txt"):  # a monolingual folder named as the parallel one
+        write(empty, name, b"x\n")
+    with pytest.raises(DataError, match=r"pair, e\.g\. deu-en\.tsv\); it holds only: deu"):
+        ParallelSource.from_dir(empty)
+    for name in ("fra.txt", "deu.txt"):
+        (empty / name).unlink()
     for i in range(5):
         write(empty, f"{i}.csv", b"x\n")
     with pytest.raises(

@@ -32,6 +32,7 @@ from __future__ import annotations
 import codecs
 import mmap
 import os
+import re
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import nullcontext
 from typing import Any, BinaryIO, TypeVar
@@ -332,11 +333,24 @@ def _scan_file(
     return index, stats
 
 
+_CODE = re.compile(r"[a-z]{2,3}(?:_[A-Za-z0-9]+)?")
+_EXAMPLE_CODES = ("en", "de")  # the demo corpus's, for a folder that names no language
+
+
+def _codes(names: Sequence[str]) -> list[str]:
+    """Language codes the folder's own file names use (`fr.txt.gz`, `de-fr.csv`), then the
+    demo's, so that a layout's example is written the way the user names languages."""
+    found = [
+        code for name in names for code in name.split(".", 1)[0].split("-") if _CODE.fullmatch(code)
+    ]
+    return list(dict.fromkeys([*found, *_EXAMPLE_CODES]))
+
+
 def _load_dir(
     path: str | os.PathLike[str],
     *,
     suffix: str,
-    layout: str,
+    layout: Callable[[Sequence[str]], str],
     parse_key: Callable[[str, str], K],
     describe: Callable[[K], str],
     wanted: Sequence[K] | None,
@@ -357,7 +371,7 @@ def _load_dir(
     if not os.path.isdir(folder):
         raise DataError(f"data folder {folder} is not a directory")
     files: dict[K, str] = {}
-    others = []
+    others, other_files = [], []
     for entry in sorted(os.scandir(folder), key=lambda e: e.name):
         name = entry.name
         if name.endswith(suffix) and len(name) > len(suffix) and not name.startswith("."):
@@ -365,10 +379,12 @@ def _load_dir(
                 files[parse_key(name[: -len(suffix)], entry.path)] = entry.path
                 continue
         others.append(name)
+        if entry.is_file():
+            other_files.append(name)
     if not files:
         found = ", ".join(others[:5]) + (", …" if len(others) > 5 else "")
         raise DataError(
-            f"no *{suffix} file in data folder {folder} ({layout}); "
+            f"no *{suffix} file in data folder {folder} ({layout(_codes(other_files))}); "
             + (f"it holds only: {found}" if others else "it is empty")
         )
     if wanted is not None:
@@ -422,7 +438,9 @@ class MonolingualSource(MonolingualBase):
         folder, files, stats = _load_dir(
             path,
             suffix=".txt",
-            layout="monolingual data is one <lang>.txt file per language, e.g. eng.txt",
+            layout=lambda codes: (
+                f"monolingual data is one <lang>.txt file per language, e.g. {codes[0]}.txt"
+            ),
             parse_key=lambda stem, _: stem,
             describe=lambda lang: f"language {lang!r}",
             wanted=None if languages is None else sorted(set(languages)),
@@ -472,7 +490,10 @@ class ParallelSource(ParallelBase):
         folder, files, stats = _load_dir(
             path,
             suffix=".tsv",
-            layout="parallel data is one <l1>-<l2>.tsv file per language pair, e.g. eng-deu.tsv",
+            layout=lambda codes: (
+                "parallel data is one <l1>-<l2>.tsv file per language pair, "
+                f"e.g. {codes[0]}-{codes[1]}.tsv"
+            ),
             parse_key=parse_pair,
             describe=lambda pair: f"language pair '{pair[0]}-{pair[1]}'",
             wanted=wanted,
