@@ -27,7 +27,8 @@ setup(
         "babel>=2.14",  # only to build a demo corpus anew (demo_corpus --from-babel)
         "tensorboardX>=2.6",
         "numpy>=1.26",
-        "matplotlib>=3.8",  # python -m xlpretrain.masks --png
+        "matplotlib>=3.8",  # python -m xlpretrain.masks --png, WORKDIR/curves.png
+        "fonttools>=4.22",  # the Unicode script of held-out text (matplotlib needs it too)
     ],
     extras_require={
         "test": [

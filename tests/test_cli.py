@@ -245,6 +245,8 @@ def test_the_summary_sets_held_out_figures_beside_what_needs_no_learning():
         "eval/accuracy/tlm": 0.17,
         "eval/retrieval": 0.3,
         "eval/retrieval/en-de": 0.68,
+        "eval/retrieval/across_scripts": 0.035,
+        "eval/retrieval/within_latin": 0.515,
     }
     baselines = {
         "eval/loss/mmlm": {"unigram": 5.98},
@@ -252,6 +254,8 @@ def test_the_summary_sets_held_out_figures_beside_what_needs_no_learning():
         "eval/loss/tlm": {"unigram": 5.68},
         "eval/accuracy/tlm": {"unigram": 0.067},
         "eval/retrieval": {"step 0": 0.375, "chance": 0.01},
+        "eval/retrieval/across_scripts": {"step 0": 0.033, "chance": 0.01},
+        "eval/retrieval/within_latin": {"step 0": 0.632, "chance": 0.01},
     }
     best = {"eval/retrieval": (0.31, 100), "eval/retrieval/en-de": (0.7, 100)}
     lines = summary_lines(
@@ -261,7 +265,8 @@ def test_the_summary_sets_held_out_figures_beside_what_needs_no_learning():
     assert lines[2:] == [
         "held-out at step 200: mmlm loss 4.1000 (unigram 5.9800) accuracy 0.200 (unigram 0.113);"
         " tlm loss 4.0000 (unigram 5.6800) accuracy 0.170 (unigram 0.067); retrieval@1 0.300"
-        " (step 0 0.375, chance 0.010)",
+        " (step 0 0.375, chance 0.010): across scripts 0.035 (step 0 0.033, chance 0.010),"
+        " within Latin 0.515 (step 0 0.632, chance 0.010)",
         "best held-out: retrieval 0.3100 (step 100)",  # not each pair's
     ]
 

@@ -119,16 +119,25 @@ def test_each_long_phase_of_the_start_is_announced_just_before_it_begins(evaluat
 
 
 def test_held_out_scores_are_logged_every_n_steps(evaluated_run):
-    _, _, _, records, _ = evaluated_run
+    _, trainer, _, records, _ = evaluated_run
     evaluated = [r["step"] for r in records if "eval/loss/mmlm" in r]
     assert evaluated == list(range(4, STEPS + 1, 4))
     last = records[-1]
     for key in ("eval/loss/mmlm", "eval/loss/tlm", "eval/accuracy/mmlm", "eval/accuracy/tlm"):
         assert np.isfinite(last[key]), key
     assert 0.0 <= last["eval/retrieval"] <= 1.0
+    pairs = {f"eval/retrieval/eng-{lang}" for lang in HELD_OUT}
+    # All four languages are written in Latin script: one group, every pair in it.
     assert {k for k in last if k.startswith("eval/retrieval/")} == {
-        f"eval/retrieval/eng-{lang}" for lang in HELD_OUT
+        *pairs,
+        "eval/retrieval/within_latin",
     }
+    within = np.mean([last[key] for key in pairs])
+    assert last["eval/retrieval/within_latin"] == pytest.approx(within)
+    assert last["eval/retrieval"] == pytest.approx(within)
+    references = trainer.evaluator.baselines  # the group's own, measured with the average's
+    assert references["eval/retrieval/within_latin"] == pytest.approx(references["eval/retrieval"])
+    assert list(references["eval/retrieval/within_latin"]) == ["step 0", "chance"]
     assert "| eval mmlm " in progress_line(STEPS, STEPS, last, 0.0)
 
 
