@@ -224,6 +224,7 @@ def test_the_summary_says_what_the_run_did():
         last={"loss": 12.0, "loss/mmlm": 5.6, "accuracy/mmlm": 0.2, "loss/tlm": 6.4},
         best={"eval/loss/mmlm": (5.3, 150), "eval/retrieval": (0.25, 200)},
         checkpoint="runs/demo/checkpoints/200",
+        curves="runs/demo/curves.png",
         next_steps=["python -m xlpretrain.convert to-hf runs/demo runs/demo/hf"],
     )
     assert lines == [
@@ -231,6 +232,7 @@ def test_the_summary_says_what_the_run_did():
         "final loss 12.0000 (mmlm loss 5.6000 accuracy 0.200, tlm loss 6.4000)",
         "best held-out: loss/mmlm 5.3000 (step 150), retrieval 0.2500 (step 200)",
         "checkpoint: runs/demo/checkpoints/200",
+        "curves: runs/demo/curves.png",
         "next: python -m xlpretrain.convert to-hf runs/demo runs/demo/hf",
     ]
 

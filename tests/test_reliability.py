@@ -179,6 +179,7 @@ def test_ctrl_c_saves_the_current_step_and_exits_130(reference, tmp_path):
         f"{workdir / 'checkpoints'}; run the same command to resume" in output
     )
     assert "Traceback" not in output and "KeyboardInterrupt" not in output
+    assert f"curves: {workdir / 'curves.png'}" in output  # the picture, up to the stop
 
 
 @pytest.mark.parametrize(

@@ -346,6 +346,9 @@ def test_the_demo_learns_what_a_unigram_model_cannot(tmp_path):
     # Token-level objectives do not align languages: across scripts it stays near chance.
     across, _ = retrieval_by_script(held_out, records[-1])["across_scripts"]
     assert across < 0.1, held_out
+    # The picture of the run, named in the summary.
+    assert f"curves: {tmp_path / 'curves.png'}" in console
+    assert (tmp_path / "curves.png").read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
 
 
 def test_the_xlco_demo_learns_to_retrieve_translations(tmp_path):

@@ -4,9 +4,10 @@ fine-tuning (`xlpretrain.training.finetuning`) alike.
 It owns what a long run needs whatever the model: resuming from the newest readable checkpoint
 (state and input iterator, so the stream continues exactly), checkpoints on schedule, at the end
 and on a preemption notice (SIGTERM), metrics to `metrics.jsonl` and TensorBoard, stopping on
-repeated non-finite steps with the last checkpoint named, an optional profile window, and the
-task's evaluation every `eval_every` steps. The task supplies the compiled steps (`Training`),
-the dataset of step batches and, for staged runs, which stage a step belongs to.
+repeated non-finite steps with the last checkpoint named, an optional profile window, the
+task's evaluation every `eval_every` steps, and a picture of the run however it ends
+(`curves.png`). The task supplies the compiled steps (`Training`), the dataset of step batches
+and, for staged runs, which stage a step belongs to.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import numpy as np
 from xlpretrain.data.pipeline import iterators
 from xlpretrain.parallel.sharding import global_batch
 from xlpretrain.training.checkpoint import Checkpointer, abstract_with_shardings
+from xlpretrain.training.curves import write_curves
 from xlpretrain.training.divergence import BadStepGuard, DivergenceError
 from xlpretrain.training.metrics import (
     MetricsWriter,
@@ -74,6 +76,7 @@ class Loop:
     # Host-side settings of a logged step (the annealed data settings), logged with it.
     data_scalars: Callable[[int], dict[str, float]] | None = None
     wandb_project: str = ""  # also log to this Weights & Biases project ("": off)
+    curves: bool = False  # draw WORKDIR/curves.png when the run ends, however it ends
     run_config: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # for W&B
 
 
@@ -155,7 +158,7 @@ def _run(loop: Loop, new_iterator: Callable[[], grain.DatasetIterator]) -> Train
     guard = BadStepGuard(loop.max_bad_steps)
     progress = Progress(start_step, end_step)
     history: list[dict[str, float]] = []
-    last_saved, step, stage = start_step, start_step, None
+    last_saved, step, stage, ended = start_step, start_step, None, False
     log.info(
         "compiling the train step; then steps %d-%d (logged every %d)",
         start_step + 1,
@@ -231,6 +234,7 @@ def _run(loop: Loop, new_iterator: Callable[[], grain.DatasetIterator]) -> Train
                     log.warning("%s", message)
                     break
             guard.flush()
+        ended = True
     except DivergenceError as error:
         raise DivergenceError(
             f"{error}. The last checkpoint is step {last_saved} in {checkpointer.directory}"
@@ -238,6 +242,9 @@ def _run(loop: Loop, new_iterator: Callable[[], grain.DatasetIterator]) -> Train
     finally:
         checkpointer.wait()
         writer.close()
+        curves = draw_curves(loop)
+        if curves and not ended:  # no summary follows (Ctrl-C, divergence): name it here
+            log.info("curves: %s", curves)
     for line in summary_lines(
         first_step=start_step + 1,
         last_step=step,
@@ -248,7 +255,21 @@ def _run(loop: Loop, new_iterator: Callable[[], grain.DatasetIterator]) -> Train
         best=best_held_out(history),
         baselines=loop.baselines,
         checkpoint=os.path.join(checkpointer.directory, str(last_saved)),
+        curves=curves,
         next_steps=loop.next_steps if step == loop.total_steps else (),
     ):
         log.info("%s", line)
     return state
+
+
+def draw_curves(loop: Loop) -> str | None:
+    """`WORKDIR/curves.png` from the whole `metrics.jsonl` (process 0, which writes it), or
+    None. A picture that cannot be drawn is a warning: it must neither cost a run its exit
+    status nor hide, from a `finally`, why the run stopped."""
+    if not loop.curves or jax.process_index() != 0:
+        return None
+    try:
+        return write_curves(loop.workdir, loop.baselines)
+    except Exception as error:  # a convenience, drawn after the checkpoint is safe
+        log.warning("curves: not drawn: %s: %s", type(error).__name__, error)
+        return None

@@ -246,11 +246,13 @@ def summary_lines(
     checkpoint: str | None,
     next_steps: Sequence[str],
     baselines: Mapping[str, Mapping[str, float]] | None = None,
+    curves: str | None = None,
 ) -> list[str]:
     """What a finished run says: steps, time and tokens, the last losses and accuracies per
     objective, the last held-out figures beside references that need no training (`baselines`:
     an `eval/*` key → {name: value}), the
-    best ones, where the checkpoint is and what to run next."""
+    best ones, where the checkpoint and the picture of the run (`curves`) are and what to run
+    next."""
     took = datetime.timedelta(seconds=int(seconds))
     done = "finished" if last_step == total_steps else "stopped after"
     lines = [
@@ -273,6 +275,8 @@ def summary_lines(
         lines.append("best held-out: " + ", ".join(sorted(figures)))
     if checkpoint:
         lines.append(f"checkpoint: {checkpoint}")
+    if curves:
+        lines.append(f"curves: {curves}")
     if last_step < total_steps:
         lines.append(how_to_continue(total_steps))
     lines += [f"next: {command}" for command in next_steps]

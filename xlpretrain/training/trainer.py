@@ -196,5 +196,6 @@ def run(trainer: Trainer) -> TrainState:
             profile=plan.profile,
             next_steps=next_steps(trainer.workdir),
             run_config=plan.config,
+            curves=True,
         )
     )
