@@ -10,8 +10,11 @@ Rules = Sequence[tuple[str, str | tuple[str, ...] | None]]
 
 
 def as_rules(rules: Sequence[Sequence]) -> Rules:
-    """Rules as a config holds them (lists, from JSON) as the tuples Flax reads."""
-    return tuple(tuple(rule) for rule in rules)
+    """Rules as a config holds them (lists, from JSON) as the tuples Flax reads, a rule's axes
+    too: a config read back from its record resolves to the same rules."""
+    return tuple(
+        tuple(tuple(part) if isinstance(part, list) else part for part in rule) for rule in rules
+    )
 
 
 def data_parallel_axes(rules: Rules) -> tuple[str, ...]:
