@@ -5,7 +5,7 @@ The keys come from each task's `default_config()`, so a new key is covered as so
 exists: it is refused unless it is added to the neutral list below, on purpose. The end-to-end
 refusal (a run stopping at start-up) is tests/test_cli.py's (`train.steps`) and
 tests/test_train.py's (`model.mlp_dim`); here `check_resume` is called directly on a saved
-`config.json`, with no training.
+`config.json` and the new config's record, with each task's `resume_terms`, and no training.
 """
 
 import dataclasses
@@ -15,11 +15,11 @@ from collections.abc import Callable
 import pytest
 
 from xlpretrain.core.errors import ConfigError
-from xlpretrain.data.corpus import held_out_shares
 from xlpretrain.data.streams import MONO, PARALLEL
 from xlpretrain.training import config as pretraining
-from xlpretrain.training import finetune_config
-from xlpretrain.training.plan import corpus_settings
+from xlpretrain.training import finetune_config, finetune_plan
+from xlpretrain.training.plan import resume_terms
+from xlpretrain.training.record import ConfigRecord
 from xlpretrain.training.workdir import check_resume
 
 # How a run is stopped, logged, saved, placed on devices, computed and evaluated: none of it
@@ -49,7 +49,7 @@ class Task:
 
     default_config: Callable
     neutral: tuple[str, ...]
-    derived: Callable | None = None
+    terms: Callable
 
 
 TASKS = {
@@ -66,12 +66,9 @@ TASKS = {
             "init.changes",
         ),
         # As the trainer calls it: eval.* decide the lines training reads of each kind.
-        lambda config: held_out_shares(corpus_settings(config), (MONO, PARALLEL)),
+        lambda record: resume_terms(record, (MONO, PARALLEL)),
     ),
-    "finetuning": Task(
-        finetune_config.default_config,
-        LOOP_NEUTRAL,
-    ),
+    "finetuning": Task(finetune_config.default_config, LOOP_NEUTRAL, finetune_plan.resume_terms),
 }
 # Keys no default has (an empty section) that a run may add.
 ADDED = {"pretraining": {"data.per_objective.tlm.max_length": 256}, "finetuning": {}}
@@ -127,8 +124,8 @@ def check(task: str, key: str, value, tmp_path) -> None:
     section[name] = value
     (tmp_path / "config.json").write_text(json.dumps(saved))
     t = TASKS[task]
-    new = saved_json(task)  # the default config as the run's plan records it (`plan.config`)
-    check_resume(str(tmp_path), new, 10, t.derived)
+    new = ConfigRecord.of(saved_json(task))  # the default config as its plan records it
+    check_resume(str(tmp_path), new, 10, t.terms)
 
 
 @pytest.mark.parametrize("task, key, value", CHANGES, ids=[f"{t}:{k}" for t, k, _ in CHANGES])
@@ -174,16 +171,17 @@ def test_a_longer_run_is_accepted_where_it_only_lengthens_the_stable_part(
     """mmBERT's warm-up–stable–decay: train.steps 12 → 20 with a 4-step decay, resumed at
     `step`."""
 
-    def config(steps: int) -> dict:
+    def config(steps: int) -> ConfigRecord:
         cfg = pretraining.default_config()
         cfg.train.steps = steps
         cfg.optim.update(schedule=schedule, warmup_steps=2, decay_steps=4)
         cfg.data.anneal = ({"step": anneal_step, "mono_mask_rate": 0.3},)
-        return json.loads(cfg.to_json_best_effort())
+        return ConfigRecord.of(json.loads(cfg.to_json_best_effort()))
 
-    (tmp_path / "config.json").write_text(json.dumps(config(12)))
+    (tmp_path / "config.json").write_text(config(12).text)
+    terms = TASKS["pretraining"].terms
     if accepted:
-        check_resume(str(tmp_path), config(20), step)
+        check_resume(str(tmp_path), config(20), step, terms)
         return
     with pytest.raises(ConfigError, match="; train.steps change the training"):
-        check_resume(str(tmp_path), config(20), step)
+        check_resume(str(tmp_path), config(20), step, terms)

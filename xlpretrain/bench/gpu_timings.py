@@ -12,7 +12,6 @@ names them.
 
 from __future__ import annotations
 
-import json
 import os
 import tempfile
 from collections.abc import Iterator, Sequence
@@ -120,6 +119,6 @@ def pipeline_workers(gigabytes: float, workers: Sequence[int], steps: int) -> It
         tokenizer = bench_store.synthetic_tokenizer(os.path.join(scratch, "tokenizer.model"))
         store = bench_store.synthetic_store(os.path.join(scratch, "store"), gigabytes, tokenizer)
         for count in workers:
-            config = json.dumps(pipeline_plan(tokenizer, count).config)
-            figures = bench_store.measure_in_new_process(config, store, steps)
+            record = pipeline_plan(tokenizer, count).record
+            figures = bench_store.measure_in_new_process(record, store, steps)
             yield {"num_workers": count, "cpus": os.cpu_count(), "store_gb": gigabytes, **figures}

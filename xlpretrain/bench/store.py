@@ -12,7 +12,7 @@ and after the timed steps, and row tokens per second.
 
 from __future__ import annotations
 
-import json
+import dataclasses
 import multiprocessing
 import os
 import time
@@ -26,6 +26,7 @@ from xlpretrain.data.streams import MONO
 
 if TYPE_CHECKING:  # the measuring process imports the training stack, this module does not
     from xlpretrain.training.plan import RunPlan
+    from xlpretrain.training.record import ConfigRecord
 
 LANGUAGES = 100
 SHARD_BYTES = 64 << 20
@@ -98,17 +99,18 @@ def resident_mb() -> float:
     return float("nan")
 
 
-def measure(config_json: str, store: str, steps: int) -> dict:
+def measure(record: ConfigRecord, store: str, steps: int) -> dict:
     """Start-up, memory and row tokens/s of the pipeline on `store` (run in a fresh process):
-    `config_json` is the run's config as its plan records it (`RunPlan.config`)."""
+    `record` is the run's plan's (`RunPlan.record`), resolved here into the same plan, which
+    reads `store` in place of its corpus's."""
     from xlpretrain.data import corpus as corpus_lib
     from xlpretrain.data.pipeline import iterators
     from xlpretrain.data.tokenizer import Tokenizer
     from xlpretrain.training.plan import resolve_record
 
     programs.quiet_libraries()
-    config = json.loads(config_json)
-    plan = resolve_record({**config, "data": {**config["data"], "store": store}})
+    plan = resolve_record(record)
+    plan = dataclasses.replace(plan, corpus=dataclasses.replace(plan.corpus, store=store))
     before = resident_mb()
     start = time.perf_counter()
     corpus = corpus_lib.load_corpus(plan.corpus, plan.sources())
@@ -133,13 +135,13 @@ def measure(config_json: str, store: str, steps: int) -> dict:
     }
 
 
-def _measure_into(queue, config_json: str, store: str, steps: int) -> None:
+def _measure_into(queue, record: ConfigRecord, store: str, steps: int) -> None:
     from absl import flags
 
     if not flags.FLAGS.is_parsed():  # grain reads its flags in every process
         flags.FLAGS(["bench_store"])
     try:
-        queue.put(measure(config_json, store, steps))
+        queue.put(measure(record, store, steps))
     except Exception as error:  # reported by the parent, which owns the output
         queue.put(f"{type(error).__name__}: {error}")
 
@@ -157,17 +159,18 @@ def store_benchmark(plan: RunPlan, sizes: list[float], workdir: str, steps: int)
             for root, _, names in os.walk(path)
             for name in names
         )
-        figures = measure_in_new_process(json.dumps(plan.config), path, steps)
+        figures = measure_in_new_process(plan.record, path, steps)
         results.append({"store_gb": gigabytes, "disk_gb": disk / 2**30, **figures})
     return results
 
 
-def measure_in_new_process(config_json: str, store: str, steps: int) -> dict:
+def measure_in_new_process(record: ConfigRecord, store: str, steps: int) -> dict:
     """`measure` in a process of its own (so start-up and memory are its own), not a daemonic
-    pool worker: grain's workers are its children."""
+    pool worker: grain's workers are its children. It gets the plan's record, as a plan holds
+    functions, which do not pass between processes."""
     context = multiprocessing.get_context("spawn")
     results_queue = context.Queue()
-    process = context.Process(target=_measure_into, args=(results_queue, config_json, store, steps))
+    process = context.Process(target=_measure_into, args=(results_queue, record, store, steps))
     process.start()
     figures = results_queue.get()
     process.join()

@@ -3,9 +3,9 @@
 
 It has pre-training's plan's shape (`xlpretrain.training.plan.RunPlan`): the shared sections the
 loop, the optimizer, the mesh and the input pipeline read (`xlpretrain.training.sections`), the
-task's own (the pair files, what changes of the pre-trained model, where it is) and the config
-as `config.json` records it, which the resume guard compares. `finetuning.build` and `run` read
-the plan and never the config.
+task's own (the pair files, what changes of the pre-trained model, where it is) and the config's
+record (`config.json`'s content, which the resume guard compares through `resume_terms`).
+`finetuning.build` and `run` read the plan and never the config.
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections.abc import Mapping
-from typing import Any
 
 import ml_collections
 
@@ -22,12 +21,14 @@ from xlpretrain.model.config import ModelConfig
 from xlpretrain.training.config import check_stop_at
 from xlpretrain.training.config_keys import check_keys
 from xlpretrain.training.finetune_config import RANGES, default_config
+from xlpretrain.training.record import ConfigRecord
 from xlpretrain.training.sections import (
     LoopSettings,
     MeshSettings,
     OptimizerSettings,
     PipelineSettings,
 )
+from xlpretrain.training.workdir import ResumeTerms
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,7 +78,7 @@ class FineTunePlan:
     optim: OptimizerSettings  # its `layer_decay` scales each layer's rate
     loop: LoopSettings  # its `eval_every`: 0 evaluates only at the end
     mesh: MeshSettings
-    config: Mapping[str, Any]  # the config as `config.json` records it (JSON values)
+    record: ConfigRecord  # the config as `config.json` records it: written, compared, not read
 
     def check_batch_divides(self, mesh_shape: Mapping[str, int]) -> None:
         """A micro-batch's rows split evenly over the data-parallel devices of a mesh of
@@ -128,5 +129,13 @@ def resolve_finetuning(cfg: ml_collections.ConfigDict) -> FineTunePlan:
         optim=OptimizerSettings.of(cfg),
         loop=LoopSettings.of(cfg),
         mesh=MeshSettings.of(cfg),
-        config=json.loads(cfg.to_json_best_effort()),
+        record=ConfigRecord.of(json.loads(cfg.to_json_best_effort())),
     )
+
+
+def resume_terms(record: ConfigRecord) -> ResumeTerms:
+    """What the resume guard compares of a fine-tuning config beside its keys, from its record,
+    the new run's or the saved one: its learning-rate schedule as `resolve_finetuning` builds
+    it."""
+    config = record.tree()
+    return ResumeTerms(OptimizerSettings.of(config), config["train"]["resume_with_changes"])

@@ -50,7 +50,7 @@ from xlpretrain.model.classifier import PairClassifier
 from xlpretrain.parallel.sharding import global_batch, under_mesh
 from xlpretrain.training import loop
 from xlpretrain.training import workdir as workdir_lib
-from xlpretrain.training.finetune_plan import FineTunePlan, TaskData
+from xlpretrain.training.finetune_plan import FineTunePlan, TaskData, resume_terms
 from xlpretrain.training.optim import adamw_from, parameter_path
 from xlpretrain.training.sections import OptimizerSettings
 from xlpretrain.training.step import Training, TrainState, make_train_step, sharded_training
@@ -282,7 +282,7 @@ def build(plan: FineTunePlan, workdir: str, devices: list[jax.Device] | None = N
     check_workdir(workdir)
     resume_step = loop.checkpointer(workdir, plan.loop).latest_step()
     if resume_step is not None:
-        workdir_lib.check_resume(workdir, plan.config, resume_step)
+        workdir_lib.check_resume(workdir, plan.record, resume_step, resume_terms)
     config = plan.model.applied_to(pretrained.config)
     plug_in = resolve_plug_in(plan.model.plug_in, config.cross_attention)
     task = load_task(plan.data, pretrained, plug_in)
@@ -322,7 +322,7 @@ def build(plan: FineTunePlan, workdir: str, devices: list[jax.Device] | None = N
         process_count=jax.process_count(),
     )
     accuracy = make_accuracy(classifier, training, rules, plan.data.batch_size)
-    save_config(workdir, plan.config, resume_step or 0)  # last: a failed start changes none
+    save_config(workdir, plan.record, resume_step or 0)  # last: a failed start changes none
     return FineTuning(plan, workdir, task, plug_in, training, batches, accuracy)
 
 
@@ -349,7 +349,7 @@ def run(tuning: FineTuning) -> dict | None:
             loop.checkpointer(tuning.workdir, plan.loop),
             **loop.settings(plan.loop),
             evaluate=evaluate if plan.loop.eval_every else None,
-            run_config=plan.config,
+            run_config=plan.record.tree(),
         )
     )
     step = int(state.step)

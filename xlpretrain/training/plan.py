@@ -8,7 +8,8 @@ hence its prediction and placeholder slots and every batch's shapes, the data se
 anneal with the step, and the typed sections the rest of the run reads — the model, the
 corpus, sampling, the optimizer and its schedule, the loop, evaluation and the mesh. The
 trainer, the step, evaluation, the input pipeline, `bench` and `aot` read the plan and never
-the config, so the batch `aot` sizes is the batch training feeds.
+the config, so the batch `aot` sizes is the batch training feeds. The config itself goes no
+further than `RunPlan.record`: `config.json`'s content, to be written and compared, not read.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import jax
@@ -25,7 +26,12 @@ import ml_collections
 from xlpretrain import objectives as objectives_lib
 from xlpretrain.core.errors import check
 from xlpretrain.data.anneal import Anneal
-from xlpretrain.data.corpus import CorpusSettings, TfdsSettings, tokenizer_vocab_size
+from xlpretrain.data.corpus import (
+    CorpusSettings,
+    TfdsSettings,
+    held_out_shares,
+    tokenizer_vocab_size,
+)
 from xlpretrain.data.held_out import DEFAULT_FRACTION
 from xlpretrain.data.pipeline import Corpus, StepBatchBuilder
 from xlpretrain.data.streams import MONO, SEGMENT_PAIRS, Phase, StreamSpec, phase_index
@@ -33,6 +39,7 @@ from xlpretrain.data.tokenizer import SpecialIds, Tokenizer
 from xlpretrain.model.config import ModelConfig
 from xlpretrain.objectives.declaration import Context, MaskRates, Objective
 from xlpretrain.training.config import check_config, listed
+from xlpretrain.training.record import ConfigRecord
 from xlpretrain.training.sections import (
     LoopSettings,
     MeshSettings,
@@ -40,6 +47,7 @@ from xlpretrain.training.sections import (
     PipelineSettings,
 )
 from xlpretrain.training.stages import Stage, stages
+from xlpretrain.training.workdir import ResumeTerms
 
 FieldShapes = dict[str, tuple[tuple[int, ...], type]]
 EVAL_SEED_OFFSET = 7919  # held-out rows never repeat the training stream's draws
@@ -87,8 +95,8 @@ class EvalSettings:
 
 
 def corpus_settings(config: Mapping[str, Any]) -> CorpusSettings:
-    """The corpus section of a config read as a mapping: a `ConfigDict`, or a workdir's saved
-    `config.json` (the resume guard compares which lines the two hold out)."""
+    """The corpus section of a config read as a mapping: a `ConfigDict`, or a record's tree
+    (the resume guard compares which lines a saved config and the new one hold out)."""
     data, evaluation = config["data"], config["eval"]
     return CorpusSettings(
         store=data["store"],
@@ -139,7 +147,7 @@ class RunPlan:
     evaluation: EvalSettings
     mesh: MeshSettings
     profile: tuple[int, int] | None  # `train.profile_steps`: [start, end) traced
-    config: Mapping[str, Any]  # the config as `config.json` records it (JSON values)
+    record: ConfigRecord  # the config as `config.json` records it: written, compared, not read
     anneal: Anneal | None = None  # `data.anneal`; streams are sized for its highest mask rates
     # `init.changes` without `model.`: settings a warm start changes from its checkpoint's
     init_changes: tuple[str, ...] = ()
@@ -156,11 +164,11 @@ class RunPlan:
 
     def with_vocab_size(self, vocab_size: int) -> RunPlan:
         """The plan of `model.vocab_size` = `vocab_size` (the tokenizer's, where the config
-        gave 0), recorded in its config."""
+        gave 0), which its record keeps."""
         model = dataclasses.replace(self.model, vocab_size=vocab_size)
-        config = {**self.config, "model": {**self.config["model"], "vocab_size": vocab_size}}
+        record = self.record.with_value("model.vocab_size", vocab_size)
         contexts = {n: dataclasses.replace(c, model=model) for n, c in self.contexts.items()}
-        return dataclasses.replace(self, model=model, contexts=contexts, config=config)
+        return dataclasses.replace(self, model=model, contexts=contexts, record=record)
 
     def with_special_ids(self, special: SpecialIds) -> RunPlan:
         """The plan whose objectives know the special ids of the run's tokenizer, once it is
@@ -450,13 +458,32 @@ def resolve(cfg: ml_collections.ConfigDict) -> RunPlan:
         ),
         mesh=MeshSettings.of(cfg),
         profile=_profile_window(cfg.train.profile_steps),
-        config=json.loads(cfg.to_json_best_effort()),
+        record=ConfigRecord.of(json.loads(cfg.to_json_best_effort())),
         anneal=anneal,
         init_changes=tuple(key.removeprefix("model.") for key in listed(cfg.init.changes)),
     )
 
 
-def resolve_record(config: Mapping[str, Any]) -> RunPlan:
-    """The plan of a config as `config.json` records it (`RunPlan.config`): what a run handed
-    to another process (`bench`'s store measurement) or read from a workdir resolves."""
-    return resolve(ml_collections.ConfigDict(config))
+def resolve_record(record: ConfigRecord) -> RunPlan:
+    """The plan of a recorded config (`RunPlan.record`): what a run hands to another process
+    (`bench`'s store measurement), which a plan cannot be (its objectives hold functions)."""
+    return resolve(ml_collections.ConfigDict(record.tree()))
+
+
+def resume_terms(record: ConfigRecord, kinds: Iterable[str]) -> ResumeTerms:
+    """What the resume guard compares of a pre-training config beside its keys, from its
+    record, the new run's or the saved one a checkpoint was trained with: each section as
+    `resolve` builds it (a saved config that the current keys would refuse still compares),
+    the held-out share of each corpus kind in `kinds` (the new run's, `RunPlan.sources`)."""
+    config = record.tree()
+    points = [*config.get("schedule", ()), *config.get("data", {}).get("anneal", ())]
+    return ResumeTerms(
+        optim=OptimizerSettings.of(config),
+        resume_with_changes=config["train"]["resume_with_changes"],
+        moves_with_steps=any(
+            isinstance(point, dict)
+            and isinstance(point.get("start_step", point.get("step")), float)
+            for point in points
+        ),
+        derived=held_out_shares(corpus_settings(config), kinds),
+    )

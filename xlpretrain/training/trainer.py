@@ -18,7 +18,6 @@ import jax
 from xlpretrain import objectives as objectives_lib
 from xlpretrain.convert import folder as convert_folder
 from xlpretrain.data.corpus import (
-    held_out_shares,
     held_out_splits,
     load_corpus,
     load_tokenizer,
@@ -30,7 +29,7 @@ from xlpretrain.training import loop, warm_start
 from xlpretrain.training import workdir as workdir_lib
 from xlpretrain.training.checkpoint import Checkpointer
 from xlpretrain.training.evaluation import Evaluator, build_evaluator
-from xlpretrain.training.plan import RunPlan, corpus_settings
+from xlpretrain.training.plan import RunPlan, resume_terms
 from xlpretrain.training.step import Training, TrainState, setup_training
 from xlpretrain.training.workdir import WorkdirError, check_workdir, save_config
 
@@ -99,14 +98,9 @@ def finished(plan: RunPlan, workdir: str) -> str | None:
 
 def check_resume(plan: RunPlan, workdir: str, step: int) -> None:
     """The resume guard (`workdir.check_resume`) for pre-training, which also compares the
-    held-out shares of a config, the new or the saved, as the plan resolves them."""
+    held-out shares of the corpus kinds the run reads, in the new config and the saved one."""
     kinds = plan.sources()
-    workdir_lib.check_resume(
-        workdir,
-        plan.config,
-        step,
-        lambda config: held_out_shares(corpus_settings(config), kinds),
-    )
+    workdir_lib.check_resume(workdir, plan.record, step, lambda record: resume_terms(record, kinds))
 
 
 def build(plan: RunPlan, workdir: str, devices: list[jax.Device] | None = None) -> Trainer:
@@ -151,7 +145,7 @@ def build(plan: RunPlan, workdir: str, devices: list[jax.Device] | None = None) 
             log.info("%s", line)
 
     evaluator = build_evaluator(plan, model, training, held_out, tokenizer, builder)
-    save_config(workdir, plan.config, resume_step or 0)  # last: a failed start changes none
+    save_config(workdir, plan.record, resume_step or 0)  # last: a failed start changes none
     return Trainer(plan, workdir, training, builder, checkpointer, evaluator)
 
 
@@ -195,7 +189,7 @@ def run(trainer: Trainer) -> TrainState:
             data_scalars=plan.anneal.at if plan.anneal else None,
             profile=plan.profile,
             next_steps=next_steps(trainer.workdir),
-            run_config=plan.config,
+            run_config=plan.record.tree(),
             curves=True,
         )
     )

@@ -12,22 +12,22 @@ reached when its config changed).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import jax
 import numpy as np
-import optax
 
 from xlpretrain.core.errors import ConfigError
+from xlpretrain.training.record import ABSENT, ConfigRecord
 from xlpretrain.training.sections import OptimizerSettings
 
 log = logging.getLogger("xlpretrain")
 CONFIG = "config.json"
-_ABSENT = object()  # a key one of two configs lacks
 
 
 # Keys a resumed run may change without changing the training its checkpoint is part of: how
@@ -83,27 +83,24 @@ def check_workdir(workdir: str) -> None:
         ) from error
 
 
-def _flat(tree: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
-    if isinstance(tree, Mapping):
-        for key, value in tree.items():
-            yield from _flat(value, f"{prefix}{key}.")
-    else:
-        yield prefix[:-1], tree
+@dataclasses.dataclass(frozen=True)
+class ResumeTerms:
+    """What the resume guard reads of a config beside its keys, resolved from its record by the
+    task's plan module (`plan.resume_terms`, `finetune_plan.resume_terms`): the same function
+    for the new config and the saved one, so a difference is the configs', not two readings'."""
 
-
-def changes(saved: Mapping, config: Mapping) -> list[tuple[str, Any, Any]]:
-    """(key, saved value, new value) of every key whose value differs, in key order (`config`
-    as `config.json` holds it: JSON values, tuples as lists)."""
-    old, new = dict(_flat(saved)), dict(_flat(config))
-    return [
-        (key, old.get(key, _ABSENT), new.get(key, _ABSENT))
-        for key in sorted(old.keys() | new.keys())
-        if old.get(key, _ABSENT) != new.get(key, _ABSENT)
-    ]
+    optim: OptimizerSettings  # the learning-rate schedule
+    resume_with_changes: bool  # `train.resume_with_changes`
+    # A stage or a `data.anneal` point starts at a fraction of `train.steps`, which a new
+    # `train.steps` moves.
+    moves_with_steps: bool = False
+    # What neutral keys decide together that alters the training (which lines evaluation holds
+    # out of it), compared as keys of their own.
+    derived: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
 
 def _value(value: Any) -> str:
-    return "(absent)" if value is _ABSENT else json.dumps(value)
+    return "(absent)" if value is ABSENT else json.dumps(value)
 
 
 def _neutral(key: str) -> bool:
@@ -111,52 +108,47 @@ def _neutral(key: str) -> bool:
     return any(key == n or (n.endswith(".") and key.startswith(n)) for n in RESUME_NEUTRAL)
 
 
-def _fractions_of_the_run(config: Mapping) -> bool:
-    """Whether a stage or a `data.anneal` point starts at a fraction of `train.steps` (a float),
-    so that a new `train.steps` moves it."""
-    points = [*config.get("schedule", ()), *config.get("data", {}).get("anneal", ())]
-    return any(isinstance(point.get("start_step", point.get("step")), float) for point in points)
-
-
-def only_lengthened(saved: Mapping, config: Mapping, step: int) -> bool:
+def only_lengthened(saved: ResumeTerms, new: ResumeTerms, step: int) -> bool:
     """A new `train.steps` of a warm-up–stable–decay run that changes nothing a checkpoint at
-    `step` was trained with: both configs' schedules are `wsd`, every step so far has the same
-    learning rate under both (the run is still in its stable part), and no stage or anneal
-    point sits at a fraction of the run. (A linear decay is refused: the run's length sets it
-    from the first step, so a longer run is another schedule.)"""
-    schedules = {c.get("optim", {}).get("schedule", "linear") for c in (saved, config)}
-    if schedules != {"wsd"} or _fractions_of_the_run(saved) or _fractions_of_the_run(config):
+    `step` was trained with: both schedules are `wsd`, every step so far has the same learning
+    rate under both (the run is still in its stable part), and no stage or anneal point sits
+    at a fraction of the run. (A linear decay is refused: the run's length sets it from the
+    first step, so a longer run is another schedule.)"""
+    if {saved.optim.schedule, new.optim.schedule} != {"wsd"}:
+        return False
+    if saved.moves_with_steps or new.moves_with_steps:
         return False
     steps = np.arange(step + 1)
-    return bool(np.array_equal(_schedule(saved)(steps), _schedule(config)(steps)))
+    rates = saved.optim.learning_rates(), new.optim.learning_rates()
+    return bool(np.array_equal(rates[0](steps), rates[1](steps)))
 
 
 def check_resume(
     workdir: str,
-    config: Mapping,
+    record: ConfigRecord,
     step: int,
-    derived: Callable[[Mapping], Mapping[str, Any]] | None = None,
+    terms: Callable[[ConfigRecord], ResumeTerms],
 ) -> None:
-    """Logs how `config` (the run plan's record of its config) differs from the workdir's
-    `config.json` for a run resuming at `step`; raises `ConfigError` when a change outside
-    `RESUME_NEUTRAL` is not accepted by `train.resume_with_changes` (a longer `train.steps` that
-    `only_lengthened` the run is accepted), and states what a changed schedule means for the
-    next step's learning rate. `derived` resolves what neutral keys
-    decide together that alters the training (which lines evaluation holds out of it) from a
-    config read as a mapping, the new one or the saved one: compared as keys of its own."""
+    """Logs how `record` (the run plan's) differs from the workdir's `config.json` for a run
+    resuming at `step`; raises `ConfigError` when a change outside `RESUME_NEUTRAL` is not
+    accepted by `train.resume_with_changes` (a longer `train.steps` that `only_lengthened` the
+    run is accepted), and states what a changed schedule means for the next step's learning
+    rate. `terms` resolves what else the guard compares, of either record."""
     path = os.path.join(workdir, CONFIG)
     if not os.path.isfile(path):
         return
-    with open(path) as f:
-        saved = json.load(f)
-    found = [c for c in changes(saved, config) if c[0] != "train.resume_with_changes"]
-    if derived is not None:
-        old, new = derived(saved), derived(config)
-        found += [(key, old[key], new[key]) for key in sorted(old) if old[key] != new[key]]
-    lengthened = any(c[0] == "train.steps" for c in found) and only_lengthened(saved, config, step)
+    saved_record = ConfigRecord.read(path)
+    saved, new = terms(saved_record), terms(record)
+    found = [c for c in saved_record.changes(record) if c[0] != "train.resume_with_changes"]
+    found += [
+        (key, saved.derived[key], new.derived[key])
+        for key in sorted(saved.derived)
+        if saved.derived[key] != new.derived[key]
+    ]
+    lengthened = any(c[0] == "train.steps" for c in found) and only_lengthened(saved, new, step)
     altering = [c for c in found if not (_neutral(c[0]) or (c[0] == "train.steps" and lengthened))]
-    listed = ", ".join(f"{key} {_value(old)} → {_value(new)}" for key, old, new in found)
-    if altering and not config["train"]["resume_with_changes"]:
+    listed = ", ".join(f"{key} {_value(old)} → {_value(now)}" for key, old, now in found)
+    if altering and not new.resume_with_changes:
         keys = ", ".join(key for key, _, _ in altering)
         raise ConfigError(
             f"the config differs from {path}, whose run is at step {step}: {listed}; {keys} "
@@ -170,26 +162,20 @@ def check_resume(
             "the learning-rate schedule is rebuilt from the new config: step %d trains at %.3g "
             "(step %d trained at %.3g under the old one)",
             step + 1,
-            float(_schedule(config)(step)),
+            float(new.optim.learning_rates()(step)),
             step,
-            float(_schedule(saved)(step - 1)),
+            float(saved.optim.learning_rates()(step - 1)),
         )
 
 
-def _schedule(config: Mapping) -> optax.Schedule:
-    return OptimizerSettings.of(config).learning_rates()
-
-
-def save_config(workdir: str, config: Mapping, step: int) -> None:
-    """Writes `config.json`; a different one already there is kept as `config.step-N.json`
-    (N: `step`, where the run it describes had got to)."""
+def save_config(workdir: str, record: ConfigRecord, step: int) -> None:
+    """Writes `record` as `config.json`; a different one already there is kept as
+    `config.step-N.json` (N: `step`, where the run it describes had got to)."""
     if jax.process_index() != 0:
         return
     path = os.path.join(workdir, CONFIG)
     if os.path.isfile(path):
-        with open(path) as f:
-            saved = json.load(f)
-        if not changes(saved, config):
+        if not ConfigRecord.read(path).changes(record):
             return
         kept, number = os.path.join(workdir, f"config.step-{step}.json"), 1
         while os.path.exists(kept):
@@ -198,5 +184,5 @@ def save_config(workdir: str, config: Mapping, step: int) -> None:
         os.replace(path, kept)
         log.info("the previous config is kept as %s", kept)
     with open(path + ".tmp", "w") as f:
-        json.dump(config, f, indent=2)
+        json.dump(record.tree(), f, indent=2)
     os.replace(path + ".tmp", path)
