@@ -20,7 +20,7 @@ LAYERS = (
     ("objectives",),
     ("convert", "api", "eval"),
     ("training",),  # checkpoints, optimizer, metrics, workdir, warm start, preemption, divergence
-    ("training.config", "training.finetune_config"),
+    ("training.config", "training.finetune_config", "training.config_files"),
     ("training.plan", "training.finetune_plan", "training.step"),
     ("training.evaluation",),
     ("training.loop",),
@@ -103,6 +103,23 @@ def test_imports_go_down_and_command_lines_do_not_import_each_other():
     assert not wrong, "\n".join(sorted(wrong))
 
 
+# What the command lines share (absl's flags, their error lines and exit statuses): a program
+# imports it, a library module never does, however high its layer (`bench` loads a shipped
+# config through `training.config_files`, as `--config` does).
+PROGRAMS_ONLY = ("training.cli",)
+
+
+def test_only_command_lines_import_what_command_lines_share():
+    wrong = sorted(
+        f"{module} imports {target}"
+        for module, path in modules().items()
+        if module and module not in CLI
+        for target in imports(path)
+        if target in PROGRAMS_ONLY
+    )
+    assert not wrong, "\n".join(wrong) + ": only a command line (TOOLS) may"
+
+
 def test_no_modules_import_each_other_in_a_circle():
     graph = {module: imports(path) - {module} for module, path in modules().items() if module}
     circles, done = [], set()
@@ -123,8 +140,8 @@ def test_no_modules_import_each_other_in_a_circle():
 
 
 # The modules that read a raw config: its defaults and key checks, the plans that resolve it
-# (`training.plan.resolve`, `training.finetune_plan.resolve_finetuning`), and the command lines
-# that parse one. Everything else reads a plan's typed sections.
+# (`training.plan.resolve`, `training.finetune_plan.resolve_finetuning`), the loading of config
+# files and the command lines that parse one. Everything else reads a plan's typed sections.
 CONFIG_READERS = (
     "training.config",
     "training.config_keys",
@@ -132,6 +149,7 @@ CONFIG_READERS = (
     "training.stages",
     "training.plan",
     "training.finetune_plan",
+    "training.config_files",
     "training.cli",
 )
 

@@ -15,11 +15,12 @@ from __future__ import annotations
 import os
 import tempfile
 from collections.abc import Iterator, Sequence
+from typing import Any
 
 from xlpretrain.bench import attention as bench_attention
 from xlpretrain.bench import peer as bench_peer
 from xlpretrain.bench import step as bench
-from xlpretrain.training import cli
+from xlpretrain.training.config_files import load_config
 from xlpretrain.training.plan import RunPlan, resolve
 
 # The input pipeline on this host's CPUs: a synthetic store of PIPELINE_GB GB, MMLM rows of
@@ -53,17 +54,28 @@ def measured_plan(model: str, attention: str, flash_tiles: str = "") -> RunPlan:
     that our step and the peer predict the same share of the rows. The context extension (a
     second stage of 8,192-token rows, which `bench.step` would time as the last stage) and the
     later phases (`data.anneal`) are left out."""
-    cfg = cli.load_config(f"{model}:base")
-    if model == "mmbert":
-        cfg.objectives.update(cfg.schedule[0]["objectives"])
-        cfg.data.mono_mask_rate = cfg.data.anneal[0]["mono_mask_rate"]
-        cfg.schedule, cfg.data.anneal = (), ()
-    cfg.model.dtype = "bfloat16"
-    cfg.data.batch_size, cfg.data.max_length = SHAPES[model]
-    cfg.model.attention, cfg.model.flash_tiles = attention, flash_tiles
+    spec = f"{model}:base"
+    rows, length = SHAPES[model]
+    overrides = {
+        "model.dtype": "bfloat16",
+        "data.batch_size": rows,
+        "data.max_length": length,
+        "model.attention": attention,
+        "model.flash_tiles": flash_tiles,
+    }
     if attention == "cudnn":
-        cfg.model.attention_dropout_rate = 0.0
-    return resolve(cfg)
+        overrides["model.attention_dropout_rate"] = 0.0
+    if model == "mmbert":
+        overrides |= first_phase(resolve(load_config(spec)))
+    return resolve(load_config(spec, overrides))
+
+
+def first_phase(plan: RunPlan) -> dict[str, Any]:
+    """The config overrides that make `plan`'s run its first stage alone, at the mask rate its
+    first `data.anneal` point sets: no schedule, no anneal."""
+    _, rates = plan.anneal.points["mono_mask_rate"]
+    weights = {f"objectives.{name}": w for name, w in plan.stages[0].weights.items()}
+    return {"schedule": (), "data.anneal": (), **weights, "data.mono_mask_rate": rates[0]}
 
 
 def step_throughput(
@@ -102,12 +114,15 @@ def attention_timings(length: int) -> Iterator[dict]:
 def pipeline_plan(tokenizer: str, num_workers: int) -> RunPlan:
     """The plan of `configs/demo.py` at the shape of docs/performance.md's store benchmark:
     MMLM only, 32 rows of 512 tokens, no evaluation, `num_workers` grain workers."""
-    cfg = cli.load_config("demo")
-    cfg.tokenizer.path = tokenizer
-    cfg.data.batch_size, cfg.data.max_length = 32, 512
-    cfg.objectives.tlm, cfg.eval.every_steps = 0.0, 0
-    cfg.data.num_workers = num_workers
-    return resolve(cfg)
+    overrides = {
+        "tokenizer.path": tokenizer,
+        "data.batch_size": 32,
+        "data.max_length": 512,
+        "objectives.tlm": 0.0,
+        "eval.every_steps": 0,
+        "data.num_workers": num_workers,
+    }
+    return resolve(load_config("demo", overrides))
 
 
 def pipeline_workers(gigabytes: float, workers: Sequence[int], steps: int) -> Iterator[dict]:

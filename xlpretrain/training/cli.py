@@ -11,9 +11,6 @@ exits 1 (`FAILED`).
 from __future__ import annotations
 
 import contextlib
-import difflib
-import importlib.resources
-import importlib.util
 import logging
 import os
 import re
@@ -23,13 +20,13 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import TypeVar
 
 import jax
-import ml_collections
 from absl import app, flags
 
 from xlpretrain.core import programs
 from xlpretrain.core.errors import ConfigError
 from xlpretrain.core.programs import FAILED, INTERRUPTED, exit_with, report, reported
 from xlpretrain.training.checkpoint import CheckpointError
+from xlpretrain.training.config_files import load_config, shipped_config
 from xlpretrain.training.config_keys import unknown_key
 from xlpretrain.training.divergence import DivergenceError
 from xlpretrain.training.preemption import Interrupted
@@ -94,79 +91,6 @@ def _overrides(argv: Sequence[str], name: str) -> list[tuple[str, str | None]]:
             key, _, value = arg[len(name) + 3 :].partition("=")
             found.append((key, value if "=" in arg else None))
     return found
-
-
-def shipped_name(spec_path: str) -> bool:
-    """Whether `--config` would look `spec_path` up among the shipped configs: a bare name
-    (`xlmr`), not a path (`xlmr.py`, `configs/xlmr`)."""
-    return re.fullmatch(r"\w+", spec_path) is not None
-
-
-def shipped_config(name: str) -> str | None:
-    """The file of the shipped config `name` (`xlmr`, as in `--config xlmr:tiny`), or None."""
-    if not shipped_name(name):
-        return None
-    path = importlib.resources.files("xlpretrain.configs") / f"{name}.py"
-    return str(path) if path.is_file() else None
-
-
-def shipped_names() -> list[str]:
-    """The names of the shipped configs."""
-    files = importlib.resources.files("xlpretrain.configs").iterdir()
-    return sorted(f.name[:-3] for f in files if f.name.endswith(".py") and f.name[0] != "_")
-
-
-def config_file(spec: str) -> str:
-    """`PATH[:ARG]` or `NAME[:ARG]` (a shipped config) as `PATH[:ARG]`; a spec that is neither
-    is an error saying what was looked for and naming the closest file or shipped config."""
-    path, colon, arg = spec.partition(":")
-    if os.path.isfile(path):
-        return spec
-    shipped = shipped_config(path)
-    if shipped is not None:
-        return f"{shipped}{colon}{arg}"
-    raise FileNotFoundError(_missing_file(spec))
-
-
-def _missing_file(spec: str) -> str:
-    """`--config SPEC` names no file and no shipped config: the file it looked for (from where
-    the command ran, which a relative path depends on), the shipped names, and the nearest of
-    either; the config files beside a path that names a folder."""
-    path, colon, arg = spec.partition(":")
-    folder = os.path.dirname(path)
-    name = os.path.basename(path).removesuffix(".py")
-    files = []
-    if os.path.isdir(folder or "."):
-        files = sorted(f for f in os.listdir(folder or ".") if f.endswith(".py") and f[0] != "_")
-    shipped = shipped_names()
-    near_file = difflib.get_close_matches(os.path.basename(path), files, n=1)
-    near_name = difflib.get_close_matches(name, shipped, n=1)
-    hint = ""
-    if near_file:
-        hint = f"; did you mean {os.path.join(folder, near_file[0])}?"
-    elif near_name:
-        hint = f"; did you mean {near_name[0]}{colon}{arg}?"
-    elif folder and files:
-        hint = f"; {folder} has {', '.join(files)}"
-    looked_up = (
-        f" and no shipped config {path!r}"
-        if shipped_name(path)
-        else ", and shipped configs are named without .py or a folder"
-    )
-    return (
-        f"--config {spec}: no such file ({os.path.abspath(path)}){looked_up} "
-        f"(shipped: {', '.join(shipped)}){hint}"
-    )
-
-
-def load_config(spec: str) -> ml_collections.ConfigDict:
-    """`configs/x.py[:ARG]` or a shipped config's `NAME[:ARG]` → its `get_config([ARG])`, as
-    `--config` loads it."""
-    path, _, arg = config_file(spec).partition(":")
-    module_spec = importlib.util.spec_from_file_location("_xlpretrain_config", path)
-    module = importlib.util.module_from_spec(module_spec)
-    module_spec.loader.exec_module(module)
-    return module.get_config(arg) if arg else module.get_config()
 
 
 def describe_flag_error(argv: Sequence[str], error: BaseException, config_flag: str) -> str:
