@@ -11,7 +11,8 @@ from xlpretrain import objectives
 from xlpretrain.bench import attention as bench_attention
 from xlpretrain.bench import step as bench
 from xlpretrain.data.batch import PREDICTION_FIELDS, TOKEN_FIELDS
-from xlpretrain.data.streams import MONO, SEGMENT_PAIRS, StreamSpec
+from xlpretrain.data.row_kinds import PlaceholderSegments, SegmentPairs, Segments
+from xlpretrain.data.streams import MONO, PARALLEL, StreamSpec
 from xlpretrain.objectives.flops import StepShape
 from xlpretrain.training.config import default_config
 from xlpretrain.training.plan import resolve
@@ -19,15 +20,17 @@ from xlpretrain.training.plan import resolve
 
 def test_synthetic_rows_follow_the_batch_contract():
     rng = np.random.default_rng(0)
-    batch = bench.synthetic_batch(4, StreamSpec(MONO, 0.15, max_length=32), 100, rng)
+    batch = bench.synthetic_batch(4, StreamSpec(Segments(), {MONO: 0.15}, max_length=32), 100, rng)
     assert set(batch) == set(TOKEN_FIELDS) | set(PREDICTION_FIELDS)
     assert (batch["pred_weights"].sum(1) == 5).all()  # ⌈0.15 · 32⌉
     picked = np.take_along_axis(batch["input_ids"], batch["pred_positions"], 1)
     assert not np.isin(picked, [0, 1, 2]).any()
-    pairs = bench.synthetic_batch(2, StreamSpec(SEGMENT_PAIRS, 0.25, max_length=32), 100, rng)
+    pairs = bench.synthetic_batch(
+        2, StreamSpec(SegmentPairs(), {PARALLEL: 0.25}, max_length=32), 100, rng
+    )
     assert set(pairs["segment_ids"][0]) == {1, 2} and set(pairs["pair_ids"][0]) == {1}
     btmlm = bench.synthetic_batch(
-        2, StreamSpec(MONO, 0.15, placeholder_ratio=0.2, max_length=32), 100, rng
+        2, StreamSpec(PlaceholderSegments(0.2), {MONO: 0.15}, max_length=32), 100, rng
     )
     holders = btmlm["placeholder_positions"][0][btmlm["placeholder_weights"][0] > 0]
     assert (btmlm["source_ids"][0, holders] == 99).all()

@@ -12,6 +12,7 @@ import pytest
 from xlpretrain import masks
 from xlpretrain.bench import gpu_report, gpu_suite, gpu_timings, kernel_check, tile_sweep
 from xlpretrain.bench.peer import hf_model
+from xlpretrain.data.streams import MONO
 from xlpretrain.model.kernels import flash
 from xlpretrain.model.kernels.gpu_compile import FlashCase
 
@@ -196,7 +197,7 @@ def test_mmbert_is_measured_in_one_stage_of_1024_token_rows_against_modernbert()
     plan = gpu_timings.measured_plan("mmbert", "pallas", "forward=64x64:w4:s2")
     assert len(plan.stages) == 1 and plan.stages[0].weights == {"mmlm": 1.0}
     assert (plan.stages[0].rows, plan.stages[0].lengths) == ({"mmlm": 16}, {"mmlm": 1024})
-    assert plan.sized(workdir=None).stage_streams[0]["mmlm"].mask_rate == 0.3
+    assert plan.sized(workdir=None).stage_streams[0]["mmlm"].mask_rates == {MONO: 0.3}
     assert plan.mask_rates.mono == 0.3  # the peer's
     assert (plan.model.architecture, plan.model.dtype) == ("modernbert", "bfloat16")
     assert (plan.model.attention_impl, plan.model.flash_tiles) == ("pallas", "forward=64x64:w4:s2")

@@ -25,6 +25,7 @@ from xlpretrain.data.pipeline import (
     make_dataset,
     process_rows,
 )
+from xlpretrain.data.row_kinds import Segments, TranslationPairs
 from xlpretrain.data.sampling import language_probabilities
 from xlpretrain.data.streams import MONO, PARALLEL, Phase, StreamSpec
 from xlpretrain.data.tokenizer import Tokenizer
@@ -245,7 +246,7 @@ def test_a_row_with_more_predictions_than_slots_is_an_error(corpus, tokenizer):
     with pytest.raises(RuntimeError, match="^a row: 67 of its 447 maskable tokens are predicted"):
         mask_tokens(row, np.random.default_rng(1), tokenizer, rate=0.15, num_slots=66)
     unsized = step_batch_builder(
-        corpus, tokenizer, {"mmlm": StreamSpec(MONO, 0.15)}, 2,
+        corpus, tokenizer, {"mmlm": StreamSpec(Segments(), {MONO: 0.15})}, 2,
         anneal=Anneal.from_config(({"step": 0, "mono_mask_rate": 0.5},), total_steps=10),
     )  # fmt: skip
     with pytest.raises(
@@ -280,7 +281,7 @@ def test_masking_follows_the_corruption_split(tokenizer, corruption):
 @pytest.mark.parametrize("corruption", [(0.8, 0.1, 0.0), (1.1, -0.1, 0.0), (0.5, 0.5)])
 def test_stream_corruption_must_be_a_split(corruption):
     with pytest.raises(ValueError, match="corruption"):
-        StreamSpec(MONO, 0.15, corruption=corruption)
+        StreamSpec(Segments(), {MONO: 0.15}, corruption=corruption)
 
 
 def _plain_row(length, rng, tokenizer):
@@ -298,7 +299,10 @@ def _plain_row(length, rng, tokenizer):
 
 
 def _builder(corpus, tokenizer, **overrides):
-    streams = {"mmlm": StreamSpec(MONO, 0.15), "tlm": StreamSpec(PARALLEL, 0.25)}
+    streams = {
+        "mmlm": StreamSpec(Segments(), {MONO: 0.15}),
+        "tlm": StreamSpec(TranslationPairs(), {PARALLEL: 0.25}),
+    }
     return step_batch_builder(corpus, tokenizer, streams, 8, **{"seed": 3, **overrides})
 
 
@@ -366,7 +370,10 @@ def test_missing_kind_is_a_clear_error(corpus, tokenizer):
 def test_phases_choose_each_steps_streams_rows_and_length(corpus, tokenizer):
     """From its start step a phase draws only its streams, at its rows and row length; a row's
     content does not depend on how many rows the phase draws."""
-    mmlm, tlm = (StreamSpec(MONO, 0.15).at_length(64), StreamSpec(PARALLEL, 0.25).at_length(64))
+    mmlm, tlm = (
+        StreamSpec(Segments(), {MONO: 0.15}).at_length(64),
+        StreamSpec(TranslationPairs(), {PARALLEL: 0.25}).at_length(64),
+    )
     longer = mmlm.at_length(128)
     phased = _builder(
         corpus,
@@ -390,7 +397,7 @@ def test_phases_choose_each_steps_streams_rows_and_length(corpus, tokenizer):
     with pytest.raises(ValueError, match=r"rows of \['camlm'\] but streams \['mmlm'\]"):
         Phase(0, {"camlm": 2}, {"mmlm": mmlm})
     with pytest.raises(ValueError, match=r"\['mmlm'\] have no row length"):
-        Phase(0, {"mmlm": 2}, {"mmlm": StreamSpec(MONO, 0.15)})
+        Phase(0, {"mmlm": 2}, {"mmlm": StreamSpec(Segments(), {MONO: 0.15})})
 
 
 def annealed(corpus, tokenizer, *points):
@@ -414,7 +421,9 @@ def test_alpha_and_mask_rates_anneal_with_the_step(skewed_corpus, udhr_tokenizer
     )
     plan, corpus, builder = run_builder(cfg)
     streams = plan.stage_streams[0]
-    assert streams["mmlm"].mask_rate == 0.3 and streams["tlm"].mask_rate == 0.15
+    assert streams["mmlm"].mask_rates == {MONO: 0.3} and streams["tlm"].mask_rates == {
+        PARALLEL: 0.15
+    }
     specials = Tokenizer.load(cfg.tokenizer.path).special_ids()
     for steps, alpha, rate in ((range(0, 50), 1.0, 0.3), (range(60, 110), 0.3, 0.05)):
         drawn = row_languages(builder, corpus, steps)  # the schedule reads logged step + 1

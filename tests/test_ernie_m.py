@@ -18,6 +18,7 @@ from xlpretrain import masks
 from xlpretrain.data.batch import SIDE_PLACEHOLDER, SIDE_SOURCE, SIDE_TAG
 from xlpretrain.data.folders import MonolingualSource
 from xlpretrain.data.pipeline import Corpus
+from xlpretrain.data.row_kinds import PlaceholderSegments
 from xlpretrain.data.streams import MONO, StreamSpec
 from xlpretrain.data.tokenizer import SentencePieceTokenizer, SpecialIds, Tokenizer
 from xlpretrain.masks import show
@@ -36,7 +37,7 @@ def btmlm_batch(udhr, udhr_tokenizer_path):
     tokenizer = Tokenizer.load(udhr_tokenizer_path)
     mono = MonolingualSource.from_dir(udhr / "mono", languages=["007", "008", "eng"])
     corpus = Corpus(mono, None, mono.languages)
-    streams = {"btmlm": StreamSpec(MONO, 0.15, placeholder_ratio=0.2, target_languages=())}
+    streams = {"btmlm": StreamSpec(PlaceholderSegments(0.2, target_languages=()), {MONO: 0.15})}
     builder = step_batch_builder(
         corpus, tokenizer, streams, 6, max_length=96, mono_alpha=0.5, parallel_alpha=0.5
     )
@@ -249,7 +250,7 @@ def test_btmlm_tag_tokens_precede_the_placeholders(udhr, udhr_tokenizer_path):
     tokenizer = Tokenizer.load(udhr_tokenizer_path)
     mono = MonolingualSource.from_dir(udhr / "mono", languages=["007", "eng"])
     corpus = Corpus(mono, None, mono.languages)
-    streams = {"btmlm": StreamSpec(MONO, 0.15, placeholder_ratio=0.2, tag_format="<{lang}>")}
+    streams = {"btmlm": StreamSpec(PlaceholderSegments(0.2, tag_format="<{lang}>"), {MONO: 0.15})}
     builder = step_batch_builder(corpus, tokenizer, streams, 4, mono_alpha=0.5, parallel_alpha=0.5)
     batch = builder.map(0)["btmlm"]
     tags = {lang: tokenizer.encode(f"<{lang}>") for lang in corpus.languages}

@@ -246,6 +246,7 @@ def test_sharded_step_with_the_fused_kernel_equals_one_device():
     import flax.linen as nn
 
     from xlpretrain.bench.step import synthetic_batch
+    from xlpretrain.data.row_kinds import TranslationPairs
     from xlpretrain.data.streams import PARALLEL, StreamSpec
     from xlpretrain.model import MaskedLM, ModelConfig, init_params
     from xlpretrain.objectives import ernie_m
@@ -263,7 +264,7 @@ def test_sharded_step_with_the_fused_kernel_equals_one_device():
     model = MaskedLM(config)
     boxed = init_params(config, jax.random.key(0))
     params = nn.unbox(boxed)
-    stream = StreamSpec(PARALLEL, 0.3, max_length=24)
+    stream = StreamSpec(TranslationPairs(), {PARALLEL: 0.3}, max_length=24)
     batch = synthetic_batch(8, stream, config.vocab_size, np.random.default_rng(0))
     batch["side"][:, 11:] = 1
     batch["segment_ids"][:, -3:] = batch["is_masked"][:, -3:] = 0  # some padding

@@ -18,7 +18,8 @@ from xlpretrain import objectives as objectives_lib
 from xlpretrain.bench import step as bench
 from xlpretrain.data import corpus as corpus_lib
 from xlpretrain.data.anneal import Anneal
-from xlpretrain.data.streams import MONO, PARALLEL, SEGMENT_PAIRS, StreamSpec
+from xlpretrain.data.row_kinds import SegmentPairs, Segments
+from xlpretrain.data.streams import MONO, PARALLEL, StreamSpec
 from xlpretrain.data.tokenizer import Tokenizer
 from xlpretrain.training.plan import resolve
 
@@ -92,17 +93,15 @@ def most_predictions(cfg, plan, stage: int, name: str) -> int:
     highest rate its rows are masked at — its own rate for each kind of corpus it reads, or
     the highest of `data.anneal`'s over the stage's steps and after training (held-out rows)."""
     declared = objectives_lib.get(name).stream_spec(plan.contexts[name])
-    rates = {MONO: declared.mask_rate} if declared.kind == MONO else {PARALLEL: declared.mask_rate}
-    if declared.kind == SEGMENT_PAIRS and declared.mono_fraction > 0:
-        rates[MONO] = declared.mono_mask_rate
+    rates = dict(declared.mask_rates)
     anneal = Anneal.from_config(cfg.data.anneal, cfg.train.steps)
     first = plan.stages[stage].start_step
     last = plan.stages[stage + 1].start_step - 1 if stage + 1 < len(plan.stages) else None
-    for kind in rates:
-        key = f"{kind}_mask_rate"
+    for source in rates:
+        key = f"{source}_mask_rate"
         if key in anneal:
             final = anneal.points[key][1][-1]
-            rates[kind] = max(anneal.maximum(key, first, last or cfg.train.steps), final)
+            rates[source] = max(anneal.maximum(key, first, last or cfg.train.steps), final)
     return max(1, round(max(rates.values()) * row_length(cfg, stage, name)))
 
 
@@ -137,7 +136,7 @@ def test_plan_bench_and_pipeline_batches_have_one_shape(file, arg, data, udhr, u
 def test_a_stream_with_two_mask_rates_has_slots_for_the_higher():
     """VECO's segment pairs mask monolingual rows at their own rate: the slots fit the higher
     one, in the pipeline and the benchmark alike (the benchmark once sized the lower)."""
-    stream = StreamSpec(SEGMENT_PAIRS, 0.15, mono_fraction=0.5, mono_mask_rate=0.3, max_length=40)
+    stream = StreamSpec(SegmentPairs(mono_fraction=0.5), {PARALLEL: 0.15, MONO: 0.3}, max_length=40)
     assert stream.prediction_slots == 12  # ⌈0.3 · 40⌉
     batch = bench.synthetic_batch(2, stream, 100, np.random.default_rng(0))
     assert batch["pred_weights"].shape == (2, 12)
@@ -146,7 +145,7 @@ def test_a_stream_with_two_mask_rates_has_slots_for_the_higher():
 
 def test_a_stream_needs_its_length_before_it_has_shapes():
     with pytest.raises(ValueError, match="row length is not resolved"):
-        StreamSpec(MONO, 0.15).batch_shapes(4)
+        StreamSpec(Segments(), {MONO: 0.15}).batch_shapes(4)
 
 
 def test_stage_lookup_and_unfreezing():

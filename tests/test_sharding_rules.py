@@ -18,6 +18,7 @@ import pytest
 from tests.tiny import run_config
 from xlpretrain import objectives
 from xlpretrain.bench.step import synthetic_batch
+from xlpretrain.data.row_kinds import TranslationPairs
 from xlpretrain.data.streams import PARALLEL, StreamSpec
 from xlpretrain.model import MaskedLM, ModelConfig, init_params
 from xlpretrain.objectives import ernie_m
@@ -53,7 +54,10 @@ def camlm_step():
     model = MaskedLM(config)
     boxed = init_params(config, jax.random.key(0))
     batch = synthetic_batch(
-        8, StreamSpec(PARALLEL, 0.3, max_length=24), config.vocab_size, np.random.default_rng(0)
+        8,
+        StreamSpec(TranslationPairs(), {PARALLEL: 0.3}, max_length=24),
+        config.vocab_size,
+        np.random.default_rng(0),
     )
     batch["side"][:, 11:] = 1
 

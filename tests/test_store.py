@@ -20,8 +20,9 @@ from xlpretrain.data import store as store_lib
 from xlpretrain.data.folders import MonolingualSource, ParallelSource
 from xlpretrain.data.pipeline import Corpus, language_vocabulary
 from xlpretrain.data.prepare import __main__ as prepare_cli
+from xlpretrain.data.row_kinds import SegmentPairs, Segments, TranslationPairs
 from xlpretrain.data.sources import DataError
-from xlpretrain.data.streams import MONO, PARALLEL, SEGMENT_PAIRS, StreamSpec
+from xlpretrain.data.streams import MONO, PARALLEL, StreamSpec
 from xlpretrain.data.tokenizer import Tokenizer
 from xlpretrain.training import trainer as trainer_lib
 from xlpretrain.training.metrics import read_metrics
@@ -30,10 +31,10 @@ from xlpretrain.training.plan import resolve
 LANGUAGES = ("eng", "deu_1996", "fra", "rus", "cmn_hans", "arb")
 SHARD_MB = 4 / 1024  # about 4 KB of input per shard: several shards per file
 STREAMS = {
-    "mmlm": StreamSpec(MONO, 0.15),
-    "tlm": StreamSpec(PARALLEL, 0.25),
-    "veco": StreamSpec(SEGMENT_PAIRS, 0.15),
-    "veco_mono": StreamSpec(SEGMENT_PAIRS, 0.15, mono_fraction=1.0),
+    "mmlm": StreamSpec(Segments(), {MONO: 0.15}),
+    "tlm": StreamSpec(TranslationPairs(), {PARALLEL: 0.25}),
+    "veco": StreamSpec(SegmentPairs(), {PARALLEL: 0.15}),
+    "veco_mono": StreamSpec(SegmentPairs(mono_fraction=1.0), {MONO: 0.15}),
 }
 
 

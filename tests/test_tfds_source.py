@@ -14,6 +14,7 @@ from tests.tiny import step_batch_builder
 from xlpretrain.data import corpus as corpus_lib
 from xlpretrain.data.pipeline import Corpus, language_vocabulary
 from xlpretrain.data.protocols import MonolingualCorpus, ParallelCorpus
+from xlpretrain.data.row_kinds import Segments, TranslationPairs
 from xlpretrain.data.sources import DataError, format_stats
 from xlpretrain.data.streams import MONO, PARALLEL, StreamSpec
 from xlpretrain.data.tokenizer import train_tokenizer
@@ -264,7 +265,10 @@ def test_sources_feed_the_pipeline(mono, parallel, tmp_path):
             for lang, text in zip(pair, parallel.line(pair, i), strict=True):
                 texts[lang].append(text)
     tokenizer = train_tokenizer(texts, tmp_path / "tok.model", 60, character_coverage=1.0)
-    streams = {"mmlm": StreamSpec(MONO, 0.15), "tlm": StreamSpec(PARALLEL, 0.15)}
+    streams = {
+        "mmlm": StreamSpec(Segments(), {MONO: 0.15}),
+        "tlm": StreamSpec(TranslationPairs(), {PARALLEL: 0.15}),
+    }
     builder = step_batch_builder(corpus, tokenizer, streams, 4, max_length=32)
     batch = builder.map(0)
     assert batch["mmlm"]["input_ids"].shape == batch["tlm"]["input_ids"].shape == (4, 32)

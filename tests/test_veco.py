@@ -16,7 +16,8 @@ from xlpretrain import masks
 from xlpretrain.data.batch import SIDE_SOURCE, SIDE_TARGET
 from xlpretrain.data.folders import MonolingualSource, ParallelSource
 from xlpretrain.data.pipeline import Corpus
-from xlpretrain.data.streams import SEGMENT_PAIRS, StreamSpec
+from xlpretrain.data.row_kinds import SegmentPairs
+from xlpretrain.data.streams import MONO, PARALLEL, StreamSpec
 from xlpretrain.data.tokenizer import Tokenizer
 from xlpretrain.model import MaskedLM, ModelConfig, init_params
 from xlpretrain.model.layers import Embeddings
@@ -174,8 +175,8 @@ def test_segment_pair_rows(udhr, udhr_tokenizer_path):
     parallel = ParallelSource.from_dir(udhr / "parallel", pairs=[("eng", "007")])
     corpus = Corpus(mono, parallel, ["007", "eng"])
     streams = {
-        "veco": StreamSpec(SEGMENT_PAIRS, 0.25, max_length=48),
-        "veco_mono": StreamSpec(SEGMENT_PAIRS, 0.25, mono_fraction=1.0, mono_mask_rate=0.15),
+        "veco": StreamSpec(SegmentPairs(), {PARALLEL: 0.25}, max_length=48),
+        "veco_mono": StreamSpec(SegmentPairs(mono_fraction=1.0), {MONO: 0.15, PARALLEL: 0.25}),
     }
     builder = step_batch_builder(
         corpus,

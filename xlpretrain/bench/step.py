@@ -17,8 +17,6 @@ model FLOPs utilisation. Peak FLOP/s comes from a table of accelerators (dense b
 
 from __future__ import annotations
 
-import dataclasses
-import math
 import time
 
 import jax
@@ -26,18 +24,9 @@ import numpy as np
 
 from xlpretrain import objectives as objectives_lib
 from xlpretrain.data import corpus as corpus_lib
-from xlpretrain.data.batch import (
-    PREDICTION_FIELDS,
-    SIDE_PLACEHOLDER,
-    SIDE_TARGET,
-    TOKEN_FIELDS,
-    Batch,
-)
-from xlpretrain.data.examples import FIRST_POSITION, PAD_POSITION
-from xlpretrain.data.masking import regular_ids
+from xlpretrain.data.batch import Batch
 from xlpretrain.data.pipeline import iterators
-from xlpretrain.data.streams import SEGMENT_PAIRS, StreamSpec, max_predictions
-from xlpretrain.data.tokenizer import SentencePieceTokenizer
+from xlpretrain.data.streams import StreamSpec
 from xlpretrain.objectives.flops import FLOP_FORMULA, StepShape
 from xlpretrain.parallel.sharding import global_batch
 from xlpretrain.training.plan import RunPlan
@@ -59,70 +48,10 @@ PEAK_TFLOPS = {
 def synthetic_batch(
     rows: int, stream: StreamSpec, vocab_size: int, rng: np.random.Generator
 ) -> Batch:
-    """Full rows `<s> … </s>` of regular ids at the stream's row length, `mask_rate` of them
-    predicted (none for an unmasked stream; followed by BTMLM placeholders when the stream has
-    them); every field has the shape the pipeline gives it (`StreamSpec.batch_shapes`). A
-    step's time does not depend on which ids it reads, so the special ids are those of a
-    SentencePiece vocabulary of `vocab_size` ids, whatever tokenizer the run has."""
-    if stream.placeholder_ratio > 0:
-        return _with_placeholders(rows, stream, vocab_size, rng)
-    special = SentencePieceTokenizer.layout(vocab_size)
-    bos, eos = special.bos, special.eos
-    length = stream.max_length
-    batch = {name: np.zeros((rows, length), dtype) for name, dtype in TOKEN_FIELDS.items()}
-    specials = np.unique(special.all())
-    draws = rng.integers(0, vocab_size - len(specials), (rows, length))
-    batch["input_ids"] = regular_ids(draws, specials).astype(np.int32)
-    batch["input_ids"][:, 0], batch["input_ids"][:, -1] = bos, eos
-    batch["positions"][:] = FIRST_POSITION + np.arange(length)
-    batch["segment_ids"][:] = batch["pair_ids"][:] = 1
-    if stream.kind == SEGMENT_PAIRS:  # VECO: x and y, two segments of one pair
-        half = length // 2
-        batch["input_ids"][:, half - 1], batch["input_ids"][:, half] = eos, bos
-        batch["positions"][:, half:] = FIRST_POSITION + np.arange(length - half)
-        batch["segment_ids"][:, half:] = 2
-        batch["side"][:, half:] = SIDE_TARGET
-    regular = np.flatnonzero(~np.isin(batch["input_ids"][0], [bos, eos]))
-    masked = max_predictions(length, stream.mask_rate) if stream.masked else 0
-    chosen = rng.permuted(np.tile(regular, (rows, 1)), axis=1)
-    chosen = np.sort(chosen[:, :masked], axis=1).astype(np.int32)
-    np.put_along_axis(batch["is_masked"], chosen, 1, axis=1)
-    labels = np.take_along_axis(batch["input_ids"], chosen, axis=1)
-    np.put_along_axis(batch["labels"], chosen, labels, axis=1)
-    batch["label_weights"] = batch["is_masked"].astype(np.float32)
-    for name, value in (("pred_positions", chosen), ("pred_labels", labels), ("pred_weights", 1)):
-        batch[name] = np.zeros((rows, stream.prediction_slots), PREDICTION_FIELDS[name])
-        batch[name][:, :masked] = value
-    return batch
-
-
-def _with_placeholders(
-    rows: int, stream: StreamSpec, vocab_size: int, rng: np.random.Generator
-) -> Batch:
-    length, ratio = stream.max_length, stream.placeholder_ratio
-    source = int((length - 2) / (1 + ratio))
-    count = min(math.ceil(ratio * source), length - source - 2)
-    plain = dataclasses.replace(stream, placeholder_ratio=0.0, max_length=source + 2)
-    batch = synthetic_batch(rows, plain, vocab_size, rng)
-    extra_slots = stream.prediction_slots - plain.prediction_slots
-    for name in TOKEN_FIELDS:
-        batch[name] = np.pad(batch[name], ((0, 0), (0, length - source - 2)))
-    for name in PREDICTION_FIELDS:
-        batch[name] = np.pad(batch[name], ((0, 0), (0, extra_slots)))
-    tail = slice(source + 2, source + 2 + count)
-    special = SentencePieceTokenizer.layout(vocab_size)  # as `synthetic_batch`'s
-    batch["input_ids"][:, source + 2 :] = special.pad
-    batch["input_ids"][:, tail] = special.mask
-    batch["positions"][:, source + 2 :] = PAD_POSITION
-    batch["positions"][:, tail] = FIRST_POSITION + np.arange(source + 2, source + 2 + count)
-    batch["segment_ids"][:, tail] = batch["pair_ids"][:, tail] = 1
-    batch["side"][:, tail] = SIDE_PLACEHOLDER
-    batch["source_ids"] = batch["input_ids"].copy()
-    batch["placeholder_positions"] = np.zeros((rows, stream.placeholder_slots), np.int32)
-    batch["placeholder_positions"][:, :count] = np.arange(source + 2, source + 2 + count)
-    batch["placeholder_weights"] = np.zeros((rows, stream.placeholder_slots), np.float32)
-    batch["placeholder_weights"][:, :count] = 1.0
-    return batch
+    """Full rows of regular ids at the stream's row length, laid out as its kind lays out a row
+    and predicted at its mask rate (`RowKind.synthesise`): every field has the shape the
+    pipeline gives it (`StreamSpec.batch_shapes`), and no corpus is read."""
+    return stream.kind.synthesise(rows, stream, vocab_size, rng)
 
 
 def pipeline_benchmark(plan: RunPlan, steps: int, workdir: str) -> dict:

@@ -39,14 +39,12 @@ PLACEHOLDER_FIELDS: dict[str, type] = {
 
 
 def field_shapes(
-    rows: int, length: int, prediction_slots: int, placeholder_slots: int = 0
+    rows: int, length: int, prediction_slots: int
 ) -> dict[str, tuple[tuple[int, ...], type]]:
-    """(shape, dtype) of each field of a batch: the contract in numbers."""
+    """(shape, dtype) of each field every batch has: the contract in numbers (a row kind adds
+    its own fields', `RowKind.extra_shapes`)."""
     shapes = {name: ((rows, length), dtype) for name, dtype in TOKEN_FIELDS.items()}
     shapes.update({n: ((rows, prediction_slots), d) for n, d in PREDICTION_FIELDS.items()})
-    if placeholder_slots:
-        shapes["source_ids"] = ((rows, length), np.int32)
-        shapes.update({n: ((rows, placeholder_slots), d) for n, d in PLACEHOLDER_FIELDS.items()})
     return shapes
 
 

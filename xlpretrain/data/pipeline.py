@@ -23,22 +23,15 @@ import grain.python
 import numpy as np
 
 from xlpretrain.data.anneal import Anneal
-from xlpretrain.data.batch import SIDE_PLACEHOLDER, Batch, stack_rows
-from xlpretrain.data.examples import (
-    Placeholders,
-    monolingual_row,
-    monolingual_segment_pairs_row,
-    parallel_segment_pairs_row,
-    translation_pair_row,
-)
+from xlpretrain.data.batch import Batch, stack_rows
 from xlpretrain.data.masking import mask_row, unmasked_row
 from xlpretrain.data.protocols import MonolingualCorpus, ParallelCorpus
 from xlpretrain.data.sampling import language_probabilities
 from xlpretrain.data.streams import (
     MONO,
     PARALLEL,
-    SEGMENT_PAIRS,
     Phase,
+    RowBuilder,
     StreamSpec,
     phase_index,
 )
@@ -68,7 +61,8 @@ def language_vocabulary(
 class StepBatchBuilder(grain.transforms.Map):
     """Builds, for one step index, `{stream: Batch}` for the streams of that step's phase:
     this process's share of each one's global rows (rows `process_rows(...)` of them), at the
-    phase's row length."""
+    phase's row length. A row is its stream's kind's (`streams.RowKind`), built from the lines
+    this samples, then masked at the rate of the corpus it read."""
 
     def __init__(
         self,
@@ -99,16 +93,16 @@ class StepBatchBuilder(grain.transforms.Map):
             for p in self.phases
         ]
         every = [(name, spec) for p in self.phases for name, spec in p.streams.items()]
-        kinds = set().union(*(spec.sources() for _, spec in every))
+        sources = set().union(*(spec.sources() for _, spec in every))
 
-        def readers(kind: str) -> str:
-            return ", ".join(sorted({n for n, spec in every if kind in spec.sources()}))
+        def readers(source: str) -> str:
+            return ", ".join(sorted({n for n, spec in every if source in spec.sources()}))
 
         self._mono_keys, self._mono_p = [], np.zeros(0)
         self._pair_keys, self._pair_p = [], np.zeros(0)
         self.mono_probabilities: dict[str, float] = {}  # by language; empty if unused
         self.parallel_probabilities: dict[tuple[str, str], float] = {}
-        if MONO in kinds:
+        if MONO in sources:
             if corpus.mono is None:
                 raise ValueError(f"{readers(MONO)} need monolingual data, but the corpus has none")
             counts = {lang: corpus.mono.num_lines(lang) for lang in corpus.mono.languages}
@@ -116,7 +110,7 @@ class StepBatchBuilder(grain.transforms.Map):
             self.mono_probabilities = language_probabilities(counts, mono_alpha)
             self._mono_keys = list(self.mono_probabilities)
             self._mono_p = np.array(list(self.mono_probabilities.values()))
-        if PARALLEL in kinds:
+        if PARALLEL in sources:
             if corpus.parallel is None:
                 raise ValueError(f"{readers(PARALLEL)} need parallel data, but the corpus has none")
             counts = {pair: corpus.parallel.num_lines(pair) for pair in corpus.parallel.pairs}
@@ -125,47 +119,23 @@ class StepBatchBuilder(grain.transforms.Map):
             self._pair_keys = list(self.parallel_probabilities)
             self._pair_p = np.array(list(self.parallel_probabilities.values()))
         self._special_ids = tokenizer.special_ids()
-        self._placeholders = [  # per phase: its placeholder slots follow its row length
+        self._builders: list[dict[str, RowBuilder]] = [  # per phase: its row lengths
             {
-                name: self._placeholder_spec(name, spec)
+                name: spec.kind.bind(name, spec, _LinesAt(self, p.start_step))
                 for name, spec in p.streams.items()
-                if spec.placeholder_ratio > 0
             }
             for p in self.phases
         ]
 
-    def _placeholder_spec(self, name: str, spec: StreamSpec) -> Placeholders:
-        targets = list(spec.target_languages) or self.corpus.languages
-        unknown = sorted(set(targets) - set(self.corpus.languages))
-        if unknown:
-            raise ValueError(f"{name}: target languages {unknown} are not languages of the run")
-        if len(set(targets)) < 2:
-            # Every source language needs a target other than itself.
-            lonely = [lang for lang in self._mono_keys if set(targets) <= {lang}]
-            if lonely:
-                raise ValueError(f"{name}: no target language other than {lonely[0]!r}")
-        tags = None
-        if spec.tag_format:
-            tags = {
-                self.corpus.lang_id(t): self.tokenizer.encode(spec.tag_format.format(lang=t))
-                for t in targets
-            }
-        return Placeholders(
-            spec.placeholder_ratio,
-            tuple(self.corpus.lang_id(t) for t in targets),
-            spec.placeholder_slots,
-            tags,
-        )
-
-    def _probabilities(self, kind: str, step: int) -> np.ndarray:
+    def _probabilities(self, source: str, step: int) -> np.ndarray:
         """The languages' (pairs') sampling probabilities at logged step `step`: α's constant
         ones, or those of α annealed to that step."""
-        alpha_key = f"{kind}_alpha"
-        count_key = "mono_languages" if kind == MONO else "parallel_pairs"
+        alpha_key = f"{source}_alpha"
+        count_key = "mono_languages" if source == MONO else "parallel_pairs"
         if self.anneal is None or not {alpha_key, count_key} & set(self.anneal.points):
-            return self._mono_p if kind == MONO else self._pair_p
-        counts = self._mono_counts if kind == MONO else self._pair_counts
-        alpha = self._alpha[kind]
+            return self._mono_p if source == MONO else self._pair_p
+        counts = self._mono_counts if source == MONO else self._pair_counts
+        alpha = self._alpha[source]
         if alpha_key in self.anneal:
             alpha = self.anneal.value(alpha_key, step)
         top = len(counts)
@@ -173,77 +143,22 @@ class StepBatchBuilder(grain.transforms.Map):
             top = int(self.anneal.value(count_key, step))
         return _probabilities_at(tuple(counts.values()), alpha, top)
 
-    def _rate(self, kind: str, rate: float, step: int) -> float:
-        """The mask rate of a row from `kind` of corpus at `step`: annealed, or `rate`."""
-        key = f"{kind}_mask_rate"
+    def _rate(self, source: str, rate: float, step: int) -> float:
+        """The mask rate of a row from corpus `source` at `step`: annealed, or `rate`."""
+        key = f"{source}_mask_rate"
         return self.anneal.value(key, step) if self.anneal and key in self.anneal else rate
 
-    def _monolingual(
-        self, build_row, rng: np.random.Generator, length: int, step: int, **options
-    ) -> Batch:
-        """A row of one language drawn by the α-sampling probabilities."""
-        p = self._probabilities(MONO, step)
-        lang = self._mono_keys[rng.choice(len(self._mono_keys), p=p)]
-        return build_row(
-            self.corpus.mono,
-            self.tokenizer,
-            lang,
-            self.corpus.lang_id(lang),
-            rng,
-            length=length,
-            pack=self.pack,
-            **options,
-        )
-
-    def _parallel(
-        self, build_row, rng: np.random.Generator, length: int, step: int, **options
-    ) -> Batch:
-        """A row of one language pair drawn by the α-sampling probabilities."""
-        p = self._probabilities(PARALLEL, step)
-        pair = self._pair_keys[rng.choice(len(self._pair_keys), p=p)]
-        lang_ids = (self.corpus.lang_id(pair[0]), self.corpus.lang_id(pair[1]))
-        return build_row(
-            self.corpus.parallel,
-            self.tokenizer,
-            pair,
-            lang_ids,
-            rng,
-            length=length,
-            pack=self.pack,
-            **options,
-        )
-
-    def _row(
-        self, name: str, spec: StreamSpec, placeholders: Placeholders | None, step: int, row: int
-    ) -> Batch:
+    def _row(self, name: str, spec: StreamSpec, builder: RowBuilder, step: int, row: int) -> Batch:
         stream_id = zlib.crc32(name.encode())  # adding an objective leaves others' streams alone
         rng = np.random.default_rng([self.seed, stream_id, step, row])
-        length, logged = spec.max_length, step + 1  # the schedule is by logged step
-        units = {"max_units": spec.max_units}
-        if spec.kind == SEGMENT_PAIRS and rng.random() < spec.mono_fraction:
-            rate = self._rate(MONO, spec.mono_mask_rate, logged)
-            unmasked = self._monolingual(
-                monolingual_segment_pairs_row, rng, length, logged, **units
-            )
-        elif spec.kind == SEGMENT_PAIRS:
-            rate = self._rate(PARALLEL, spec.mask_rate, logged)
-            unmasked = self._parallel(parallel_segment_pairs_row, rng, length, logged, **units)
-        elif spec.kind == MONO:
-            rate = self._rate(MONO, spec.mask_rate, logged)
-            unmasked = self._monolingual(
-                monolingual_row, rng, length, logged, placeholders=placeholders
-            )
-        else:
-            rate = self._rate(PARALLEL, spec.mask_rate, logged)
-            unmasked = self._parallel(
-                translation_pair_row, rng, length, logged, reset_positions=self.reset_positions
-            )
+        logged = step + 1  # the schedule is by logged step
+        source, unmasked = builder.row(_LinesAt(self, logged), spec, rng)
         if not spec.masked:
             return unmasked_row(unmasked, spec.prediction_slots)
-        masked = mask_row(
+        return mask_row(
             unmasked,
             rng,
-            rate=rate,
+            rate=self._rate(source, spec.mask_rates[source], logged),
             num_slots=spec.prediction_slots,
             special_ids=self._special_ids,
             mask_id=self.tokenizer.mask_id,
@@ -251,24 +166,74 @@ class StepBatchBuilder(grain.transforms.Map):
             corruption=spec.corruption,
             stream=name,
         )
-        if placeholders is not None:
-            masked.update(placeholder_fields(unmasked, placeholders.max_per_row))
-        return masked
 
     def map(self, step: int) -> dict[str, Batch]:
         """The batches of dataset index `step`, i.e. of logged step `step + 1`."""
         step = int(step)
         phase = phase_index(self.phases, step + 1)
-        streams, placeholders = self.phases[phase].streams, self._placeholders[phase]
+        streams, builders = self.phases[phase].streams, self._builders[phase]
         return {
             name: stack_rows(
-                [
-                    self._row(name, streams[name], placeholders.get(name), step, r)
-                    for r in range(*span)
-                ]
+                [self._row(name, streams[name], builders[name], step, r) for r in range(*span)]
             )
             for name, span in self.rows[phase].items()
         }
+
+
+@dataclasses.dataclass(frozen=True)
+class _LinesAt:
+    """The run's lines at logged step `step`, as row kinds read them (`streams.Lines`)."""
+
+    run: StepBatchBuilder
+    step: int
+
+    @property
+    def tokenizer(self) -> Tokenizer:
+        return self.run.tokenizer
+
+    @property
+    def languages(self) -> list[str]:
+        return self.run.corpus.languages
+
+    @property
+    def monolingual_languages(self) -> list[str]:
+        return self.run._mono_keys
+
+    @property
+    def reset_positions(self) -> bool:
+        return self.run.reset_positions
+
+    def monolingual(self, build, rng: np.random.Generator, length: int, **options) -> Batch:
+        """A row of one language drawn by the α-sampling probabilities at this step."""
+        run = self.run
+        p = run._probabilities(MONO, self.step)
+        lang = run._mono_keys[rng.choice(len(run._mono_keys), p=p)]
+        return build(
+            run.corpus.mono,
+            run.tokenizer,
+            lang,
+            run.corpus.lang_id(lang),
+            rng,
+            length=length,
+            pack=run.pack,
+            **options,
+        )
+
+    def parallel(self, build, rng: np.random.Generator, length: int, **options) -> Batch:
+        """A row of one language pair drawn by the α-sampling probabilities at this step."""
+        run = self.run
+        p = run._probabilities(PARALLEL, self.step)
+        pair = run._pair_keys[rng.choice(len(run._pair_keys), p=p)]
+        return build(
+            run.corpus.parallel,
+            run.tokenizer,
+            pair,
+            (run.corpus.lang_id(pair[0]), run.corpus.lang_id(pair[1])),
+            rng,
+            length=length,
+            pack=run.pack,
+            **options,
+        )
 
 
 @functools.lru_cache(maxsize=64)
@@ -279,21 +244,6 @@ def _probabilities_at(counts: tuple[int, ...], alpha: float, top: int) -> np.nda
     p = np.zeros(len(counts))
     p[chosen] = list(language_probabilities({i: counts[i] for i in chosen}, alpha).values())
     return p
-
-
-def placeholder_fields(unmasked: Batch, slots: int) -> Batch:
-    """BTMLM pass 1 reads the unmasked source (`source_ids`) and decodes at the placeholder
-    slots; pass 2 writes its pseudo tokens back at the same positions."""
-    found = np.flatnonzero(unmasked["side"] == SIDE_PLACEHOLDER)
-    positions = np.zeros(slots, np.int32)
-    positions[: len(found)] = found
-    weights = np.zeros(slots, np.float32)
-    weights[: len(found)] = 1.0
-    return {
-        "source_ids": unmasked["input_ids"].copy(),
-        "placeholder_positions": positions,
-        "placeholder_weights": weights,
-    }
 
 
 def process_rows(

@@ -20,6 +20,7 @@ import optax
 from xlpretrain import masks
 from xlpretrain.data.batch import Batch
 from xlpretrain.data.masking import MASK_ONLY
+from xlpretrain.data.row_kinds import Segments, TranslationPairs
 from xlpretrain.data.streams import MONO, PARALLEL, StreamSpec
 from xlpretrain.masks import catalog
 from xlpretrain.model.config import ModelFamily, generator_config
@@ -155,7 +156,7 @@ XLM_E_SECTION = Section(
 MRTD = Objective(
     "mrtd",
     ModelFamily.ELECTRA,
-    lambda context: StreamSpec(MONO, context.mask_rates.mono, corruption=MASK_ONLY),
+    lambda context: StreamSpec(Segments(), {MONO: context.mask_rates.mono}, corruption=MASK_ONLY),
     lambda context: make_mrtd(context.own.disc_weight, context.own.temperature),
     catalog.BY_OBJECTIVE["mrtd"],
     rtd_flops,
@@ -164,7 +165,9 @@ MRTD = Objective(
 TRTD = Objective(
     "trtd",
     ModelFamily.ELECTRA,
-    lambda context: StreamSpec(PARALLEL, context.mask_rates.parallel, corruption=MASK_ONLY),
+    lambda context: StreamSpec(
+        TranslationPairs(), {PARALLEL: context.mask_rates.parallel}, corruption=MASK_ONLY
+    ),
     lambda context: make_trtd(context.own.disc_weight, context.own.temperature),
     catalog.BY_OBJECTIVE["trtd"],
     rtd_flops,

@@ -18,6 +18,7 @@ import jax.numpy as jnp
 
 from xlpretrain import masks
 from xlpretrain.data.batch import SIDE_PSEUDO, Batch
+from xlpretrain.data.row_kinds import PlaceholderSegments, TranslationPairs
 from xlpretrain.data.streams import MONO, PARALLEL, StreamSpec
 from xlpretrain.data.tokenizer import SpecialIds
 from xlpretrain.masks import catalog
@@ -121,20 +122,19 @@ def make_btmlm(decode: str = "argmax", temperature: float = 1.0, special: Specia
 def btmlm_stream(context: Context) -> StreamSpec:
     """Monolingual rows with placeholders after each segment, for pass 1 to fill."""
     own: BtmlmSettings = context.own
-    return StreamSpec(
-        MONO,
-        context.mask_rates.mono,
-        placeholder_ratio=own.ratio,
-        target_languages=own.target_languages,
-        tag_format=own.tag_format if own.target_signal == "tag_token" else "",
+    placeholders = PlaceholderSegments(
+        own.ratio,
+        own.target_languages,
+        own.tag_format if own.target_signal == "tag_token" else "",
     )
+    return StreamSpec(placeholders, {MONO: context.mask_rates.mono})
 
 
 def btmlm_flops(context: Context, stream: StreamSpec, shape: flops.StepShape) -> float:
     """Pass 2 (trained) plus pass 1: forward only (1/3 of a training pass) over every token
     and the LM head on the ⌈ratio·T⌉ placeholders."""
     config = context.model
-    placeholders = math.ceil(stream.placeholder_ratio * shape.tokens)
+    placeholders = math.ceil(context.own.ratio * shape.tokens)
     encoder = flops.encoder_matmuls(config, shape.tokens) + flops.attention_scores(
         config, shape.tokens, shape.length
     )
@@ -176,7 +176,7 @@ BTMLM_SECTION = Section(
 CAMLM = Objective(
     "camlm",
     ModelFamily.MASKED_LM,
-    lambda context: StreamSpec(PARALLEL, context.mask_rates.camlm),
+    lambda context: StreamSpec(TranslationPairs(), {PARALLEL: context.mask_rates.camlm}),
     lambda context: camlm,
     catalog.BY_OBJECTIVE["camlm"],
     masked_lm_flops,

@@ -13,6 +13,7 @@ import jax.numpy as jnp
 
 from xlpretrain import masks
 from xlpretrain.data.batch import Batch
+from xlpretrain.data.row_kinds import Segments, TranslationPairs
 from xlpretrain.data.streams import MONO, PARALLEL, StreamSpec
 from xlpretrain.masks import catalog
 from xlpretrain.model.config import ModelFamily
@@ -88,7 +89,7 @@ def masked_lm_flops(context: Context, stream: StreamSpec, shape: flops.StepShape
 MMLM = Objective(
     "mmlm",
     ModelFamily.MASKED_LM,
-    lambda context: StreamSpec(MONO, context.mask_rates.mono),
+    lambda context: StreamSpec(Segments(), {MONO: context.mask_rates.mono}),
     lambda context: mmlm,
     catalog.BY_OBJECTIVE["mmlm"],
     masked_lm_flops,
@@ -96,7 +97,7 @@ MMLM = Objective(
 TLM = Objective(
     "tlm",
     ModelFamily.MASKED_LM,
-    lambda context: StreamSpec(PARALLEL, context.mask_rates.parallel),
+    lambda context: StreamSpec(TranslationPairs(), {PARALLEL: context.mask_rates.parallel}),
     lambda context: tlm,
     catalog.BY_OBJECTIVE["tlm"],
     masked_lm_flops,

@@ -20,7 +20,8 @@ import jax
 
 from xlpretrain import masks
 from xlpretrain.data.batch import Batch
-from xlpretrain.data.streams import SEGMENT_PAIRS, StreamSpec
+from xlpretrain.data.row_kinds import SegmentPairs
+from xlpretrain.data.streams import MONO, PARALLEL, StreamSpec
 from xlpretrain.masks import catalog
 from xlpretrain.model.config import ModelFamily
 from xlpretrain.objectives import flops
@@ -103,7 +104,7 @@ NEEDS_CROSS_ATTENTION = Requirement(
 VECO = Objective(
     "veco",
     ModelFamily.MASKED_LM,
-    lambda context: StreamSpec(SEGMENT_PAIRS, context.mask_rates.parallel),
+    lambda context: StreamSpec(SegmentPairs(), {PARALLEL: context.mask_rates.parallel}),
     lambda context: make_veco("veco", context.own.variant),
     catalog.BY_OBJECTIVE["veco"],
     veco_flops,
@@ -114,11 +115,11 @@ VECO = Objective(
 VECO_MONO = Objective(
     "veco_mono",
     ModelFamily.MASKED_LM,
+    # Its rows are all monolingual: the bilingual rate only sizes its prediction slots (and
+    # the benchmark's predictions), as it always has; without it its batches would change.
     lambda context: StreamSpec(
-        SEGMENT_PAIRS,
-        context.mask_rates.parallel,
-        mono_fraction=1.0,
-        mono_mask_rate=context.mask_rates.mono,
+        SegmentPairs(mono_fraction=1.0),
+        {MONO: context.mask_rates.mono, PARALLEL: context.mask_rates.parallel},
     ),
     lambda context: make_veco("veco_mono", context.own.variant),
     catalog.BY_OBJECTIVE["veco_mono"],

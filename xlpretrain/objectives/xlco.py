@@ -32,7 +32,8 @@ from jax.sharding import PartitionSpec
 
 from xlpretrain import masks
 from xlpretrain.data.batch import SIDE_SOURCE, SIDE_TARGET, Batch
-from xlpretrain.data.streams import SEGMENT_PAIRS, StreamSpec
+from xlpretrain.data.row_kinds import SegmentPairs
+from xlpretrain.data.streams import StreamSpec
 from xlpretrain.masks import catalog
 from xlpretrain.model.config import ModelFamily
 from xlpretrain.objectives import flops
@@ -211,9 +212,8 @@ def xlco_flops(context: Context, stream: StreamSpec, shape: flops.StepShape) -> 
 XLCO = Objective(
     "xlco",
     ModelFamily.MASKED_LM,
-    lambda context: StreamSpec(
-        SEGMENT_PAIRS, 0.0, masked=False, max_units=context.own.pairs_per_row
-    ),
+    # No mask rates: its rows carry no masked tokens, whatever `data.anneal` says.
+    lambda context: StreamSpec(SegmentPairs(max_units=context.own.pairs_per_row), {}),
     lambda context: make_xlco(context.own),
     catalog.BY_OBJECTIVE["xlco"],
     xlco_flops,

@@ -34,7 +34,7 @@ from xlpretrain.data.corpus import (
 )
 from xlpretrain.data.held_out import DEFAULT_FRACTION
 from xlpretrain.data.pipeline import Corpus, StepBatchBuilder
-from xlpretrain.data.streams import MONO, SEGMENT_PAIRS, Phase, StreamSpec, phase_index
+from xlpretrain.data.streams import Phase, StreamSpec, phase_index
 from xlpretrain.data.tokenizer import SpecialIds, Tokenizer
 from xlpretrain.model.config import ModelConfig
 from xlpretrain.objectives.declaration import Context, MaskRates, Objective
@@ -51,25 +51,6 @@ from xlpretrain.training.workdir import ResumeTerms
 
 FieldShapes = dict[str, tuple[tuple[int, ...], type]]
 EVAL_SEED_OFFSET = 7919  # held-out rows never repeat the training stream's draws
-
-
-def _sized_for(spec: StreamSpec, anneal: Anneal, first: int, last: int) -> StreamSpec:
-    """`spec` with the highest mask rate its rows reach from logged step `first` to `last` (a
-    stage) or after training (held-out rows), so its prediction slots hold any of those
-    steps' (a row's rate at its step comes from the schedule, not from these fields)."""
-    if not spec.masked:
-        return spec
-    mono, parallel = "mono_mask_rate" in anneal, "parallel_mask_rate" in anneal
-
-    def highest(key: str) -> float:
-        return max(anneal.maximum(key, first, last), anneal.points[key][1][-1])
-
-    rate, mono_rate = spec.mask_rate, spec.mono_mask_rate
-    if (spec.kind == MONO and mono) or (spec.kind != MONO and parallel):
-        rate = highest("mono_mask_rate" if spec.kind == MONO else "parallel_mask_rate")
-    if spec.kind == SEGMENT_PAIRS and mono:
-        mono_rate = highest("mono_mask_rate")
-    return dataclasses.replace(spec, mask_rate=rate, mono_mask_rate=mono_rate)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -339,7 +320,7 @@ def _stage_streams(
         )
         spec = objectives[name].stream_spec(contexts[name]).at_length(length)
         if anneal is not None:
-            spec = _sized_for(spec, anneal, stage.start_step, last_step)
+            spec = spec.sized_for(anneal, stage.start_step, last_step)
         streams[name] = spec
     return streams
 
