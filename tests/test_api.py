@@ -70,7 +70,7 @@ def xlm_e_workdir(path, tokenizer=None, **model):
     )
     path.mkdir(parents=True)
     (path / "config.json").write_text(cfg.to_json_best_effort(indent=2))
-    folder.record_family(path, objectives.model_family(active))
+    folder.record_family(path, objectives.model_family(active), plan.model)
     if tokenizer is not None:
         tokenizer.save(path / "tokenizer.model")
     checkpointer = Checkpointer(path / "checkpoints", keep=1, async_save=False)

@@ -9,9 +9,8 @@ import sys
 
 import pytest
 
-from xlpretrain import masks
+from xlpretrain import backbones, masks
 from xlpretrain.bench import gpu_report, gpu_suite, gpu_timings, kernel_check, tile_sweep
-from xlpretrain.bench.peer import hf_model
 from xlpretrain.data.streams import MONO
 from xlpretrain.model.kernels import flash
 from xlpretrain.model.kernels.gpu_compile import FlashCase
@@ -204,7 +203,8 @@ def test_mmbert_is_measured_in_one_stage_of_1024_token_rows_against_modernbert()
     torch = pytest.importorskip("torch")
     pytest.importorskip("transformers")
     with torch.device("meta"):
-        peer = hf_model(gpu_timings.measured_plan("mmbert", "xla").model)
+        model = gpu_timings.measured_plan("mmbert", "xla").model
+        peer = backbones.of(model).hf_peer(model)
     assert type(peer).__name__ == "ModernBertForMaskedLM"
     assert round(sum(p.numel() for p in peer.parameters()) / 1e6) == 308
     assert (peer.config.num_hidden_layers, peer.config.local_attention) == (22, 128)

@@ -290,7 +290,10 @@ def test_a_workdir_is_read_by_its_recorded_family_without_the_objectives(tmp_pat
     run = tmp_path / "run"
     xlm_e_workdir(run, relative_position="none")
     family_file = run / folder.FAMILY_FILE
-    assert json.loads(family_file.read_text()) == {"family": "electra"}
+    assert json.loads(family_file.read_text()) == {
+        "family": "electra",
+        "layer_features": {"layer_type": "post_ln", "token_type_rows": 1, "positions_from": 2},
+    }
     run_config = json.loads((run / "config.json").read_text())
     run_config["objectives"] = {"renamed": 1.0}
     (run / "config.json").write_text(json.dumps(run_config))

@@ -18,6 +18,10 @@ LAYERS = (
     ("data",),
     ("model",),
     ("objectives",),
+    # Hugging Face machinery and each family's converter, then the backbone declarations that
+    # name them, then what dispatches by backbone (the package's `from_hf` / `to_hf`).
+    ("convert.folder", "convert.hf", "convert.modernbert", "convert.merging", "convert.seq2seq"),
+    ("backbones",),
     ("convert", "api", "eval"),
     ("training",),  # checkpoints, optimizer, metrics, workdir, warm start, preemption, divergence
     ("training.config", "training.finetune_config", "training.config_files"),

@@ -15,6 +15,7 @@ import pytest
 import xlpretrain
 from tests import tiny
 from tests.test_api import TEXTS, xlm_e_workdir
+from xlpretrain import backbones
 from xlpretrain.convert import folder, merge
 from xlpretrain.convert.__main__ import main
 from xlpretrain.convert.merging import check_same_model
@@ -46,9 +47,9 @@ def constant_run(workdir: pathlib.Path, cfg, tokenizer: Tokenizer) -> ModelConfi
     model config."""
     workdir.mkdir(parents=True)
     (workdir / "config.json").write_text(cfg.to_json_best_effort(indent=2))
-    folder.record_family(workdir, ModelFamily.MASKED_LM)
+    config = backbones.get(cfg.model.architecture).model_config(cfg.model)
+    folder.record_family(workdir, ModelFamily.MASKED_LM, config)
     tokenizer.save(workdir / tokenizer.FILE)
-    config = ModelConfig.from_run_config(cfg.model, 0)
     checkpointer = Checkpointer(workdir / "checkpoints", keep=len(STEPS), async_save=False)
     try:
         for step, value in STEPS.items():

@@ -17,7 +17,7 @@ import pytest
 from tests.test_flash_attention import assert_same_value_and_grads, fused, packed_meta, qkv
 from tests.test_plan import shipped_config
 from tests.tiny import one_device_and_a_mesh, run_config
-from xlpretrain import api, masks, objectives
+from xlpretrain import api, backbones, masks, objectives
 from xlpretrain.bench.kernel_check import reference_attention
 from xlpretrain.bench.step import synthetic_batch
 from xlpretrain.core.errors import ConfigError
@@ -32,8 +32,8 @@ from xlpretrain.training.metrics import read_metrics
 from xlpretrain.training.plan import resolve
 from xlpretrain.training.step import setup_training
 
-CONFIG = ModelConfig(
-    architecture="modernbert", vocab_size=48, hidden_size=32, num_layers=4, num_heads=4,
+CONFIG = backbones.get("modernbert").config(
+    vocab_size=48, hidden_size=32, num_layers=4, num_heads=4,
     mlp_dim=40, max_positions=64, absolute_positions=False, dropout_rate=0.0,
     attention_dropout_rate=0.0, local_window=6,
 )  # fmt: skip

@@ -11,12 +11,11 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 safetensors_numpy = pytest.importorskip("safetensors.numpy")
 
-from xlpretrain import masks  # noqa: E402
+from xlpretrain import backbones, masks  # noqa: E402
 from xlpretrain.convert import folder, from_hf, modernbert, to_hf  # noqa: E402
 from xlpretrain.convert.__main__ import main  # noqa: E402
 from xlpretrain.data import demo_corpus  # noqa: E402
 from xlpretrain.data.tokenizer import Tokenizer, train_tokenizer  # noqa: E402
-from xlpretrain.model.config import ModelConfig  # noqa: E402
 from xlpretrain.model.encoder import MaskedLM  # noqa: E402
 
 LENGTHS = (11, 7)  # a padded batch: the second row is shorter
@@ -108,7 +107,6 @@ def random_params(config, seed=0):
 
 def our_config(**overrides):
     fields = dict(
-        architecture="modernbert",
         absolute_positions=False,
         vocab_size=64,
         hidden_size=32,
@@ -123,7 +121,7 @@ def our_config(**overrides):
         dropout_rate=0.0,
         attention_dropout_rate=0.0,
     )
-    return ModelConfig(**{**fields, **overrides})
+    return backbones.get("modernbert").config(**{**fields, **overrides})
 
 
 @pytest.fixture(scope="module")

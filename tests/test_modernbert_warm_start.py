@@ -25,6 +25,7 @@ pytest.importorskip("safetensors.numpy")
 
 from tests.test_modern_encoder import OBJECTIVES  # noqa: E402
 from tests.test_modernbert import hf_config  # noqa: E402
+from xlpretrain import backbones  # noqa: E402
 from xlpretrain.convert import folder, from_hf, modernbert  # noqa: E402
 from xlpretrain.model import vocab  # noqa: E402
 from xlpretrain.model.config import ModelConfig  # noqa: E402
@@ -109,8 +110,8 @@ def test_a_checkpoint_of_another_architecture_is_refused(converted):
 
 
 # The checkpoint `converted` holds: window 4, rotary bases 500 and 80, global every 2nd layer.
-MODERN = ModelConfig(
-    architecture="modernbert", absolute_positions=False, vocab_size=1002, hidden_size=32,
+MODERN = backbones.get("modernbert").config(
+    absolute_positions=False, vocab_size=1002, hidden_size=32,
     num_layers=2, num_heads=4, mlp_dim=64, local_window=4, global_every=2, rope_theta=500.0,
     local_rope_theta=80.0,
 )  # fmt: skip

@@ -282,7 +282,7 @@ def _hidden(
     )
     depth = config.num_layers if layer is None else layer
     stacked = jax.tree.map(lambda p: p[:depth], params["encoder"]["layers"])
-    if config.architecture == "modernbert":
+    if config.layer_type == "pre_ln":
         modern = ModernLayer(config, masks.mmlm, deterministic=True)
         schedule = {k: v[:depth] for k, v in layer_schedule(config).items()}
 

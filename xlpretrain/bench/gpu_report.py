@@ -17,6 +17,7 @@ from xlpretrain.bench import peer as bench_peer
 from xlpretrain.bench.gpu_timings import (
     ATTENTION_IMPLS,
     ATTENTION_LENGTHS,
+    ATTENTION_MODEL,
     PIPELINE_GOAL,
     PIPELINE_STEPS,
     SHAPES,
@@ -27,7 +28,7 @@ from xlpretrain.bench.kernel_check import ATOL, RTOL
 from xlpretrain.bench.tile_sweep import SPILL_CASE, TIMED_CASE, sweep_default
 from xlpretrain.model.kernels import flash
 
-# Hugging Face's class that is each measured model's peer (`bench.peer.hf_model`).
+# Hugging Face's class that is each measured model's peer (its backbone's `hf_peer`).
 PEER_CLASSES = {"xlmr": "XLMRobertaForMaskedLM", "mmbert": "ModernBertForMaskedLM"}
 
 
@@ -129,7 +130,7 @@ def measured_rows(suite: Mapping, model: str) -> list[str]:
             f"| {what} | {run['tokens_per_s']:,.0f}{ratios} | "
             f"{_gib(run['peak_memory_gib'])} | {theirs} |"
         )
-    return rows + (_attention_rows(suite, ours) if model == "xlmr" else [])
+    return rows + (_attention_rows(suite, ours) if model == ATTENTION_MODEL else [])
 
 
 def _attention_rows(suite: Mapping, dated: str) -> list[str]:

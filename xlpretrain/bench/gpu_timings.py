@@ -33,6 +33,7 @@ ATTENTION_LENGTHS = (512, 2048)
 ATTENTION_MASKS = ("unmasked", "mmlm", "tlm", "camlm")
 # The measured models, each `configs/<name>.py:base`, at (rows, row length) a step.
 SHAPES = {"xlmr": (32, 512), "mmbert": (16, 1024)}
+ATTENTION_MODEL = "xlmr"  # whose heads the attention benchmark measures
 
 
 def step_unit(model: str, attention: str) -> str:
@@ -93,12 +94,12 @@ def step_throughput(
 
 
 def peer(model: str, mode: str, steps: int, warmup: int) -> Iterator[dict]:
-    """HF's step on ``model``'s plan (`bench.peer.hf_model`: XLM-R's or ModernBERT's class)."""
+    """HF's step on ``model``'s plan (its backbone's `hf_peer`: XLM-R's or ModernBERT's class)."""
     yield bench_peer.peer_benchmark(measured_plan(model, "xla"), steps, warmup, [mode])
 
 
 def attention_timings(length: int) -> Iterator[dict]:
-    model = measured_plan("xlmr", "xla").model
+    model = measured_plan(ATTENTION_MODEL, "xla").model
     yield bench_attention.attention_benchmark(
         ATTENTION_IMPLS,
         [length],

@@ -1,8 +1,8 @@
 """PyTorch peer for the step benchmark: `python -m xlpretrain.bench --peer`.
 
-Our tokens/s means little on its own; next to the step a user would otherwise run, Hugging Face
-`XLMRobertaForMaskedLM` (`ModernBertForMaskedLM` for `model.architecture="modernbert"`, its
-config the one `convert to-hf` writes) with PyTorch's fused (SDPA) attention and AdamW, it says
+Our tokens/s means little on its own; next to the step a user would otherwise run, the Hugging
+Face masked LM its backbone declares (`XLMRobertaForMaskedLM`; `ModernBertForMaskedLM` with
+the config `convert to-hf` writes) with PyTorch's fused (SDPA) attention and AdamW, it says
 whether the JAX stack pays off. The peer runs the plan's model shape on the benchmark's rows
 (full rows `<s> … </s>`, `data.batch_size` × `data.max_length`, the MMLM masking rate), eager
 and under `torch.compile`, with our numerics policy (bf16 compute under autocast, fp32
@@ -17,17 +17,14 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 
+from xlpretrain import backbones
 from xlpretrain.core.errors import require
 from xlpretrain.data.streams import max_predictions
 from xlpretrain.model.config import ModelConfig
 from xlpretrain.training.plan import RunPlan
 
-PEERS = {
-    "xlmr": "transformers XLMRobertaForMaskedLM (sdpa attention)",
-    "modernbert": "transformers ModernBertForMaskedLM (sdpa attention)",
-}
 MODES = ("eager", "compile")
-BOS, PAD, EOS, FIRST_REGULAR = 0, 1, 2, 4  # as step.synthetic_batch: a SentencePiece layout
+BOS, EOS, FIRST_REGULAR = 0, 2, 4  # as step.synthetic_batch: a SentencePiece layout
 
 
 def peer_benchmark(
@@ -55,7 +52,7 @@ def peer_benchmark(
         except Exception as error:  # any failure is this mode's result, not the run's
             results[mode] = {"error": f"{type(error).__name__}: {error}"}
     return {
-        "peer": PEERS[plan.model.architecture],
+        "peer": backbones.of(plan.model).peer_name,
         "torch": torch.__version__,
         "transformers": transformers.__version__,
         "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
@@ -85,38 +82,6 @@ def _synthetic_batch(
     return {name: value.to(device) for name, value in batch.items()}
 
 
-def hf_model(encoder: ModelConfig):
-    """A fresh HF masked LM of ``encoder``'s shape (its dropout rates included)."""
-    if encoder.architecture == "modernbert":
-        from transformers import ModernBertConfig, ModernBertForMaskedLM
-
-        from xlpretrain.convert import modernbert
-
-        settings = modernbert.config_to_hf(encoder)
-        del settings["architectures"], settings["model_type"]
-        return ModernBertForMaskedLM(ModernBertConfig(**settings, attn_implementation="sdpa"))
-    from transformers import XLMRobertaConfig, XLMRobertaForMaskedLM
-
-    return XLMRobertaForMaskedLM(
-        XLMRobertaConfig(
-            vocab_size=encoder.vocab_size,
-            hidden_size=encoder.hidden_size,
-            num_hidden_layers=encoder.num_layers,
-            num_attention_heads=encoder.num_heads,
-            intermediate_size=encoder.mlp_dim,
-            max_position_embeddings=encoder.max_positions,
-            hidden_dropout_prob=encoder.dropout_rate,
-            attention_probs_dropout_prob=encoder.attention_dropout_rate,
-            pad_token_id=PAD,
-            bos_token_id=BOS,
-            eos_token_id=EOS,
-            type_vocab_size=1,
-            layer_norm_eps=1e-5,
-            attn_implementation="sdpa",
-        )
-    )
-
-
 def _time_mode(
     encoder: ModelConfig, seed: int, mode: str, batch: dict, device, steps: int, warmup: int
 ) -> dict:
@@ -124,7 +89,8 @@ def _time_mode(
     import torch
 
     torch.manual_seed(seed)
-    model = hf_model(encoder).to(device)  # float32 parameters: the master weights
+    # float32 parameters: the master weights
+    model = backbones.of(encoder).hf_peer(encoder).to(device)
     model.train()
     optimizer = torch.optim.AdamW(
         model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-6, weight_decay=0.01

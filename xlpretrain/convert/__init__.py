@@ -14,59 +14,34 @@ plug-in (``seq2seq.py``); ``merge`` averages checkpoints of one model into a che
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
 
-from xlpretrain.convert import folder, hf, modernbert, seq2seq
+from xlpretrain import backbones
+from xlpretrain.convert import folder, hf, seq2seq
 from xlpretrain.convert.folder import Pretrained
 from xlpretrain.convert.merging import merge
-
-# The families `from_hf` converts, by their HF model types: its refusal names them all.
-FAMILIES = {"XLM-R / RoBERTa": hf.MODEL_TYPES, "ModernBERT / mmBERT": (modernbert.MODEL_TYPE,)}
-
-
-def _check_model_type(hf_config: Mapping, source: str | os.PathLike) -> None:
-    """Refuses a model type no converter reads, naming every family that one does: a user
-    with another model learns what would convert, not only what would not."""
-    model_type = hf_config.get("model_type")
-    if any(model_type in types for types in FAMILIES.values()):
-        return
-    known = " and ".join(
-        f"{family} (model_type {' or '.join(map(repr, types))})"
-        for family, types in FAMILIES.items()
-    )
-    raise ValueError(
-        f"{source}: unsupported architecture: model_type={model_type!r}; from-hf converts "
-        f"{known} masked LMs"
-    )
 
 
 def from_hf(
     src: str | os.PathLike, dst: str | os.PathLike, *, allow_missing_head: bool = False
 ) -> Pretrained:
     """HF folder ``src`` → new checkpoint folder ``dst``; returns the converted model. Its
-    ``model_type`` picks the converter: ``modernbert``, else ``hf`` (XLM-R / RoBERTa); any
-    other is refused (``_check_model_type``)."""
+    ``model_type`` picks the backbone whose converter reads it; any other is refused naming
+    every family that converts (``backbones.for_hf``)."""
     folder.new_folder(dst)  # fail before reading a large checkpoint
     path, hf_config = hf.read_config(src)
-    _check_model_type(hf_config, path / "config.json")
-    if hf_config.get("model_type") == modernbert.MODEL_TYPE:
-        model = modernbert.read_hf(src)
-    else:
-        model = hf.read_hf(src, allow_missing_head=allow_missing_head)
+    backbone = backbones.for_hf(hf_config, str(path / "config.json"))
+    model = backbone.read_hf(src, allow_missing_head)
     folder.write(model, dst)
     return model
 
 
 def to_hf(src: str | os.PathLike, dst: str | os.PathLike) -> Pretrained:
-    """Checkpoint folder or training workdir ``src`` → new HF folder ``dst``, of the model's
-    architecture (``config.architecture``)."""
+    """Checkpoint folder or training workdir ``src`` → new HF folder ``dst``, by the model's
+    backbone (``config.architecture``)."""
     folder.new_folder(dst)  # fail before reading a large checkpoint
     hf.safetensors_writer()
     model = folder.read(src)
-    if model.config.architecture == "modernbert":
-        modernbert.write_hf(model, dst)
-    else:
-        hf.write_hf(model, dst)
+    backbones.of(model.config).write_hf(model, dst)
     return model
 
 

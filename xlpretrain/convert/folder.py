@@ -37,7 +37,7 @@ from flax import traverse_util
 
 from xlpretrain.data.tokenizer import Tokenizer, tokenizer_file
 from xlpretrain.model import vocab
-from xlpretrain.model.config import ModelConfig, ModelFamily
+from xlpretrain.model.config import LAYER_FEATURES, ModelConfig, ModelFamily, recorded_features
 from xlpretrain.model.encoder import init_params
 
 MODEL_JSON = "model.json"
@@ -162,7 +162,7 @@ def is_workdir(path: Path) -> bool:
 def _read_checkpoint_folder(path: Path) -> Pretrained:
     fields = json.loads((path / MODEL_JSON).read_text())
     try:
-        config = ModelConfig(**fields)
+        config = ModelConfig(**{**fields, **recorded_features(fields)})
     except TypeError as error:
         raise ValueError(f"{path / MODEL_JSON}: {error}") from error
     config = dataclasses.replace(config, scan_layers=True)
@@ -184,8 +184,13 @@ def _read_workdir(path: Path, step: int | None = None) -> Pretrained:
     languages = tuple(json.loads(languages_file.read_text())) if languages_file.is_file() else ()
     if run_config["model"].get("language_embeddings") and not languages:
         raise FileNotFoundError(f"{languages_file} (the index of lang_ids) is missing")
-    config = ModelConfig.from_run_config(run_config["model"], num_languages=len(languages))
-    kind = DISCRIMINATOR if read_family(path) is ModelFamily.ELECTRA else MASKED_LM
+    record = _family_record(path)
+    config = ModelConfig.from_run_config(
+        run_config["model"],
+        num_languages=len(languages),
+        features=record.get("layer_features") or recorded_features(run_config["model"]),
+    )
+    kind = DISCRIMINATOR if ModelFamily(record["family"]) is ModelFamily.ELECTRA else MASKED_LM
     checkpoints = path / CHECKPOINTS_DIR
     finished = finished_steps(path)
     if not finished:
@@ -218,16 +223,25 @@ def finished_steps(workdir: str | os.PathLike) -> list[int]:
     return sorted(ocp.path.step.checkpoint_steps(Path(workdir) / CHECKPOINTS_DIR))
 
 
-def record_family(workdir: str | os.PathLike, family: ModelFamily) -> None:
-    """Writes which module a training workdir's checkpoints hold (``FAMILY_FILE``)."""
-    (Path(workdir) / FAMILY_FILE).write_text(json.dumps({"family": family.value}) + "\n")
+def record_family(workdir: str | os.PathLike, family: ModelFamily, model: ModelConfig) -> None:
+    """Writes which module a training workdir's checkpoints hold and its layers' features
+    (``FAMILY_FILE``): with the config's ``model`` section, what rebuilds the model."""
+    features = {name: getattr(model, name) for name in LAYER_FEATURES}
+    record = {"family": family.value, "layer_features": features}
+    (Path(workdir) / FAMILY_FILE).write_text(json.dumps(record) + "\n")
 
 
 def read_family(workdir: str | os.PathLike) -> ModelFamily:
     """The module a training workdir's checkpoints hold, as the trainer recorded it."""
+    return ModelFamily(_family_record(workdir)["family"])
+
+
+def _family_record(workdir: str | os.PathLike) -> dict:
     path = Path(workdir) / FAMILY_FILE
     try:
-        return ModelFamily(json.loads(path.read_text())["family"])
+        record = json.loads(path.read_text())
+        ModelFamily(record["family"])
+        return record
     except FileNotFoundError:
         raise FileNotFoundError(
             f"{path} is missing: the trainer writes it when a run starts; a workdir from before "

@@ -49,6 +49,9 @@ log = logging.getLogger(__name__)
 
 HF_TOKENIZER_FILE = "sentencepiece.bpe.model"  # the name of a SentencePiece model in an HF folder
 MODEL_TYPES = ("xlm-roberta", "roberta")
+# The model's layers (`model.config.LAYER_FEATURES`): post-LN, one token type, positions after
+# the padding row (`ModelConfig`'s defaults).
+FEATURES = {"layer_type": "post_ln", "token_type_rows": 1, "positions_from": 2}
 BARE_ENCODERS = ("XLMRobertaModel", "RobertaModel")
 
 # ModelConfig field -> HF config.json key.

@@ -64,6 +64,8 @@ from xlpretrain.model.config import ModelConfig
 log = logging.getLogger(__name__)
 
 MODEL_TYPE = "modernbert"
+# The model's layers (`model.config.LAYER_FEATURES`): pre-norm, no token types, rotary from 0.
+FEATURES = {"layer_type": "pre_ln", "token_type_rows": 0, "positions_from": 0}
 MASKED_LM_ARCHITECTURE = "ModernBertForMaskedLM"
 ENCODER_ARCHITECTURE = "ModernBertModel"
 
@@ -168,7 +170,8 @@ def config_from_hf(hf_config: Mapping, source: str | os.PathLike = "config.json"
         )
     rope_theta, local_rope_theta = _rope_thetas(hf_config, source)
     return ModelConfig(
-        architecture="modernbert",
+        architecture=MODEL_TYPE,
+        **FEATURES,
         absolute_positions=False,
         **{ours: hf_config[key] for ours, key in CONFIG_KEYS.items()},
         global_every=_global_every(hf_config, source),
@@ -268,7 +271,7 @@ def check_exportable(config: ModelConfig, architecture: str = MASKED_LM_ARCHITEC
     """Raises if ``config`` uses a model option HF ModernBERT has no place for."""
     refuse_options(
         config,
-        ModelConfig(architecture="modernbert", absolute_positions=False),
+        ModelConfig(architecture=MODEL_TYPE, **FEATURES, absolute_positions=False),
         EXPRESSED,
         architecture=architecture,
         reasons=REASONS,

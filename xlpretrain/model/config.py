@@ -12,21 +12,15 @@ from xlpretrain.model import kernels, vocab
 DTYPES = ("float32", "bfloat16")
 REMAT = ("none", "full", "dots")
 RELATIVE_POSITIONS = ("none", "bucketed", "gated")
-# xlmr: XLM-R's post-LN layers with biases and learned positions (model/layers.py);
-# modernbert: ModernBERT/mmBERT's pre-norm, bias-free layers with rotary positions, GeGLU and
-# alternating local/global attention (model/modern.py).
-ARCHITECTURES = ("xlmr", "modernbert")
+# post_ln: a post-LN layer with biases and learned (or relative) positions, XLM-R's and BERT's
+# (model/layers.py); pre_ln: a pre-norm, bias-free layer with rotary positions, GeGLU and
+# alternating local/global attention, and a final norm, ModernBERT's (model/modern.py).
+LAYER_TYPES = ("post_ln", "pre_ln")
+# What a backbone declares about its layers (`xlpretrain.backbones`), as values: the model code
+# reads these, never the backbone's name. Records (model.json, a workdir's model_family.json)
+# hold them, so a reader needs no registry to rebuild the model.
+LAYER_FEATURES = ("layer_type", "token_type_rows", "positions_from")
 ATTENTION_IMPLS = ("xla", "cudnn", "pallas", "splash", "auto")
-# The settings in which the same weights compute another function without any parameter changing
-# shape, by architecture: a warm start shares them with its checkpoint or names them in
-# `init.changes` (`training.warm_start`). XLM-R's relative-position distance counts where the
-# checkpoint has relative positions; the activation is no setting (conversions refuse another).
-FUNCTION_SETTINGS = {
-    "xlmr": ("layer_norm_eps", "max_distance"),
-    "modernbert": (
-        "layer_norm_eps", "local_window", "global_every", "rope_theta", "local_rope_theta",
-    ),
-}  # fmt: skip
 
 
 class ModelFamily(enum.Enum):
@@ -46,7 +40,14 @@ class ModelConfig:
     adds an XLM-style language-embedding table (off for XLM-R compatibility).
     """
 
-    architecture: str = "xlmr"
+    architecture: str = "xlmr"  # the backbone's name (`xlpretrain.backbones`), a record only
+    layer_type: str = "post_ln"
+    # Rows of the token-type table: XLM-R's one (added to every token, so HF checkpoints import
+    # exactly), BERT's two, none.
+    token_type_rows: int = 1
+    # The position-table row (or rotary position) of a unit's first token: XLM-R's table starts
+    # after the padding row (2), BERT's and rotary positions at 0.
+    positions_from: int = 2
     vocab_size: int = 250002
     # The vocabulary-indexed parameters have rows for ids up to a multiple of this, so that a
     # tensor-parallel mesh axis divides them (``model.vocab``); the extra rows are never used.
@@ -95,7 +96,7 @@ class ModelConfig:
             ("remat", REMAT),
             ("attention_impl", ATTENTION_IMPLS),
             ("relative_position", RELATIVE_POSITIONS),
-            ("architecture", ARCHITECTURES),
+            ("layer_type", LAYER_TYPES),
         ):
             if getattr(self, name) not in allowed:
                 raise ValueError(f"model.{name}={getattr(self, name)!r}; expected one of {allowed}")
@@ -104,28 +105,35 @@ class ModelConfig:
                 f"model.hidden_size={self.hidden_size} is not divisible by "
                 f"model.num_heads={self.num_heads}"
             )
-        if self.architecture == "modernbert":
+        if self.rotary:
             if self.absolute_positions or self.relative_position != "none":
                 raise ValueError(
-                    "model.architecture='modernbert' has rotary positions: set "
+                    f"model.architecture={self.architecture!r} has rotary positions: set "
                     "model.absolute_positions=False and model.relative_position='none'"
                 )
         elif not self.absolute_positions and self.relative_position == "none":
             raise ValueError("model.absolute_positions=False needs a model.relative_position")
 
     @property
+    def rotary(self) -> bool:
+        """Pre-norm layers turn queries and keys by their positions (no position table)."""
+        return self.layer_type == "pre_ln"
+
+    @property
     def biased(self) -> bool:
-        """XLM-R's linear layers and norms have biases; ModernBERT's have none."""
-        return self.architecture == "xlmr"
+        """Post-LN layers' linear layers and norms have biases; pre-norm ones have none."""
+        return self.layer_type == "post_ln"
+
+    @property
+    def gated_mlp(self) -> bool:
+        """GeGLU (an input and a gate matrix) rather than one input matrix."""
+        return self.layer_type == "pre_ln"
 
     @property
     def longest_row(self) -> int:
-        """The most tokens a row may have: XLM-R numbers positions from `pad_token_id` + 1 in
-        its table of `max_positions`; ModernBERT's rotary positions count from 0 (HF's
-        `max_position_embeddings` is mmBERT's 8,192-token context)."""
-        if self.architecture == "modernbert":
-            return self.max_positions
-        return self.max_positions - self.pad_token_id - 1
+        """The most tokens a row may have: the position table's rows (rotary positions: HF's
+        `max_position_embeddings`, mmBERT's 8,192-token context) from `positions_from`."""
+        return self.max_positions - self.positions_from
 
     @property
     def padded_vocab_size(self) -> int:
@@ -141,7 +149,11 @@ class ModelConfig:
 
     @classmethod
     def from_run_config(
-        cls, model: Mapping[str, Any], num_languages: int, kernel_platform: str = ""
+        cls,
+        model: Mapping[str, Any],
+        num_languages: int,
+        kernel_platform: str = "",
+        features: Mapping[str, Any] | None = None,
     ) -> "ModelConfig":
         """Builds from a run config's validated ``model`` section, as a mapping: the run plan's
         resolution, or a workdir's saved ``config.json``.
@@ -149,6 +161,8 @@ class ModelConfig:
         ``num_languages`` (the run's language vocabulary) sizes the language-embedding table
         when ``model.language_embeddings`` is on; it is a property of the data, not the config.
         ``kernel_platform``: the platform the step is compiled for, if not this host's.
+        ``features``: the backbone's ``LAYER_FEATURES``; None for a record written before
+        they were recorded (``recorded_features``).
         """
         renamed = {"attention_impl": "attention"}
         fields = {
@@ -156,12 +170,25 @@ class ModelConfig:
             for field in dataclasses.fields(cls)
             if renamed.get(field.name, field.name) in model
             and field.name not in ("num_languages", "kernel_platform", "pad_token_id")
+            and field.name not in LAYER_FEATURES
         }
         return cls(
             **fields,
+            **(recorded_features(model) if features is None else features),
             num_languages=num_languages if model["language_embeddings"] else 0,
             kernel_platform=kernel_platform,
         )
+
+
+def recorded_features(record: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``LAYER_FEATURES`` of a model record (model.json fields or a config's ``model``
+    section); one written before they were recorded had a post-LN layer unless it had neither
+    learned nor relative positions, which only the pre-norm, rotary layers lacked."""
+    if all(name in record for name in LAYER_FEATURES):
+        return {name: record[name] for name in LAYER_FEATURES}
+    if record.get("absolute_positions", True) or record.get("relative_position", "none") != "none":
+        return {"layer_type": "post_ln", "token_type_rows": 1, "positions_from": 2}
+    return {"layer_type": "pre_ln", "token_type_rows": 0, "positions_from": 0}
 
 
 def generator_config(config: ModelConfig, layers: int, width: float) -> ModelConfig:

@@ -73,7 +73,7 @@ class Encoder(nn.Module):
         cross_mask_fn: masks.MaskFn | None = None,
     ) -> jax.Array:
         cfg = self.config
-        modern = cfg.architecture == "modernbert"
+        modern = cfg.layer_type == "pre_ln"
         layer = ModernLayer if modern else EncoderLayer
         if cfg.remat != "none":
             # prevent_cse is unnecessary inside scan and only blocks optimisations there.

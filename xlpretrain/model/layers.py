@@ -7,6 +7,7 @@ its logical axes (``embed``, ``mlp``, ``heads``, ``kv``, ``vocab``, ``positions`
 
 import flax.linen as nn
 import jax
+import jax.numpy as jnp
 
 from xlpretrain import masks
 from xlpretrain.model.attention import MultiHeadAttention
@@ -47,12 +48,12 @@ def gelu(x: jax.Array) -> jax.Array:
 
 
 class Embeddings(nn.Module):
-    """word + position (+ token type 0) (+ language) → LayerNorm → dropout; ModernBERT's are
-    word (+ language) → LayerNorm → dropout (its positions are rotary, in attention).
+    """word + position (+ token type 0) (+ language) → LayerNorm → dropout; with rotary
+    positions (ModernBERT's) word (+ language) → LayerNorm → dropout.
 
     Lookups and the sum run in float32 (they are O(L·H), precision is free), the LayerNorm
-    output is in the compute dtype. ``token_type_embeddings`` has one row, always added, so
-    HF checkpoints import exactly.
+    output is in the compute dtype. Token type 0 (``token_type_rows`` rows: XLM-R's one, BERT's
+    two) is added to every token, so HF checkpoints import exactly.
     """
 
     config: ModelConfig
@@ -72,8 +73,8 @@ class Embeddings(nn.Module):
         self.word_embeddings = table(cfg.padded_vocab_size, "vocab", "word_embeddings")
         if cfg.absolute_positions:
             self.position_embeddings = table(cfg.max_positions, "positions", "position_embeddings")
-        if cfg.architecture == "xlmr":  # one row, always added, so HF checkpoints import
-            self.token_type_embeddings = table(1, None, "token_type_embeddings")
+        if cfg.token_type_rows:
+            self.token_type_embeddings = table(cfg.token_type_rows, None, "token_type_embeddings")
         if cfg.num_languages > 0:
             self.language_embeddings = table(cfg.num_languages, "languages", "language_embeddings")
         self.layer_norm = layer_norm(cfg, "layer_norm")
@@ -88,14 +89,21 @@ class Embeddings(nn.Module):
     ) -> jax.Array:
         x = self.word_embeddings(input_ids)
         if self.config.absolute_positions:
-            x = x + self.position_embeddings(positions)
-        if self.config.architecture == "xlmr":
+            x = x + self.position_embeddings(position_rows(self.config, positions))
+        if self.config.token_type_rows:
             x = x + self.token_type_embeddings.embedding[0]
         if self.config.num_languages > 0:
             if lang_ids is None:
                 raise ValueError("model.num_languages > 0 but no lang_ids were given")
             x = x + self.language_embeddings(lang_ids)
         return self.dropout(self.layer_norm(x), deterministic=deterministic)
+
+
+def position_rows(config: ModelConfig, positions: jax.Array) -> jax.Array:
+    """The batch's positions (a unit's first token at ``pad_token_id + 1``, as the data
+    numbers them) as rows of the model's table, the first at ``positions_from``; padding at 0
+    where the table has no row before its first."""
+    return jnp.maximum(positions - (config.pad_token_id + 1) + config.positions_from, 0)
 
 
 class Mlp(nn.Module):

@@ -25,5 +25,5 @@ def rotate(x: jax.Array, positions: jax.Array, theta: jax.Array) -> jax.Array:
 
 def rotary_positions(config: ModelConfig, positions: jax.Array) -> jax.Array:
     """The batch's positions (first real token ``pad_token_id + 1``, as XLM-R numbers them) from
-    0, as HF's ModernBERT numbers them; padding at 0."""
-    return jnp.maximum(positions - (config.pad_token_id + 1), 0)
+    ``positions_from`` (0, as HF's ModernBERT numbers them); padding at 0."""
+    return jnp.maximum(positions - (config.pad_token_id + 1) + config.positions_from, 0)

@@ -35,7 +35,7 @@ class StepShape:
 def encoder_matmuls(config: ModelConfig, tokens: int) -> float:
     """6·N_matmul·T: the layers' Q, K, V, O and FFN matrices (two; three for ModernBERT's
     GeGLU, whose input and gate are one each), forward + backward."""
-    ffn = 2 if config.architecture == "xlmr" else 3
+    ffn = 3 if config.gated_mlp else 2
     per_layer = 4 * config.hidden_size**2 + ffn * config.hidden_size * config.mlp_dim
     return 6.0 * config.num_layers * per_layer * tokens
 
@@ -44,7 +44,7 @@ def attended_keys(config: ModelConfig, length: int) -> list[int]:
     """Per layer, the keys a query's scores are counted over: the row (L), or for a ModernBERT
     local layer its window (local_window + 1 keys, the query's own and local_window // 2 each
     side), at most L."""
-    if config.architecture == "xlmr":
+    if not config.rotary:  # only the pre-norm, rotary layers have local windows
         return [length] * config.num_layers
     window = min(length, config.local_window // 2 * 2 + 1)
     return [length if i % config.global_every == 0 else window for i in range(config.num_layers)]

@@ -14,9 +14,10 @@ from typing import Any
 
 import ml_collections
 
+from xlpretrain import backbones
 from xlpretrain.core.errors import INSTALL, ConfigError, check
 from xlpretrain.data import held_out
-from xlpretrain.model.config import ARCHITECTURES, ATTENTION_IMPLS, FUNCTION_SETTINGS
+from xlpretrain.model.config import ATTENTION_IMPLS
 from xlpretrain.model.kernels.tiles import Tiles
 from xlpretrain.objectives import REGISTRY
 from xlpretrain.objectives.declaration import Section
@@ -34,7 +35,7 @@ from xlpretrain.training.stages import start_step
 # Objectives a config may name: each objective's declaration is the one place that says so.
 KNOWN_OBJECTIVES = tuple(REGISTRY)
 # What `init.changes` may name: the model keys a warm start otherwise takes as its checkpoint's.
-CHANGEABLE = tuple(sorted({f"model.{n}" for names in FUNCTION_SETTINGS.values() for n in names}))
+CHANGEABLE = tuple(f"model.{name}" for name in backbones.function_settings())
 
 # Logical axis → mesh axes, for parameters and activations alike (xlpretrain.parallel.sharding).
 DEFAULT_LOGICAL_AXIS_RULES = (
@@ -353,7 +354,10 @@ _RANGES: Ranges = {
         "must be 'none', 'bucketed' or 'gated'",
     ),
     "model.num_buckets": (lambda v: v >= 4 and v % 2 == 0, "must be even and >= 4"),
-    "model.architecture": (one_of(*ARCHITECTURES), f"must be one of {', '.join(ARCHITECTURES)}"),
+    "model.architecture": (
+        one_of(*backbones.NAMES),
+        f"must be one of {', '.join(backbones.NAMES)}",
+    ),
     "model.local_window": (lambda v: v >= 2 and v % 2 == 0, "must be even and >= 2"),
     "model.global_every": (positive, "must be >= 1 (1: every layer global)"),
     "model.rope_theta": (positive, "must be > 0"),

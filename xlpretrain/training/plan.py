@@ -23,6 +23,7 @@ from typing import Any
 import jax
 import ml_collections
 
+from xlpretrain import backbones
 from xlpretrain import objectives as objectives_lib
 from xlpretrain.core.errors import check
 from xlpretrain.data.anneal import Anneal
@@ -295,9 +296,9 @@ def _contexts(
 
 
 def _first_position(model: ModelConfig) -> str:
-    if model.architecture == "modernbert":
+    if not model.positions_from:
         return ""
-    return f" (positions start at {model.pad_token_id + 1}, after the padding position)"
+    return f" (positions start at {model.positions_from}, after the padding position)"
 
 
 def _stage_streams(
@@ -331,26 +332,7 @@ def _check_model(model: ml_collections.ConfigDict) -> None:
         "model.hidden_size",
         f"{model.hidden_size} is not divisible by model.num_heads={model.num_heads}",
     )
-    if model.architecture == "modernbert":
-        rotary = "model.architecture='modernbert' has rotary positions"
-        check(not model.absolute_positions, "model.absolute_positions", f"{rotary}: set False")
-        check(
-            model.relative_position == "none",
-            "model.relative_position",
-            f"{rotary}, which already make attention depend on distance: set 'none'",
-        )
-        check(
-            model.hidden_size // model.num_heads % 2 == 0,
-            "model.num_heads",
-            f"rotary positions turn pairs of features: hidden_size / num_heads = "
-            f"{model.hidden_size // model.num_heads} must be even",
-        )
-        return
-    check(
-        model.absolute_positions or model.relative_position != "none",
-        "model.absolute_positions",
-        "without absolute positions the model needs model.relative_position",
-    )
+    backbones.get(model.architecture).check(model)
 
 
 def _profile_window(spec: str) -> tuple[int, int] | None:
@@ -367,7 +349,7 @@ def resolve(cfg: ml_collections.ConfigDict) -> RunPlan:
     _check_model(cfg.model)
     run_stages = tuple(stages(cfg))
     active = {name: objectives_lib.get(name) for s in run_stages for name in s.weights}
-    model = ModelConfig.from_run_config(cfg.model, num_languages=0)
+    model = backbones.get(cfg.model.architecture).model_config(cfg.model)
     rates = MaskRates(
         cfg.data.mono_mask_rate, cfg.data.parallel_mask_rate, cfg.data.camlm_mask_rate
     )

@@ -129,7 +129,9 @@ def build(plan: RunPlan, workdir: str, devices: list[jax.Device] | None = None) 
         plan.model_config(len(corpus.languages)), plan.objectives, plan.contexts
     )
     if jax.process_index() == 0:
-        convert_folder.record_family(workdir, objectives_lib.model_family(plan.objectives))
+        convert_folder.record_family(
+            workdir, objectives_lib.model_family(plan.objectives), plan.model
+        )
     log.info("initialising the model and its optimizer state on %d device(s)", mesh.size)
     training = setup_training(plan, model, init_params, mesh)
     check_free_space(workdir, training.state, plan.loop.keep_checkpoints)

@@ -6,7 +6,7 @@ both lists are logged, with the model settings in which the run departs from the
 A checkpoint is refused, before anything is built, where the run would load its weights into
 another function: a checkpoint of the other architecture or vocabulary, an XLM-R whose positions
 start elsewhere, and any setting that changes what the weights compute without changing a shape
-(`model.config.FUNCTION_SETTINGS`: a window, a rotary base, which layers are global, a norm's
+(its backbone's `function_settings`: a window, a rotary base, which layers are global, a norm's
 epsilon) unless the run names it in `init.changes`. The run's config, hence its `config.json`,
 states the model it trains: a warm start takes no setting from the checkpoint behind its back.
 """
@@ -22,10 +22,11 @@ from typing import Any
 import numpy as np
 from flax import traverse_util
 
+from xlpretrain import backbones
 from xlpretrain.convert import folder
 from xlpretrain.core.errors import ConfigError
 from xlpretrain.model import vocab
-from xlpretrain.model.config import FUNCTION_SETTINGS, ModelConfig
+from xlpretrain.model.config import ModelConfig
 
 log = logging.getLogger("xlpretrain")
 
@@ -62,8 +63,7 @@ def check_model(
             f"init.checkpoint {source}: vocabulary of {checkpoint.vocab_size} ids, but "
             f"model.vocab_size={run.vocab_size}; use the checkpoint's tokenizer and size"
         )
-    absolute = run.architecture == "xlmr" and checkpoint.absolute_positions
-    if absolute and checkpoint.pad_token_id != run.pad_token_id:
+    if checkpoint.absolute_positions and checkpoint.pad_token_id != run.pad_token_id:
         raise WarmStartError(
             f"init.checkpoint {source}: its positions start at {checkpoint.pad_token_id + 1} "
             f"(pad_token_id {checkpoint.pad_token_id}), a run's at {run.pad_token_id + 1}, so "
@@ -95,7 +95,7 @@ def _refusal(source: str, differing: dict[str, tuple[Any, Any]]) -> str:
 
 
 def _function_settings(checkpoint: ModelConfig) -> tuple[str, ...]:
-    """The settings of `FUNCTION_SETTINGS` that mean something to `checkpoint`: a local layer's
+    """The backbone's `function_settings` that mean something to `checkpoint`: a local layer's
     where it has local layers, a relative distance where it has relative positions (else the
     run's are new, as XLM-E's gated bias is on XLM-R)."""
     unused = set()
@@ -103,7 +103,8 @@ def _function_settings(checkpoint: ModelConfig) -> tuple[str, ...]:
         unused |= {"local_window", "local_rope_theta"}
     if checkpoint.relative_position == "none":
         unused.add("max_distance")
-    return tuple(n for n in FUNCTION_SETTINGS[checkpoint.architecture] if n not in unused)
+    settings = backbones.of(checkpoint).function_settings
+    return tuple(n for n in settings if n not in unused)
 
 
 def _computed(config: ModelConfig, name: str, layers: int) -> Any:

@@ -1,0 +1,75 @@
+"""ModernBERT / mmBERT: pre-norm, bias-free layers with rotary positions, GeGLU and every
+`global_every`-th layer global, the others within `local_window` tokens; a final norm. Converted
+by `convert.modernbert`."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from xlpretrain.backbones.declaration import Backbone
+from xlpretrain.core.errors import check
+from xlpretrain.model.config import ModelConfig
+
+ROTARY = "model.architecture='modernbert' has rotary positions"
+
+
+def check_settings(model: Mapping[str, Any]) -> None:
+    check(not model["absolute_positions"], "model.absolute_positions", f"{ROTARY}: set False")
+    check(
+        model["relative_position"] == "none",
+        "model.relative_position",
+        f"{ROTARY}, which already make attention depend on distance: set 'none'",
+    )
+    head_dim = model["hidden_size"] // model["num_heads"]
+    check(
+        head_dim % 2 == 0,
+        "model.num_heads",
+        f"rotary positions turn pairs of features: hidden_size / num_heads = {head_dim} "
+        "must be even",
+    )
+
+
+def read_hf(path: str | os.PathLike, allow_missing_head: bool) -> Any:
+    from xlpretrain.convert import modernbert
+
+    return modernbert.read_hf(path)
+
+
+def write_hf(model: Any, path: str | os.PathLike) -> None:
+    from xlpretrain.convert import modernbert
+
+    modernbert.write_hf(model, path)
+
+
+def hf_peer(config: ModelConfig) -> Any:
+    """HF `ModernBertForMaskedLM` built from the config `convert to-hf` writes."""
+    from transformers import ModernBertConfig, ModernBertForMaskedLM
+
+    from xlpretrain.convert import modernbert
+
+    settings = modernbert.config_to_hf(config)
+    del settings["architectures"], settings["model_type"]
+    return ModernBertForMaskedLM(ModernBertConfig(**settings, attn_implementation="sdpa"))
+
+
+BACKBONE = Backbone(
+    name="modernbert",
+    title="ModernBERT / mmBERT",
+    # Pre-norm layers, no token types, rotary positions from 0.
+    features={"layer_type": "pre_ln", "token_type_rows": 0, "positions_from": 0},
+    check=check_settings,
+    function_settings=(
+        "layer_norm_eps",
+        "local_window",
+        "global_every",
+        "rope_theta",
+        "local_rope_theta",
+    ),  # fmt: skip
+    hf_model_types=("modernbert",),
+    read_hf=read_hf,
+    write_hf=write_hf,
+    hf_peer=hf_peer,
+    peer_name="transformers ModernBertForMaskedLM (sdpa attention)",
+)
