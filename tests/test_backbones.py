@@ -82,8 +82,8 @@ def test_every_family_declares_its_layers_and_builds_its_config():
         config = backbone.config(absolute_positions=backbone.features["layer_type"] != "pre_ln")
         assert config.architecture == name
         assert {f: getattr(config, f) for f in LAYER_FEATURES} == dict(backbone.features)
-    with pytest.raises(ValueError, match="unknown model.architecture 'bert'; known: xlmr, mod"):
-        backbones.get("bert")
+    with pytest.raises(ValueError, match="unknown model.architecture 'gpt'; known: xlmr, mod"):
+        backbones.get("gpt")
 
 
 def test_records_without_layer_features_are_read_as_they_were_written(tmp_path):
@@ -109,11 +109,12 @@ def test_records_without_layer_features_are_read_as_they_were_written(tmp_path):
 def test_each_converter_builds_its_declarations_layers():
     """A converter states the layers of the HF format it reads (`FEATURES`, `MODEL_TYPES`):
     they are its backbone's."""
-    from xlpretrain.convert import hf, modernbert
+    from xlpretrain.convert import bert, hf, modernbert
 
     for backbone, converter, types in (
         (backbones.get("xlmr"), hf, hf.MODEL_TYPES),
         (backbones.get("modernbert"), modernbert, (modernbert.MODEL_TYPE,)),
+        (backbones.get("bert"), bert, (bert.MODEL_TYPE,)),
     ):
         assert dict(backbone.features) == converter.FEATURES
         assert backbone.hf_model_types == types

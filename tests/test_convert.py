@@ -316,7 +316,7 @@ def test_a_workdir_is_read_by_its_recorded_family_without_the_objectives(tmp_pat
 @pytest.mark.parametrize(
     "change, message",
     [
-        (dict(model_type="bert"), "unsupported architecture: model_type='bert'"),
+        (dict(model_type="gpt2"), "unsupported architecture: model_type='gpt2'"),
         (
             dict(architectures=["XLMRobertaForSequenceClassification"]),
             r"unsupported architecture \['XLMRobertaForSequenceClassification'\]",

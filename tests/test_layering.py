@@ -20,7 +20,10 @@ LAYERS = (
     ("objectives",),
     # Hugging Face machinery and each family's converter, then the backbone declarations that
     # name them, then what dispatches by backbone (the package's `from_hf` / `to_hf`).
-    ("convert.folder", "convert.hf", "convert.modernbert", "convert.merging", "convert.seq2seq"),
+    (
+        "convert.folder", "convert.hf", "convert.modernbert", "convert.bert", "convert.merging",
+        "convert.seq2seq",
+    ),
     ("backbones",),
     ("convert", "api", "eval"),
     ("training",),  # checkpoints, optimizer, metrics, workdir, warm start, preemption, divergence

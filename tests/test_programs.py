@@ -147,18 +147,19 @@ def test_jax_on_the_cpu_alone_holds_back_its_start_up_lines_too():
 
 
 def test_from_hf_refuses_another_model_type_naming_every_family_it_converts(tmp_path):
-    """A BERT folder is refused before any weight is read, and the line says what would convert:
-    XLM-R / RoBERTa and ModernBERT (mmBERT) alike."""
-    (tmp_path / "bert").mkdir()
-    (tmp_path / "bert" / "config.json").write_text('{"model_type": "bert"}')
+    """A GPT-2 folder is refused before any weight is read, and the line says what would
+    convert: XLM-R / RoBERTa, ModernBERT (mmBERT) and BERT (mBERT) alike."""
+    (tmp_path / "gpt2").mkdir()
+    (tmp_path / "gpt2" / "config.json").write_text('{"model_type": "gpt2"}')
     result = run(
-        "-m", "xlpretrain.convert", "from-hf", str(tmp_path / "bert"), str(tmp_path / "out")
+        "-m", "xlpretrain.convert", "from-hf", str(tmp_path / "gpt2"), str(tmp_path / "out")
     )
     assert_one_line(
         result,
-        f"xlpretrain.convert: error: {tmp_path / 'bert' / 'config.json'}: unsupported "
-        "architecture: model_type='bert'; from-hf converts XLM-R / RoBERTa (model_type "
-        "'xlm-roberta' or 'roberta') and ModernBERT / mmBERT (model_type 'modernbert') masked LMs",
+        f"xlpretrain.convert: error: {tmp_path / 'gpt2' / 'config.json'}: unsupported "
+        "architecture: model_type='gpt2'; from-hf converts XLM-R / RoBERTa (model_type "
+        "'xlm-roberta' or 'roberta'), ModernBERT / mmBERT (model_type 'modernbert') and "
+        "BERT / mBERT (model_type 'bert') masked LMs",
     )
     assert not (tmp_path / "out").exists()
 

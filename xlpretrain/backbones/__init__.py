@@ -7,11 +7,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from xlpretrain.backbones import modernbert, xlmr
+from xlpretrain.backbones import bert, modernbert, xlmr
 from xlpretrain.backbones.declaration import Backbone
 from xlpretrain.model.config import ModelConfig
 
-REGISTRY: dict[str, Backbone] = {b.name: b for b in (xlmr.BACKBONE, modernbert.BACKBONE)}
+REGISTRY: dict[str, Backbone] = {
+    b.name: b for b in (xlmr.BACKBONE, modernbert.BACKBONE, bert.BACKBONE)
+}
 NAMES = tuple(REGISTRY)
 
 
@@ -34,10 +36,11 @@ def for_hf(hf_config: Mapping[str, Any], source: str) -> Backbone:
     for backbone in REGISTRY.values():
         if model_type in backbone.hf_model_types:
             return backbone
-    known = " and ".join(
+    *others, last = [
         f"{b.title} (model_type {' or '.join(map(repr, b.hf_model_types))})"
         for b in REGISTRY.values()
-    )
+    ]
+    known = f"{', '.join(others)} and {last}"
     raise ValueError(
         f"{source}: unsupported architecture: model_type={model_type!r}; from-hf converts "
         f"{known} masked LMs"

@@ -1,13 +1,13 @@
 """PyTorch peer for the step benchmark: `python -m xlpretrain.bench --peer`.
 
 Our tokens/s means little on its own; next to the step a user would otherwise run, the Hugging
-Face masked LM its backbone declares (`XLMRobertaForMaskedLM`; `ModernBertForMaskedLM` with
-the config `convert to-hf` writes) with PyTorch's fused (SDPA) attention and AdamW, it says
-whether the JAX stack pays off. The peer runs the plan's model shape on the benchmark's rows
-(full rows `<s> … </s>`, `data.batch_size` × `data.max_length`, the MMLM masking rate), eager
-and under `torch.compile`, with our numerics policy (bf16 compute under autocast, fp32
-parameters). Unlike ours, HF applies the LM head to every token, not only to the predicted
-ones: that is part of what the comparison measures.
+Face masked LM its backbone declares (`XLMRobertaForMaskedLM`, `BertForMaskedLM`;
+`ModernBertForMaskedLM` with the config `convert to-hf` writes) with PyTorch's fused (SDPA)
+attention and AdamW, it says whether the JAX stack pays off. The peer runs the plan's model
+shape on the benchmark's rows (full rows `<s> … </s>`, `data.batch_size` × `data.max_length`,
+the MMLM masking rate), eager and under `torch.compile`, with our numerics policy (bf16 compute
+under autocast, fp32 parameters). Unlike ours, HF applies the LM head to every token, not only
+to the predicted ones: that is part of what the comparison measures.
 
 torch and transformers are imported only when the peer runs, so the package works without them.
 """

@@ -1,11 +1,11 @@
-"""Hugging Face XLM-R / ModernBERT import/export and checkpoint merging: ``python -m
+"""Hugging Face XLM-R / ModernBERT / BERT import/export and checkpoint merging: ``python -m
 xlpretrain.convert {from-hf,to-hf,to-hf-seq2seq,merge}``.
 
-``from_hf`` turns an HF ``XLMRobertaForMaskedLM`` or ``ModernBertForMaskedLM`` folder into an
-xlpretrain checkpoint folder (``folder.py`` describes it); ``to_hf`` turns a checkpoint folder
-or a training workdir into an HF folder that ``transformers`` loads as is
-(``XLMRobertaForMaskedLM`` or ``ModernBertForMaskedLM`` by the model's architecture; for an
-XLM-E run its discriminator as ``XLMRobertaModel`` / ``ModernBertModel``); ``to_hf_seq2seq``
+``from_hf`` turns an HF ``XLMRobertaForMaskedLM``, ``ModernBertForMaskedLM`` or
+``BertForMaskedLM`` folder into an xlpretrain checkpoint folder (``folder.py`` describes it);
+``to_hf`` turns a checkpoint folder or a training workdir into an HF folder that
+``transformers`` loads as is (the masked LM of the model's backbone; for an XLM-E run its
+discriminator as ``XLMRobertaModel`` / ``ModernBertModel`` / ``BertModel``); ``to_hf_seq2seq``
 turns a VECO model into an ``EncoderDecoderModel`` whose decoder cross-attention is VECO's
 plug-in (``seq2seq.py``); ``merge`` averages checkpoints of one model into a checkpoint folder
 (``merging.py``).

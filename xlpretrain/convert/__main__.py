@@ -29,14 +29,15 @@ def comma_list(kind: type):
 def main(argv: list[str] | None = None) -> None:
     parser = programs.ArgumentParser(
         prog="python -m xlpretrain.convert",
-        description="Convert between Hugging Face XLM-R / ModernBERT and xlpretrain checkpoints; "
+        description="Convert between Hugging Face XLM-R / ModernBERT / BERT and xlpretrain "
+        "checkpoints; "
         "merge checkpoints of one model.",
     )
     commands = parser.add_subparsers(dest="command", required=True)
     pull = commands.add_parser(
         "from-hf",
-        help="HF XLMRobertaForMaskedLM or ModernBertForMaskedLM folder -> xlpretrain "
-        "checkpoint folder",
+        help="HF XLMRobertaForMaskedLM, ModernBertForMaskedLM or BertForMaskedLM folder -> "
+        "xlpretrain checkpoint folder",
         description="SRC: a folder with config.json, model.safetensors or pytorch_model.bin "
         "and optionally its tokenizer (sentencepiece.bpe.model, else tokenizer.json). DST: a "
         "new xlpretrain checkpoint folder (model.json, params/, tokenizer.model or "
@@ -54,10 +55,10 @@ def main(argv: list[str] | None = None) -> None:
         help="xlpretrain checkpoint folder or training workdir -> HF folder",
         description="SRC: an xlpretrain checkpoint folder, or a training workdir (its latest "
         "checkpoint). DST: a new HF XLMRobertaForMaskedLM folder (ModernBertForMaskedLM for "
-        "a ModernBERT model; config.json, model.safetensors, and sentencepiece.bpe.model or "
-        "tokenizer.json when there is a tokenizer, a ModernBERT one's SentencePiece model as "
-        "both); for an XLM-E workdir, its discriminator "
-        "as an XLMRobertaModel (ModernBertModel) folder.",
+        "a ModernBERT model, BertForMaskedLM for a BERT one; config.json, model.safetensors, "
+        "and sentencepiece.bpe.model or tokenizer.json when there is a tokenizer, a ModernBERT "
+        "or BERT one's SentencePiece model as both); for an XLM-E workdir, its discriminator "
+        "as an XLMRobertaModel (ModernBertModel, BertModel) folder.",
     )
     push.add_argument("src", metavar="SRC")
     push.add_argument("dst", metavar="DST")

@@ -82,7 +82,7 @@ OPTION_REASONS = {
     "cross_attention": "VECO's plug-in cross-attention: export it with to-hf-seq2seq",
     "relative_position": "HF XLM-R has no relative position bias",
     "absolute_positions": "HF XLM-R always adds absolute position embeddings",
-    "architecture": "a ModernBERT model exports as ModernBertForMaskedLM, with to-hf",
+    "architecture": "another family exports as its own HF masked LM, with to-hf",
 }
 MASKED_LM_ARCHITECTURE = "XLMRobertaForMaskedLM"
 ENCODER_ARCHITECTURE = "XLMRobertaModel"

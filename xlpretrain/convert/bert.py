@@ -1,0 +1,235 @@
+"""Hugging Face ``BertForMaskedLM`` folders ⇄ xlpretrain BERT / mBERT models.
+
+BERT's encoder is XLM-R's tensor for tensor (``hf.ENCODER_RULES``, under ``bert.`` where
+XLM-R's is under ``roberta.``), so this is the XLM-R converter's machinery (``hf.py``: rules,
+layouts, names checked both ways, folders) with BERT's head and four differences:
+
+- The token-type table has two rows and the position table starts at row 0 (the declaration's
+  features); the model adds type 0 to every token, as HF BERT does without ``token_type_ids``.
+- The head is ``cls.predictions``: ``transform.{dense,LayerNorm}``, ``bias``, and a decoder
+  tied to the word embeddings.
+- HF BERT numbers positions 0, 1, … whatever the ids, so its ``pad_token_id`` only names the
+  tokenizer's padding: the config keeps xlpretrain's pad id, which numbers the batch's
+  positions (``layers.position_rows``), and an export states the tokenizer's.
+- Hub checkpoints (mBERT's) were saved from ``BertForPreTraining``: their pooler and
+  next-sentence head (``cls.seq_relationship``) are dropped with a log line, and their
+  LayerNorms' TensorFlow names (``gamma``, ``beta``) read as transformers reads them.
+
+An mBERT folder's tokenizer is its WordPiece ``tokenizer.json`` (special tokens found by role:
+``[CLS]``, ``[SEP]``, ``[PAD]``, ``[MASK]``, ``[UNK]``), read on import and written on export;
+a SentencePiece model is exported as ModernBERT's converter exports it
+(``modernbert.tokenizer_files``): transformers reads a ``bert`` folder's tokenizer from a
+``tokenizer.json`` (or a ``vocab.txt``), never from ``sentencepiece.bpe.model``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+import numpy as np
+
+from xlpretrain.convert.folder import DISCRIMINATOR, Params, Pretrained, unpadded
+from xlpretrain.convert.hf import CONFIG_KEYS as XLMR_CONFIG_KEYS
+from xlpretrain.convert.hf import (
+    COPY,
+    ENCODER_RULES,
+    LINEAR,
+    OPTION_REASONS,
+    Part,
+    Rule,
+    check_hf_settings,
+    export_ids,
+    export_tensors,
+    fresh_pooler,
+    import_tensors,
+    read_config,
+    read_tensors,
+    read_tokenizer,
+    refuse_options,
+    untie,
+    write_folder,
+)
+from xlpretrain.convert.modernbert import tokenizer_files
+from xlpretrain.data.tokenizer import SpecialIds
+from xlpretrain.model import vocab
+from xlpretrain.model.config import ModelConfig
+
+log = logging.getLogger(__name__)
+
+MODEL_TYPE = "bert"
+# The model's layers (`model.config.LAYER_FEATURES`): post-LN, two token types, positions
+# from row 0.
+FEATURES = {"layer_type": "post_ln", "token_type_rows": 2, "positions_from": 0}
+MASKED_LM_ARCHITECTURE = "BertForMaskedLM"
+ENCODER_ARCHITECTURE = "BertModel"
+# Architectures whose tensors hold the masked LM: a hub checkpoint's also holds the
+# next-sentence head, which is dropped.
+READ_ARCHITECTURES = (MASKED_LM_ARCHITECTURE, "BertForPreTraining")
+
+# ModelConfig field -> HF config.json key: XLM-R's but the pad id (see the module docstring).
+CONFIG_KEYS = {ours: key for ours, key in XLMR_CONFIG_KEYS.items() if ours != "pad_token_id"}
+# HF settings that xlpretrain's BERT implements one way only.
+FIXED_HF_SETTINGS = {
+    "hidden_act": "gelu",
+    "position_embedding_type": "absolute",
+    "type_vocab_size": FEATURES["token_type_rows"],
+    "is_decoder": False,
+    "add_cross_attention": False,
+}
+# ModelConfig fields an export states, besides CONFIG_KEYS; the relative-position ones mean
+# nothing without relative positions, which are refused.
+EXPRESSED = (
+    *CONFIG_KEYS, "architecture", "pad_token_id", "num_buckets", "max_distance",
+    "share_relative_table",
+)  # fmt: skip
+REASONS = {
+    "num_languages": OPTION_REASONS["num_languages"],
+    "cross_attention": "VECO's plug-in cross-attention has no BertForMaskedLM counterpart",
+    "relative_position": "HF BERT has no relative position bias of this kind",
+    "absolute_positions": "HF BERT always adds absolute position embeddings",
+}
+
+# RULES name ``BertForMaskedLM``'s tensors: the encoder under ``bert.``, then the head; "{i}"
+# as in ``hf.RULES``.
+_HEAD = "cls.predictions."
+RULES: tuple[Rule, ...] = (
+    *(("bert." + name, ours, layout) for name, ours, layout in ENCODER_RULES),
+    (_HEAD + "transform.dense.weight", "lm_head/dense/kernel", LINEAR),
+    (_HEAD + "transform.dense.bias", "lm_head/dense/bias", COPY),
+    (_HEAD + "transform.LayerNorm.weight", "lm_head/layer_norm/scale", COPY),
+    (_HEAD + "transform.LayerNorm.bias", "lm_head/layer_norm/bias", COPY),
+    (_HEAD + "bias", "lm_head/bias", COPY),
+)
+TIED = {
+    _HEAD + "decoder.weight": "bert.embeddings.word_embeddings.weight",
+    _HEAD + "decoder.bias": _HEAD + "bias",
+}
+# Buffers, and what a hub checkpoint holds beside the masked LM: the pooler and the
+# next-sentence head.
+IGNORED = (
+    "bert.embeddings.position_ids", "bert.embeddings.token_type_ids", "bert.pooler.",
+    "cls.seq_relationship.",
+)  # fmt: skip
+# TensorFlow's LayerNorm names, which transformers renames on load ("legacy" renamings).
+LEGACY_NORM_NAMES = {"LayerNorm.gamma": "LayerNorm.weight", "LayerNorm.beta": "LayerNorm.bias"}
+
+
+# --- configs --------------------------------------------------------------------------------
+
+
+def config_from_hf(hf_config: Mapping, source: str | os.PathLike = "config.json") -> ModelConfig:
+    """The ``ModelConfig`` of an HF BERT config; settings xlpretrain does not implement are
+    errors that name them."""
+    if hf_config.get("model_type") != MODEL_TYPE:
+        raise ValueError(
+            f"{source}: model_type={hf_config.get('model_type')!r} is not {MODEL_TYPE!r}"
+        )
+    check_hf_settings(hf_config, source, FIXED_HF_SETTINGS, CONFIG_KEYS.values(), "BERT")
+    return ModelConfig(
+        architecture=MODEL_TYPE,
+        **FEATURES,
+        **{ours: hf_config[key] for ours, key in CONFIG_KEYS.items()},
+    )
+
+
+def config_to_hf(
+    config: ModelConfig,
+    architecture: str = MASKED_LM_ARCHITECTURE,
+    special: SpecialIds | None = None,
+) -> dict:
+    """``config.json`` of the HF BERT ``architecture`` equivalent to ``config``, its
+    ``pad_token_id`` the model's tokenizer's (``special``, ``hf.export_ids``)."""
+    check_exportable(config, architecture)
+    special = special or export_ids(config, None)
+    return {
+        "architectures": [architecture],
+        "model_type": MODEL_TYPE,
+        **{key: getattr(config, ours) for ours, key in CONFIG_KEYS.items()},
+        **FIXED_HF_SETTINGS,
+        "pad_token_id": special.pad,
+        "tie_word_embeddings": True,
+    }
+
+
+def check_exportable(config: ModelConfig, architecture: str = MASKED_LM_ARCHITECTURE) -> None:
+    """Raises if ``config`` uses a model option HF BERT has no place for."""
+    refuse_options(
+        config,
+        ModelConfig(architecture=MODEL_TYPE, **FEATURES),
+        EXPRESSED,
+        architecture=architecture,
+        reasons=REASONS,
+        scope="only a plain BERT encoder can be exported",
+    )
+
+
+# --- parameters -----------------------------------------------------------------------------
+
+
+def params_from_hf(tensors: Mapping[str, np.ndarray], config: ModelConfig) -> Params:
+    """Our float32 params (layers stacked) from an HF ``BertForMaskedLM`` (or
+    ``BertForPreTraining``) state dict."""
+    tensors = untie(_current_names(tensors), TIED)
+    return import_tensors(tensors, RULES, config, model="a BERT masked LM", ignored=IGNORED)
+
+
+def _current_names(tensors: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """``tensors`` with TensorFlow's LayerNorm names renamed as transformers renames them."""
+    renamed = {}
+    for name, tensor in tensors.items():
+        for legacy, current in LEGACY_NORM_NAMES.items():
+            if name.endswith(legacy):
+                name = name.removesuffix(legacy) + current
+        renamed[name] = tensor
+    return renamed
+
+
+def params_to_hf(params: Params, config: ModelConfig) -> dict[str, np.ndarray]:
+    """The HF ``BertForMaskedLM`` state dict (as ``save_pretrained`` writes it: no tied
+    copies) of our masked LM, without the vocabulary rows padded for sharding."""
+    params = vocab.with_rows(params, config.vocab_size)
+    return export_tensors(params, [Part("", RULES, range(config.num_layers))])
+
+
+# --- folders --------------------------------------------------------------------------------
+
+
+def read_hf(path: str | os.PathLike) -> Pretrained:
+    """Reads an HF ``BertForMaskedLM`` folder: config, weights, and its tokenizer (a
+    ``tokenizer.json``, or the SentencePiece model of an xlpretrain export), if it has one."""
+    path, hf_config = read_config(path)
+    source = path / "config.json"
+    config = config_from_hf(hf_config, source)
+    architectures = hf_config.get("architectures") or []
+    if architectures and not set(architectures) & set(READ_ARCHITECTURES):
+        raise ValueError(
+            f"{source}: unsupported architecture {architectures}: from-hf converts BERT "
+            f"masked LMs ({' or '.join(READ_ARCHITECTURES)})"
+        )
+    params = params_from_hf(read_tensors(path), config)
+    tokenizer = read_tokenizer(path, config)
+    if tokenizer is None:
+        log.info("%s: no tokenizer, so the model has none", path)
+    return Pretrained(config, params, tokenizer)
+
+
+def write_hf(model: Pretrained, path: str | os.PathLike) -> None:
+    """Writes an HF ``BertForMaskedLM`` folder, or for an XLM-E discriminator (no MLM head) a
+    ``BertModel`` one with a fresh pooler (``hf.fresh_pooler``); ``path`` must not exist yet."""
+    model = unpadded(model)
+    config = model.config
+    special = export_ids(config, model.tokenizer)
+    if model.kind == DISCRIMINATOR:
+        hf_config = config_to_hf(config, ENCODER_ARCHITECTURE, special)
+        encoder = Part("", ENCODER_RULES, range(config.num_layers))
+        tensors = {**export_tensors(model.params, [encoder]), **fresh_pooler(config)}
+    else:
+        hf_config = config_to_hf(config, special=special)
+        tensors = params_to_hf(model.params, config)
+    files = tokenizer_files(model.tokenizer)  # before writing: a failure leaves no folder
+    write_folder(path, hf_config, tensors, model.tokenizer)
+    for name, content in files.items():
+        (Path(path) / name).write_bytes(content)
