@@ -1,7 +1,8 @@
 """BERT / mBERT (`model.architecture = "bert"`), the third family: parity with transformers'
 BertForMaskedLM both ways (float32, 1e-5 of the logits' scale), exact round trips with the
 WordPiece tokenizer.json an mBERT folder carries, a hub checkpoint's layout (pooler,
-next-sentence head, TensorFlow LayerNorm names), the settings conversion refuses."""
+next-sentence head, TensorFlow LayerNorm names), the settings conversion refuses, and
+configs/mbert.py's shape."""
 
 import json
 
@@ -15,10 +16,12 @@ safetensors_numpy = pytest.importorskip("safetensors.numpy")
 tokenizers = pytest.importorskip("tokenizers")
 
 import xlpretrain  # noqa: E402
+from tests.test_plan import shipped_config  # noqa: E402
 from xlpretrain import api, backbones  # noqa: E402
 from xlpretrain.convert import bert, folder, from_hf, to_hf  # noqa: E402
 from xlpretrain.convert.__main__ import main  # noqa: E402
 from xlpretrain.data.tokenizer import Tokenizer  # noqa: E402
+from xlpretrain.training.plan import resolve  # noqa: E402
 
 TOLERANCE = 1e-5
 # mBERT's layout in small: [PAD] 0, unused rows, then [UNK], [CLS], [SEP], [MASK]; pieces after.
@@ -327,3 +330,19 @@ def test_to_hf_refuses_options_bert_cannot_express(option, message, tmp_path):
     with pytest.raises(ValueError, match=f"BertForMaskedLM cannot express .*{message}"):
         to_hf(tmp_path / "ours", tmp_path / "hf")
     assert not (tmp_path / "hf").exists()
+
+
+def test_mbert_base_has_mbert_shape():
+    """12 layers, 768 wide, 12 heads, FFN 3,072, 512 positions from row 0, two token types,
+    119,547 ids, LayerNorm ε 1e-12: 178 M parameters (mBERT's, less its pooler and NSP head)."""
+    plan = resolve(shipped_config("mbert.py", "base"))
+    m = plan.model
+    assert (m.architecture, m.num_layers, m.hidden_size, m.num_heads, m.mlp_dim) == (
+        "bert", 12, 768, 12, 3072
+    )  # fmt: skip
+    assert (m.max_positions, m.longest_row, m.token_type_rows) == (512, 512, 2)
+    assert (m.vocab_size, m.layer_norm_eps) == (119547, 1e-12)
+    shapes = folder.abstract_params(m)
+    count = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(shapes))
+    unpadded = count - (m.padded_vocab_size - m.vocab_size) * (m.hidden_size + 1)
+    assert unpadded == pytest.approx(177.9e6, rel=0.001)

@@ -39,6 +39,7 @@ SHIPPED = [  # (file, argument, data.* settings)
     *(("veco.py", size, {}) for size in ("tiny", "small", "large")),
     *(("xlm_e.py", size, {}) for size in ("tiny", "base")),
     *(("mmbert.py", size, {}) for size in ("tiny", "small", "base")),
+    *(("mbert.py", size, {}) for size in ("tiny", "base")),
 ]
 
 

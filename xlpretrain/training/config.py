@@ -185,7 +185,8 @@ def default_config() -> ml_collections.ConfigDict:
     cfg.model = ml_collections.ConfigDict()
     # xlmr (XLM-R's post-LN layers, learned positions) | modernbert (ModernBERT / mmBERT:
     # pre-norm, no biases, rotary positions, GeGLU, local/global attention; set
-    # absolute_positions False): xlpretrain/model/modern.py.
+    # absolute_positions False): xlpretrain/model/modern.py | bert (BERT / mBERT: XLM-R's
+    # layers, two token types, positions from row 0). Declared in xlpretrain/backbones/.
     cfg.model.architecture = "xlmr"
     # Ids of the model's vocabulary; the size of the SentencePiece model a run trains when it
     # has none (tokenizer.path, data.store, init.checkpoint); 0: the size of the one it has.
