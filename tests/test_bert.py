@@ -1,8 +1,8 @@
 """BERT / mBERT (`model.architecture = "bert"`), the third family: parity with transformers'
 BertForMaskedLM both ways (float32, 1e-5 of the logits' scale), exact round trips with the
 WordPiece tokenizer.json an mBERT folder carries, a hub checkpoint's layout (pooler,
-next-sentence head, TensorFlow LayerNorm names), the settings conversion refuses, and
-configs/mbert.py's shape."""
+next-sentence head, TensorFlow LayerNorm names), the settings conversion refuses, every
+objective training on it, a sharded step equal to one device's, and configs/mbert.py's shapes."""
 
 import json
 
@@ -16,7 +16,9 @@ safetensors_numpy = pytest.importorskip("safetensors.numpy")
 tokenizers = pytest.importorskip("tokenizers")
 
 import xlpretrain  # noqa: E402
+from tests.test_modern_encoder import OBJECTIVES  # noqa: E402
 from tests.test_plan import shipped_config  # noqa: E402
+from tests.tiny import one_device_and_a_mesh, run_config, trains_alone  # noqa: E402
 from xlpretrain import api, backbones  # noqa: E402
 from xlpretrain.convert import bert, folder, from_hf, to_hf  # noqa: E402
 from xlpretrain.convert.__main__ import main  # noqa: E402
@@ -330,6 +332,27 @@ def test_to_hf_refuses_options_bert_cannot_express(option, message, tmp_path):
     with pytest.raises(ValueError, match=f"BertForMaskedLM cannot express .*{message}"):
         to_hf(tmp_path / "ours", tmp_path / "hf")
     assert not (tmp_path / "hf").exists()
+
+
+def bert_run(**overrides):
+    """The tiny pre-training run on BERT's layers."""
+    cfg = run_config(**overrides)
+    cfg.model.update(architecture="bert", layer_norm_eps=1e-12)
+    return cfg
+
+
+@pytest.mark.parametrize("name", sorted(OBJECTIVES))
+def test_every_objective_trains_on_bert(name):
+    trains_alone(resolve(bert_run(objectives={name: 1.0}, **OBJECTIVES[name])), name)
+
+
+def test_a_sharded_step_equals_one_device():
+    """MMLM + TLM on BERT's layers, data 2 × fsdp 2 × tensor 2 against one device: the same
+    loss and the same updated parameters (the two-row token-type table included)."""
+    (one_metrics, one), (sharded_metrics, sharded) = one_device_and_a_mesh(resolve(bert_run()))
+    assert one["embeddings"]["token_type_embeddings"]["embedding"].shape == (2, 32)
+    np.testing.assert_allclose(sharded_metrics["loss"], one_metrics["loss"], rtol=1e-5)
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, atol=2e-6, rtol=1e-4), sharded, one)
 
 
 def test_mbert_base_has_mbert_shape():

@@ -266,3 +266,25 @@ def one_device_and_a_mesh(plan, rows: int = 8, seed: int = 3) -> list[tuple[dict
         state, metrics = training.step_fns[0](training.state, placed)
         results.append((jax.device_get(metrics), jax.device_get(state.params)))
     return results
+
+
+def trains_alone(plan, name: str) -> None:
+    """Two steps of objective `name`, alone in `plan`, on synthetic rows and one device: its
+    losses are finite and the parameters move (the first step's learning rate is 0: warm-up).
+    What "every objective trains on this backbone" asserts."""
+    from xlpretrain import objectives
+    from xlpretrain.bench.step import synthetic_batch
+    from xlpretrain.parallel.sharding import make_mesh
+    from xlpretrain.training.step import setup_training
+
+    model, init = objectives.build_model(plan.model_config(4), plan.objectives, plan.contexts)
+    training = setup_training(plan, model, init, make_mesh(1, 1, 1, jax.devices()[:1]))
+    rng = np.random.default_rng(0)
+    batch = {name: synthetic_batch(8, plan.stage_streams[0][name], plan.model.vocab_size, rng)}
+    before = jax.device_get(training.state.params)
+    state = training.state
+    for _ in range(2):
+        state, metrics = training.step_fns[0](state, batch)
+        assert np.isfinite(float(metrics["loss"])), name
+    moved = jax.tree.map(lambda a, b: bool(np.any(a != b)), before, jax.device_get(state.params))
+    assert any(jax.tree.leaves(moved)), name
