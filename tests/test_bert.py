@@ -19,10 +19,12 @@ import xlpretrain  # noqa: E402
 from tests.test_modern_encoder import OBJECTIVES  # noqa: E402
 from tests.test_plan import shipped_config  # noqa: E402
 from tests.tiny import one_device_and_a_mesh, run_config, trains_alone  # noqa: E402
-from xlpretrain import api, backbones  # noqa: E402
+from xlpretrain import api, backbones, masks  # noqa: E402
 from xlpretrain.convert import bert, folder, from_hf, to_hf  # noqa: E402
 from xlpretrain.convert.__main__ import main  # noqa: E402
+from xlpretrain.data.examples import FIRST_POSITION, PAD_POSITION  # noqa: E402
 from xlpretrain.data.tokenizer import Tokenizer  # noqa: E402
+from xlpretrain.model.encoder import MaskedLM  # noqa: E402
 from xlpretrain.training.plan import resolve  # noqa: E402
 
 TOLERANCE = 1e-5
@@ -128,6 +130,24 @@ def test_from_hf_gives_transformers_logits(converted, lengths):
     assert ours.pad_id == PAD  # the tokenizer's, found by role
     ids, mask = batch(seed=len(set(lengths)), lengths=lengths)
     assert_equal_on_real_tokens(ours.mlm_logits(ids, mask), hf_logits(model, ids, mask), mask)
+
+
+def test_the_pipelines_positions_give_transformers_logits(converted):
+    """Training reads the checkpoint with the pipeline's numbering (a unit's first token at
+    `FIRST_POSITION`, padding at `PAD_POSITION`), whatever HF's pad id: the first token reads
+    row 0 of the position table, as HF's does, and a warm start keeps the run's positions."""
+    model, root = converted
+    ours = folder.read(root / "ours")
+    ids, mask = batch(seed=6, lengths=(12, 7))
+    positions = np.where(mask == 1, FIRST_POSITION + np.arange(ids.shape[1]), PAD_POSITION)
+    meta = {"segment_ids": mask, "positions": positions}
+
+    def forward(module):
+        hidden = module(ids, positions, mask_fn=masks.mmlm, mask_meta=meta)
+        return module.mlm_logits(hidden)
+
+    got = np.asarray(MaskedLM(ours.config).apply({"params": ours.params}, method=forward))
+    assert_equal_on_real_tokens(got, hf_logits(model, ids, mask), mask)
 
 
 def test_the_tokenizer_is_found_by_role_and_round_trips(converted, tmp_path):
