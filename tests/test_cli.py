@@ -39,7 +39,7 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
         (  # a shipped config's name that is not one: the file looked for, the shipped names
             ["--config=nosuch:tiny"],
             f"--config nosuch:tiny: no such file ({REPO / 'nosuch'}) and no shipped config "
-            "'nosuch' (shipped: demo, ernie_m, finetune_pairs, mmbert, veco, xlm_e, xlmr)",
+            "'nosuch' (shipped: demo, ernie_m, finetune_pairs, mbert, mmbert, veco, xlm_e, xlmr)",
         ),
         (
             ["--config=nosuch.py:tiny"],
@@ -48,7 +48,7 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
         ),
         (
             ["--config=xlmr.py:tiny"],
-            "(shipped: demo, ernie_m, finetune_pairs, mmbert, veco, "
+            "(shipped: demo, ernie_m, finetune_pairs, mbert, mmbert, veco, "
             "xlm_e, xlmr); did you mean xlmr:tiny?",
         ),
         (
