@@ -106,15 +106,14 @@ def test_records_without_layer_features_are_read_as_they_were_written(tmp_path):
     assert folder.read(tmp_path / "ckpt").config == dataclasses.replace(modern, scan_layers=True)
 
 
-def test_each_converter_builds_its_declarations_layers():
-    """A converter states the layers of the HF format it reads (`FEATURES`, `MODEL_TYPES`):
-    they are its backbone's."""
-    from xlpretrain.convert import bert, hf, modernbert
+def test_each_declaration_names_a_converter_below_it_that_reads_its_family():
+    """A declaration names its converter module (imported only when it converts, so the layer
+    test cannot see the import): it must sit below the declarations and read the family's
+    name, layers and model types from the declaration's own `Family`."""
+    from tests.test_layering import rank
 
-    for backbone, converter, types in (
-        (backbones.get("xlmr"), hf, hf.MODEL_TYPES),
-        (backbones.get("modernbert"), modernbert, (modernbert.MODEL_TYPE,)),
-        (backbones.get("bert"), bert, (bert.MODEL_TYPE,)),
-    ):
-        assert dict(backbone.features) == converter.FEATURES
-        assert backbone.hf_model_types == types
+    for backbone in backbones.REGISTRY.values():
+        converter = backbone.converter_module()
+        module = backbone.converter.removeprefix("xlpretrain.")
+        assert rank(module) < rank("backbones.declaration"), module
+        assert any(value is backbone.family for value in vars(converter).values()), module

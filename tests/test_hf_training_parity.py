@@ -25,7 +25,7 @@ transformers = pytest.importorskip("transformers")
 from transformers.models.xlm_roberta import modeling_xlm_roberta as xlm_roberta  # noqa: E402
 from transformers.trainer_pt_utils import get_parameter_names  # noqa: E402
 
-from xlpretrain.convert import hf  # noqa: E402
+from xlpretrain.convert import xlmr  # noqa: E402
 from xlpretrain.training import trainer as trainer_lib  # noqa: E402
 from xlpretrain.training.metrics import read_metrics  # noqa: E402
 from xlpretrain.training.plan import RunPlan, resolve  # noqa: E402
@@ -83,7 +83,7 @@ def our_run(plan: RunPlan, workdir) -> tuple[Trained, dict, list[dict]]:
     config = plan.model
     trained = Trained(
         [r["loss"] for r in records], [r["grad_norm"] for r in records],
-        hf.params_to_hf(final, config),
+        xlmr.params_to_hf(final, config),
     )  # fmt: skip
     return trained, initial, batches
 
@@ -110,9 +110,9 @@ def hf_run(plan: RunPlan, params, batches) -> Trained:
     """`XLMRobertaForMaskedLM` from our exported step-0 parameters, trained as HF trains."""
     config = plan.model
     model = transformers.XLMRobertaForMaskedLM(
-        transformers.XLMRobertaConfig(**hf.config_to_hf(config))
+        transformers.XLMRobertaConfig(**xlmr.config_to_hf(config))
     )
-    state = {name: torch.tensor(t) for name, t in hf.params_to_hf(params, config).items()}
+    state = {name: torch.tensor(t) for name, t in xlmr.params_to_hf(params, config).items()}
     missing, unexpected = model.load_state_dict(state, strict=False)
     assert not unexpected and set(missing) <= TIED
     assert model.lm_head.decoder.weight is model.roberta.embeddings.word_embeddings.weight

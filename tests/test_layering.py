@@ -17,12 +17,14 @@ LAYERS = (
     ("parallel", "masks"),
     ("data",),
     ("model",),
-    ("objectives",),
+    # Each family's name, layers and HF model types, which its converter and its declaration
+    # both read.
+    ("objectives", "families"),
     # Hugging Face machinery and each family's converter, then the backbone declarations that
     # name them, then what dispatches by backbone (the package's `from_hf` / `to_hf`).
     (
-        "convert.folder", "convert.hf", "convert.modernbert", "convert.bert", "convert.merging",
-        "convert.seq2seq",
+        "convert.folder", "convert.hf", "convert.xlmr", "convert.modernbert", "convert.bert",
+        "convert.merging", "convert.seq2seq",
     ),
     ("backbones",),
     ("convert", "api", "eval"),

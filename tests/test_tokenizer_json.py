@@ -21,7 +21,7 @@ from tokenizers import models, pre_tokenizers, processors, trainers
 import xlpretrain
 from tests.tiny import model_config, prepare_store, run_config
 from xlpretrain.api import hf_positions
-from xlpretrain.convert import folder, hf, modernbert
+from xlpretrain.convert import folder, modernbert, xlmr
 from xlpretrain.data import demo_corpus
 from xlpretrain.data import store as store_lib
 from xlpretrain.data.masking import regular_ids
@@ -206,7 +206,7 @@ def test_an_xlmr_export_refuses_a_tokenizer_that_pads_elsewhere(tok, tmp_path):
     config = model_config(vocab_size=2002)
     params = jax.tree.map(np.asarray, nn.unbox(init_params(config, jax.random.key(0))))
     with pytest.raises(ValueError, match="tokenizer pads with id 2000"):
-        hf.write_hf(folder.Pretrained(config, params, tok), tmp_path / "hf")
+        xlmr.write_hf(folder.Pretrained(config, params, tok), tmp_path / "hf")
 
 
 @pytest.fixture(scope="module")

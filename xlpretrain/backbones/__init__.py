@@ -1,6 +1,7 @@
 """The backbones a run can train, by `model.architecture`: one declaration per family
 (`declaration.Backbone`), each in its own module. The only place that goes from a family's name
-to what the family is; adding one is its module and a line here."""
+to what the family is; adding one is its facts (`xlpretrain.families`), its declaration, the
+converter it names and a line here."""
 
 from __future__ import annotations
 

@@ -4,24 +4,12 @@ the same XLM, VECO and XLM-E additions as XLM-R. Converted by `convert.bert`."""
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 from xlpretrain.backbones.declaration import Backbone
 from xlpretrain.backbones.xlmr import check_settings
+from xlpretrain.families import BERT
 from xlpretrain.model.config import ModelConfig
-
-
-def read_hf(path: str | os.PathLike, allow_missing_head: bool) -> Any:
-    from xlpretrain.convert import bert
-
-    return bert.read_hf(path)
-
-
-def write_hf(model: Any, path: str | os.PathLike) -> None:
-    from xlpretrain.convert import bert
-
-    bert.write_hf(model, path)
 
 
 def hf_peer(config: ModelConfig) -> Any:
@@ -46,16 +34,11 @@ def hf_peer(config: ModelConfig) -> Any:
 
 
 BACKBONE = Backbone(
-    name="bert",
-    title="BERT / mBERT",
-    # Post-LN layers, two token types, positions from the table's first row.
-    features={"layer_type": "post_ln", "token_type_rows": 2, "positions_from": 0},
+    family=BERT,
     # Learned positions, or XLM-R's relative ones: the same layers, the same check.
     check=check_settings,
     function_settings=("layer_norm_eps", "max_distance"),
-    hf_model_types=("bert",),
-    read_hf=read_hf,
-    write_hf=write_hf,
+    converter="xlpretrain.convert.bert",
     hf_peer=hf_peer,
     peer_name="transformers BertForMaskedLM (sdpa attention)",
 )

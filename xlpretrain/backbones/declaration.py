@@ -2,19 +2,25 @@
 
 A run names its family as a value (`model.architecture`); everything that differs between
 families is found through its declaration in the registry (`xlpretrain.backbones`), never by
-comparing the name: its layers (as the `LAYER_FEATURES` values the model code reads), the checks
-its settings need, which settings a warm start must share with its checkpoint, its Hugging Face
-converters both ways, and its PyTorch peer for `bench`.
+comparing the name: its name and layers (`families.Family`, which its converter reads too), the
+checks its settings need, which settings a warm start must share with its checkpoint, its
+Hugging Face converter and its PyTorch peer for `bench`.
+
+A declaration names its converter module and imports it only when a conversion or the peer
+runs: converters import Flax, and checking a config must not.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import os
 from collections.abc import Callable, Mapping
+from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from xlpretrain.model.config import LAYER_FEATURES, ModelConfig
+from xlpretrain.families import Family
+from xlpretrain.model.config import ModelConfig
 
 if TYPE_CHECKING:  # the converters import Flax; checking a config needs none of it
     from xlpretrain.convert.folder import Pretrained
@@ -24,34 +30,53 @@ if TYPE_CHECKING:  # the converters import Flax; checking a config needs none of
 class Backbone:
     """One model family.
 
-    - ``name``: its `model.architecture` value; ``title``: how messages name it.
-    - ``features``: its `LAYER_FEATURES` (layer type, token-type rows, first position row).
+    - ``family``: its name, title, layer features and HF `model_type`s.
     - ``check``: raises `ConfigError` naming the key where a run's `model` section (a mapping of
       validated keys) asks for what its layers cannot do.
     - ``function_settings``: the `ModelConfig` fields in which the same weights compute another
       function without a parameter changing shape; a warm start shares them with its
       checkpoint or names them in `init.changes` (`training.warm_start`).
-    - ``hf_model_types``, ``read_hf(path, allow_missing_head)``, ``write_hf(model, path)``: its
-      Hugging Face folders (`config.json`'s `model_type`) and converters (which import their
-      machinery when called: a config is checked without Flax).
+    - ``converter``: the module converting its Hugging Face folders both ways (`read_hf(path,
+      allow_missing_head=…)`, `write_hf(model, path)`) and writing their `config.json`
+      (`config_to_hf(config)`).
     - ``hf_peer(config)``: a fresh HF masked LM of `config`'s shape, and ``peer_name``, for
       `bench --peer`.
     """
 
-    name: str
-    title: str
-    features: Mapping[str, Any]
+    family: Family
     check: Callable[[Mapping[str, Any]], None]
     function_settings: tuple[str, ...]
-    hf_model_types: tuple[str, ...]
-    read_hf: Callable[[str | os.PathLike, bool], Pretrained]
-    write_hf: Callable[[Pretrained, str | os.PathLike], None]
+    converter: str
     hf_peer: Callable[[ModelConfig], Any]
     peer_name: str
 
-    def __post_init__(self) -> None:
-        if set(self.features) != set(LAYER_FEATURES):
-            raise ValueError(f"backbone {self.name}: features must be {LAYER_FEATURES}")
+    @property
+    def name(self) -> str:
+        return self.family.name
+
+    @property
+    def title(self) -> str:
+        return self.family.title
+
+    @property
+    def features(self) -> Mapping[str, Any]:
+        return self.family.features
+
+    @property
+    def hf_model_types(self) -> tuple[str, ...]:
+        return self.family.hf_model_types
+
+    def converter_module(self) -> ModuleType:
+        """Its converter, imported now (with Flax)."""
+        return importlib.import_module(self.converter)
+
+    def read_hf(self, path: str | os.PathLike, allow_missing_head: bool = False) -> Pretrained:
+        """The model of an HF folder of this family."""
+        return self.converter_module().read_hf(path, allow_missing_head=allow_missing_head)
+
+    def write_hf(self, model: Pretrained, path: str | os.PathLike) -> None:
+        """Writes `model` as an HF folder of this family; `path` must not exist yet."""
+        self.converter_module().write_hf(model, path)
 
     def model_config(
         self, model: Mapping[str, Any], num_languages: int = 0, kernel_platform: str = ""
@@ -63,4 +88,4 @@ class Backbone:
 
     def config(self, **fields: Any) -> ModelConfig:
         """A `ModelConfig` of this family with `fields` (the others at their defaults)."""
-        return ModelConfig(architecture=self.name, **self.features, **fields)
+        return self.family.config(**fields)

@@ -4,12 +4,12 @@ by `convert.modernbert`."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from typing import Any
 
 from xlpretrain.backbones.declaration import Backbone
 from xlpretrain.core.errors import check
+from xlpretrain.families import MODERNBERT
 from xlpretrain.model.config import ModelConfig
 
 ROTARY = "model.architecture='modernbert' has rotary positions"
@@ -31,18 +31,6 @@ def check_settings(model: Mapping[str, Any]) -> None:
     )
 
 
-def read_hf(path: str | os.PathLike, allow_missing_head: bool) -> Any:
-    from xlpretrain.convert import modernbert
-
-    return modernbert.read_hf(path)
-
-
-def write_hf(model: Any, path: str | os.PathLike) -> None:
-    from xlpretrain.convert import modernbert
-
-    modernbert.write_hf(model, path)
-
-
 def hf_peer(config: ModelConfig) -> Any:
     """HF `ModernBertForMaskedLM` built from the config `convert to-hf` writes."""
     from transformers import ModernBertConfig, ModernBertForMaskedLM
@@ -55,10 +43,7 @@ def hf_peer(config: ModelConfig) -> Any:
 
 
 BACKBONE = Backbone(
-    name="modernbert",
-    title="ModernBERT / mmBERT",
-    # Pre-norm layers, no token types, rotary positions from 0.
-    features={"layer_type": "pre_ln", "token_type_rows": 0, "positions_from": 0},
+    family=MODERNBERT,
     check=check_settings,
     function_settings=(
         "layer_norm_eps",
@@ -67,9 +52,7 @@ BACKBONE = Backbone(
         "rope_theta",
         "local_rope_theta",
     ),  # fmt: skip
-    hf_model_types=("modernbert",),
-    read_hf=read_hf,
-    write_hf=write_hf,
+    converter="xlpretrain.convert.modernbert",
     hf_peer=hf_peer,
     peer_name="transformers ModernBertForMaskedLM (sdpa attention)",
 )

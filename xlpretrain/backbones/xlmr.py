@@ -1,19 +1,18 @@
 """XLM-R (and RoBERTa): post-LN layers with biases, learned positions after the padding row, one
 token type; optionally XLM's language embeddings, VECO's plug-in cross-attention and XLM-E's
-relative-position bias. Converted by `convert.hf`."""
+relative-position bias. Converted by `convert.xlmr`."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from typing import Any
 
 from xlpretrain.backbones.declaration import Backbone
 from xlpretrain.core.errors import check
+from xlpretrain.families import XLMR
 from xlpretrain.model.config import ModelConfig
 
 PEER_IDS = {"pad_token_id": 1, "bos_token_id": 0, "eos_token_id": 2}  # a SentencePiece layout
-HF_MODEL_TYPES = ("xlm-roberta", "roberta")
 
 
 def check_settings(model: Mapping[str, Any]) -> None:
@@ -22,18 +21,6 @@ def check_settings(model: Mapping[str, Any]) -> None:
         "model.absolute_positions",
         "without absolute positions the model needs model.relative_position",
     )
-
-
-def read_hf(path: str | os.PathLike, allow_missing_head: bool) -> Any:
-    from xlpretrain.convert import hf
-
-    return hf.read_hf(path, allow_missing_head=allow_missing_head)
-
-
-def write_hf(model: Any, path: str | os.PathLike) -> None:
-    from xlpretrain.convert import hf
-
-    hf.write_hf(model, path)
 
 
 def hf_peer(config: ModelConfig) -> Any:
@@ -59,16 +46,11 @@ def hf_peer(config: ModelConfig) -> Any:
 
 
 BACKBONE = Backbone(
-    name="xlmr",
-    title="XLM-R / RoBERTa",
-    # Post-LN layers, one token type, positions after the padding row: `ModelConfig`'s defaults.
-    features={"layer_type": "post_ln", "token_type_rows": 1, "positions_from": 2},
+    family=XLMR,
     check=check_settings,
     # The relative-position distance counts only where a checkpoint has relative positions.
     function_settings=("layer_norm_eps", "max_distance"),
-    hf_model_types=HF_MODEL_TYPES,
-    read_hf=read_hf,
-    write_hf=write_hf,
+    converter="xlpretrain.convert.xlmr",
     hf_peer=hf_peer,
     peer_name="transformers XLMRobertaForMaskedLM (sdpa attention)",
 )

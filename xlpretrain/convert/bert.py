@@ -1,8 +1,9 @@
 """Hugging Face ``BertForMaskedLM`` folders ⇄ xlpretrain BERT / mBERT models.
 
-BERT's encoder is XLM-R's tensor for tensor (``hf.ENCODER_RULES``, under ``bert.`` where
-XLM-R's is under ``roberta.``), so this is the XLM-R converter's machinery (``hf.py``: rules,
-layouts, names checked both ways, folders) with BERT's head and four differences:
+BERT's encoder is XLM-R's tensor for tensor (``xlmr.ENCODER_RULES``, under ``bert.`` where
+XLM-R's is under ``roberta.``), so this is the converters' machinery (``hf.py``: rules,
+layouts, names checked both ways, folders) with XLM-R's encoder, BERT's head and four
+differences:
 
 - The token-type table has two rows and the position table starts at row 0 (the declaration's
   features); the model adds type 0 to every token, as HF BERT does without ``token_type_ids``.
@@ -18,7 +19,7 @@ layouts, names checked both ways, folders) with BERT's head and four differences
 An mBERT folder's tokenizer is its WordPiece ``tokenizer.json`` (special tokens found by role:
 ``[CLS]``, ``[SEP]``, ``[PAD]``, ``[MASK]``, ``[UNK]``), read on import and written on export;
 a SentencePiece model is exported as ModernBERT's converter exports it
-(``modernbert.tokenizer_files``): transformers reads a ``bert`` folder's tokenizer from a
+(``hf.tokenizer_files``): transformers reads a ``bert`` folder's tokenizer from a
 ``tokenizer.json`` (or a ``vocab.txt``), never from ``sentencepiece.bpe.model``.
 """
 
@@ -27,17 +28,14 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Mapping
-from pathlib import Path
 
 import numpy as np
 
 from xlpretrain.convert.folder import DISCRIMINATOR, Params, Pretrained, unpadded
-from xlpretrain.convert.hf import CONFIG_KEYS as XLMR_CONFIG_KEYS
 from xlpretrain.convert.hf import (
+    COMMON_REASONS,
     COPY,
-    ENCODER_RULES,
     LINEAR,
-    OPTION_REASONS,
     Part,
     Rule,
     check_hf_settings,
@@ -49,20 +47,19 @@ from xlpretrain.convert.hf import (
     read_tensors,
     read_tokenizer,
     refuse_options,
+    tokenizer_files,
     untie,
     write_folder,
 )
-from xlpretrain.convert.modernbert import tokenizer_files
+from xlpretrain.convert.xlmr import CONFIG_KEYS as XLMR_CONFIG_KEYS
+from xlpretrain.convert.xlmr import ENCODER_RULES
 from xlpretrain.data.tokenizer import SpecialIds
+from xlpretrain.families import BERT
 from xlpretrain.model import vocab
 from xlpretrain.model.config import ModelConfig
 
 log = logging.getLogger(__name__)
 
-MODEL_TYPE = "bert"
-# The model's layers (`model.config.LAYER_FEATURES`): post-LN, two token types, positions
-# from row 0.
-FEATURES = {"layer_type": "post_ln", "token_type_rows": 2, "positions_from": 0}
 MASKED_LM_ARCHITECTURE = "BertForMaskedLM"
 ENCODER_ARCHITECTURE = "BertModel"
 # Architectures whose tensors hold the masked LM: a hub checkpoint's also holds the
@@ -75,7 +72,7 @@ CONFIG_KEYS = {ours: key for ours, key in XLMR_CONFIG_KEYS.items() if ours != "p
 FIXED_HF_SETTINGS = {
     "hidden_act": "gelu",
     "position_embedding_type": "absolute",
-    "type_vocab_size": FEATURES["token_type_rows"],
+    "type_vocab_size": BERT.features["token_type_rows"],
     "is_decoder": False,
     "add_cross_attention": False,
 }
@@ -86,14 +83,14 @@ EXPRESSED = (
     "share_relative_table",
 )  # fmt: skip
 REASONS = {
-    "num_languages": OPTION_REASONS["num_languages"],
+    **COMMON_REASONS,
     "cross_attention": "VECO's plug-in cross-attention has no BertForMaskedLM counterpart",
     "relative_position": "HF BERT has no relative position bias of this kind",
     "absolute_positions": "HF BERT always adds absolute position embeddings",
 }
 
 # RULES name ``BertForMaskedLM``'s tensors: the encoder under ``bert.``, then the head; "{i}"
-# as in ``hf.RULES``.
+# as in ``xlmr.RULES``.
 _HEAD = "cls.predictions."
 RULES: tuple[Rule, ...] = (
     *(("bert." + name, ours, layout) for name, ours, layout in ENCODER_RULES),
@@ -123,16 +120,12 @@ LEGACY_NORM_NAMES = {"LayerNorm.gamma": "LayerNorm.weight", "LayerNorm.beta": "L
 def config_from_hf(hf_config: Mapping, source: str | os.PathLike = "config.json") -> ModelConfig:
     """The ``ModelConfig`` of an HF BERT config; settings xlpretrain does not implement are
     errors that name them."""
-    if hf_config.get("model_type") != MODEL_TYPE:
+    if hf_config.get("model_type") != BERT.hf_model_type:
         raise ValueError(
-            f"{source}: model_type={hf_config.get('model_type')!r} is not {MODEL_TYPE!r}"
+            f"{source}: model_type={hf_config.get('model_type')!r} is not {BERT.hf_model_type!r}"
         )
     check_hf_settings(hf_config, source, FIXED_HF_SETTINGS, CONFIG_KEYS.values(), "BERT")
-    return ModelConfig(
-        architecture=MODEL_TYPE,
-        **FEATURES,
-        **{ours: hf_config[key] for ours, key in CONFIG_KEYS.items()},
-    )
+    return BERT.config(**{ours: hf_config[key] for ours, key in CONFIG_KEYS.items()})
 
 
 def config_to_hf(
@@ -146,7 +139,7 @@ def config_to_hf(
     special = special or export_ids(config, None)
     return {
         "architectures": [architecture],
-        "model_type": MODEL_TYPE,
+        "model_type": BERT.hf_model_type,
         **{key: getattr(config, ours) for ours, key in CONFIG_KEYS.items()},
         **FIXED_HF_SETTINGS,
         "pad_token_id": special.pad,
@@ -158,7 +151,7 @@ def check_exportable(config: ModelConfig, architecture: str = MASKED_LM_ARCHITEC
     """Raises if ``config`` uses a model option HF BERT has no place for."""
     refuse_options(
         config,
-        ModelConfig(architecture=MODEL_TYPE, **FEATURES),
+        BERT.config(),
         EXPRESSED,
         architecture=architecture,
         reasons=REASONS,
@@ -197,9 +190,11 @@ def params_to_hf(params: Params, config: ModelConfig) -> dict[str, np.ndarray]:
 # --- folders --------------------------------------------------------------------------------
 
 
-def read_hf(path: str | os.PathLike) -> Pretrained:
+def read_hf(path: str | os.PathLike, *, allow_missing_head: bool = False) -> Pretrained:
     """Reads an HF ``BertForMaskedLM`` folder: config, weights, and its tokenizer (a
-    ``tokenizer.json``, or the SentencePiece model of an xlpretrain export), if it has one."""
+    ``tokenizer.json``, or the SentencePiece model of an xlpretrain export), if it has one.
+    ``allow_missing_head`` (every converter's option, XLM-R's alone uses it) changes nothing:
+    a ``BertModel`` folder is refused."""
     path, hf_config = read_config(path)
     source = path / "config.json"
     config = config_from_hf(hf_config, source)
@@ -230,6 +225,4 @@ def write_hf(model: Pretrained, path: str | os.PathLike) -> None:
         hf_config = config_to_hf(config, special=special)
         tensors = params_to_hf(model.params, config)
     files = tokenizer_files(model.tokenizer)  # before writing: a failure leaves no folder
-    write_folder(path, hf_config, tensors, model.tokenizer)
-    for name, content in files.items():
-        (Path(path) / name).write_bytes(content)
+    write_folder(path, hf_config, tensors, model.tokenizer, files)

@@ -1,14 +1,16 @@
-"""Hugging Face ``XLMRobertaForMaskedLM`` folders ⇄ xlpretrain models: names, layouts, configs.
+"""Hugging Face folders ⇄ xlpretrain models: the machinery every family's converter shares.
 
-The encoder was built to match HF XLM-R one tensor to one parameter (see
-``xlpretrain.model.encoder``), so conversion is a table of renames plus a few layout changes:
-``torch.nn.Linear`` stores ``[out, in]`` where Flax stores ``[in, out]``, and the attention
-projections keep heads as their own axis. Every name is checked both ways: a tensor the table
-does not know, or a parameter it does not fill, is an error rather than a silent drop.
-
-Exports also write bare encoders (``XLMRobertaModel``: an XLM-E discriminator) and, through
-``seq2seq.py``, VECO's ``EncoderDecoderModel``, from the same rules. ``modernbert.py`` converts
-ModernBERT models with this module's machinery (``xlpretrain.convert`` picks the converter).
+Our encoders were built to match their HF models one tensor to one parameter (see
+``xlpretrain.model.encoder``), so a converter is a table of rules (HF name, our parameter,
+``Layout``) plus a few layout changes: ``torch.nn.Linear`` stores ``[out, in]`` where Flax
+stores ``[in, out]``, and the attention projections keep heads as their own axis. Here are the
+layouts, the import and export of tensors by rules with every name checked both ways (a tensor
+the rules do not know, or a parameter they do not fill, is an error rather than a silent drop),
+the checks of an HF config's settings and of the model options an export cannot state, HF
+folders' tensors, configs and tokenizers read and written, and the fresh pooler and MLM head
+HF has where xlpretrain has no parameters. Each family's names are its converter's: ``xlmr``,
+``modernbert``, ``bert`` (and ``seq2seq``, VECO's export, on XLM-R's); ``xlpretrain.convert``
+picks one by the model's backbone.
 
 Reading needs only ``safetensors`` (+ NumPy) for ``model.safetensors``; ``torch`` is imported
 only for ``pytorch_model.bin``. Writing needs only ``safetensors``.
@@ -20,6 +22,7 @@ import dataclasses
 import json
 import logging
 import os
+import tempfile
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from types import ModuleType
@@ -30,62 +33,17 @@ import jax
 import numpy as np
 from flax import traverse_util
 
-from xlpretrain.convert.folder import (
-    DISCRIMINATOR,
-    RUNTIME_FIELDS,
-    Params,
-    Pretrained,
-    abstract_params,
-    new_folder,
-    unpadded,
-)
+from xlpretrain.convert.folder import RUNTIME_FIELDS, Params, abstract_params, new_folder
 from xlpretrain.core.errors import require
 from xlpretrain.data.tokenizer import HFTokenizer, SentencePieceTokenizer, SpecialIds, Tokenizer
-from xlpretrain.model import vocab
 from xlpretrain.model.config import ModelConfig
 from xlpretrain.model.heads import LMHead
 
 log = logging.getLogger(__name__)
 
 HF_TOKENIZER_FILE = "sentencepiece.bpe.model"  # the name of a SentencePiece model in an HF folder
-MODEL_TYPES = ("xlm-roberta", "roberta")
-# The model's layers (`model.config.LAYER_FEATURES`): post-LN, one token type, positions after
-# the padding row (`ModelConfig`'s defaults).
-FEATURES = {"layer_type": "post_ln", "token_type_rows": 1, "positions_from": 2}
-BARE_ENCODERS = ("XLMRobertaModel", "RobertaModel")
-
-# ModelConfig field -> HF config.json key.
-CONFIG_KEYS = {
-    "vocab_size": "vocab_size",
-    "hidden_size": "hidden_size",
-    "num_layers": "num_hidden_layers",
-    "num_heads": "num_attention_heads",
-    "mlp_dim": "intermediate_size",
-    "max_positions": "max_position_embeddings",
-    "pad_token_id": "pad_token_id",
-    "layer_norm_eps": "layer_norm_eps",
-    "dropout_rate": "hidden_dropout_prob",
-    "attention_dropout_rate": "attention_probs_dropout_prob",
-    "initializer_range": "initializer_range",
-}
-# HF settings that xlpretrain's encoder implements one way only.
-FIXED_HF_SETTINGS = {
-    "hidden_act": "gelu",
-    "position_embedding_type": "absolute",
-    "type_vocab_size": 1,
-    "is_decoder": False,
-    "add_cross_attention": False,
-}
-# Why an export refuses a model option; the error names both.
-OPTION_REASONS = {
-    "num_languages": "num_languages > 0 means XLM-style language embeddings",
-    "cross_attention": "VECO's plug-in cross-attention: export it with to-hf-seq2seq",
-    "relative_position": "HF XLM-R has no relative position bias",
-    "absolute_positions": "HF XLM-R always adds absolute position embeddings",
-    "architecture": "another family exports as its own HF masked LM, with to-hf",
-}
-MASKED_LM_ARCHITECTURE = "XLMRobertaForMaskedLM"
-ENCODER_ARCHITECTURE = "XLMRobertaModel"
+# Why every export refuses a model option that no HF encoder has; each family adds its own.
+COMMON_REASONS = {"num_languages": "num_languages > 0 means XLM-style language embeddings"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -108,82 +66,8 @@ HEADS_OUT = Layout(  # attention output: [H, heads·kv] ⇄ [heads, kv, H]
 
 Rule = tuple[str, str, Layout]  # (HF name, our parameter path, layout)
 
-_LAYER = "encoder.layer.{i}."
-_STACK = "encoder/layers/"
-
-
-def _attention_rules(hf: str, ours: str, norm: str) -> Iterable[Rule]:
-    """One attention sub-layer: HF ``{hf}.self.*`` / ``{hf}.output.*`` ⇄ our ``ours``, ``norm``."""
-    for name in ("query", "key", "value"):
-        yield f"{hf}.self.{name}.weight", f"{ours}/{name}/kernel", HEADS_IN
-        yield f"{hf}.self.{name}.bias", f"{ours}/{name}/bias", HEADS_BIAS
-    yield f"{hf}.output.dense.weight", f"{ours}/out/kernel", HEADS_OUT
-    yield f"{hf}.output.dense.bias", f"{ours}/out/bias", COPY
-    yield f"{hf}.output.LayerNorm.weight", f"{norm}/scale", COPY
-    yield f"{hf}.output.LayerNorm.bias", f"{norm}/bias", COPY
-
-
-def _layer_rules() -> Iterable[Rule]:
-    yield from _attention_rules("attention", "attention", "attention_norm")
-    yield "output.LayerNorm.weight", "mlp_norm/scale", COPY
-    yield "output.LayerNorm.bias", "mlp_norm/bias", COPY
-    for hf, ours in (("intermediate.dense", "mlp/wi"), ("output.dense", "mlp/wo")):
-        yield f"{hf}.weight", f"{ours}/kernel", LINEAR
-        yield f"{hf}.bias", f"{ours}/bias", COPY
-
-
-# Names with "{i}" exist once per layer and are stacked on the leading ``layers`` axis of our
-# parameter. ENCODER_RULES name ``XLMRobertaModel``'s
-# tensors, RULES ``XLMRobertaForMaskedLM``'s (the encoder under ``roberta.``, plus the head).
-ENCODER_RULES: tuple[Rule, ...] = (
-    ("embeddings.word_embeddings.weight", "embeddings/word_embeddings/embedding", COPY),
-    ("embeddings.position_embeddings.weight", "embeddings/position_embeddings/embedding", COPY),
-    (
-        "embeddings.token_type_embeddings.weight",
-        "embeddings/token_type_embeddings/embedding",
-        COPY,
-    ),
-    ("embeddings.LayerNorm.weight", "embeddings/layer_norm/scale", COPY),
-    ("embeddings.LayerNorm.bias", "embeddings/layer_norm/bias", COPY),
-    *((_LAYER + hf, _STACK + ours, layout) for hf, ours, layout in _layer_rules()),
-)
-RULES: tuple[Rule, ...] = (
-    *(("roberta." + hf, ours, layout) for hf, ours, layout in ENCODER_RULES),
-    ("lm_head.dense.weight", "lm_head/dense/kernel", LINEAR),
-    ("lm_head.dense.bias", "lm_head/dense/bias", COPY),
-    ("lm_head.layer_norm.weight", "lm_head/layer_norm/scale", COPY),
-    ("lm_head.layer_norm.bias", "lm_head/layer_norm/bias", COPY),
-    ("lm_head.bias", "lm_head/bias", COPY),
-)
-# VECO's plug-in as a decoder layer's HF cross-attention (``XLMRobertaForCausalLM`` names).
-CROSS_ATTENTION_RULES: tuple[Rule, ...] = tuple(
-    ("roberta." + _LAYER + hf, _STACK + ours, layout)
-    for hf, ours, layout in _attention_rules(
-        "crossattention", "cross_attention", "cross_attention_norm"
-    )
-)
-# Tied copies some checkpoints also store (pytorch_model.bin does): they must equal the original.
-TIED = {
-    "lm_head.decoder.weight": "roberta.embeddings.word_embeddings.weight",
-    "lm_head.decoder.bias": "lm_head.bias",
-}
-# Tensors that are not part of the masked LM: a buffer, and the bare encoder's pooler.
-IGNORED = ("roberta.embeddings.position_ids", "roberta.pooler.")
-
 
 # --- configs --------------------------------------------------------------------------------
-
-
-def config_from_hf(hf_config: Mapping, source: str | os.PathLike = "config.json") -> ModelConfig:
-    """The ``ModelConfig`` of an HF XLM-R / RoBERTa config; unsupported settings are errors."""
-    model_type = hf_config.get("model_type")
-    if model_type not in MODEL_TYPES:
-        raise ValueError(
-            f"{source}: unsupported architecture: model_type={model_type!r}; from-hf converts "
-            f"XLM-R / RoBERTa masked LMs (model_type one of {MODEL_TYPES})"
-        )
-    check_hf_settings(hf_config, source, FIXED_HF_SETTINGS, CONFIG_KEYS.values(), "encoder")
-    return ModelConfig(**{ours: hf_config[key] for ours, key in CONFIG_KEYS.items()})
 
 
 def check_hf_settings(
@@ -202,63 +86,10 @@ def check_hf_settings(
         raise ValueError(f"{source}: missing key(s) {', '.join(missing)}")
 
 
-def config_to_hf(
-    config: ModelConfig,
-    architecture: str = MASKED_LM_ARCHITECTURE,
-    *,
-    expressible: Iterable[str] = (),
-    special: SpecialIds | None = None,
-) -> dict:
-    """``config.json`` of the HF XLM-R ``architecture`` equivalent to ``config``.
-
-    ``expressible`` names model options the caller maps itself (VECO's cross-attention);
-    ``special``: the ids of the model's tokenizer (``export_ids``)."""
-    check_exportable(config, architecture, expressible=expressible)
-    special = special or export_ids(config, None)
-    return {
-        "architectures": [architecture],
-        "model_type": "xlm-roberta",
-        **{key: getattr(config, ours) for ours, key in CONFIG_KEYS.items()},
-        **FIXED_HF_SETTINGS,
-        "bos_token_id": special.bos,
-        "eos_token_id": special.eos,
-        "tie_word_embeddings": True,
-    }
-
-
 def export_ids(config: ModelConfig, tokenizer: Tokenizer | None) -> SpecialIds:
     """The special ids an export's ``config.json`` states: its tokenizer's; a model without one
     states the SentencePiece layout's (XLM-R's), as it always has."""
     return tokenizer.special if tokenizer else SentencePieceTokenizer.layout(config.vocab_size)
-
-
-def check_xlmr_tokenizer(config: ModelConfig, tokenizer: Tokenizer | None) -> None:
-    """HF XLM-R numbers positions from the pad id (real tokens are those that are not it,
-    counted from ``pad_token_id + 1``), so it has one pad id, which must be the tokenizer's:
-    a model whose tokenizer pads with another id is refused, not exported to number wrong."""
-    if tokenizer is not None and tokenizer.pad_id != config.pad_token_id:
-        raise ValueError(
-            f"HF XLM-R finds padding by its position index {config.pad_token_id}, but this "
-            f"model's tokenizer pads with id {tokenizer.pad_id}: it cannot be an HF XLM-R "
-            "model (an architecture='modernbert' model can, with its tokenizer.json)"
-        )
-
-
-def check_exportable(
-    config: ModelConfig,
-    architecture: str = MASKED_LM_ARCHITECTURE,
-    *,
-    expressible: Iterable[str] = (),
-) -> None:
-    """Raises if ``config`` uses a model option HF ``architecture`` has no place for."""
-    refuse_options(
-        config,
-        ModelConfig(),
-        (*CONFIG_KEYS, *expressible),
-        architecture=architecture,
-        reasons=OPTION_REASONS,
-        scope="only a plain XLM-R encoder can be exported",
-    )
 
 
 def refuse_options(
@@ -295,24 +126,6 @@ def refuse_options(
 def hf_shape(layout: Layout, shape: tuple[int, ...]) -> tuple[int, ...]:
     """The HF tensor shape that becomes a parameter of ``shape``."""
     return jax.eval_shape(layout.to_hf, jax.ShapeDtypeStruct(shape, np.float32)).shape
-
-
-def params_from_hf(
-    tensors: Mapping[str, np.ndarray], config: ModelConfig, *, allow_missing_head: bool = False
-) -> Params:
-    """Our float32 params (layers stacked) from an HF ``XLMRobertaForMaskedLM`` state dict.
-
-    With ``allow_missing_head`` a state dict without any ``lm_head.*`` tensor (a bare
-    ``XLMRobertaModel``) gets a freshly initialised head, as ``init_params`` would make it.
-    """
-    tensors = untie(_with_prefix(tensors), TIED)
-    fresh_head = allow_missing_head and not any(n.startswith("lm_head.") for n in tensors)
-    rules = [r for r in RULES if not (fresh_head and r[0].startswith("lm_head."))]
-    params = import_tensors(tensors, rules, config, model="an XLM-R masked LM", ignored=IGNORED)
-    if fresh_head:
-        log.warning("no lm_head.* tensors: the MLM head is freshly initialised")
-        params["lm_head"] = _fresh_head(config, params)
-    return params
 
 
 def import_tensors(
@@ -352,13 +165,6 @@ class Part(NamedTuple):
     layers: Sequence[int]
 
 
-def params_to_hf(params: Params, config: ModelConfig) -> dict[str, np.ndarray]:
-    """The HF state dict (as ``save_pretrained`` writes it: no tied copies) of our masked LM,
-    without the vocabulary rows padded for sharding."""
-    params = vocab.with_rows(params, config.vocab_size)
-    return export_tensors(params, [Part("", RULES, range(config.num_layers))])
-
-
 def export_tensors(params: Params, parts: Sequence[Part]) -> dict[str, np.ndarray]:
     """HF tensors of ``params`` for ``parts``; every parameter must be used by one of them."""
     flat = traverse_util.flatten_dict(params, sep="/")
@@ -392,13 +198,6 @@ def fresh_pooler(config: ModelConfig, prefix: str = "") -> dict[str, np.ndarray]
         ).astype(np.float32),
         f"{prefix}pooler.dense.bias": np.zeros(size, np.float32),
     }
-
-
-def _with_prefix(tensors: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """A bare encoder's names lack the ``roberta.`` prefix the masked LM's have."""
-    if any(name.startswith("roberta.") for name in tensors):
-        return dict(tensors)
-    return {(n if n.startswith("lm_head.") else "roberta." + n): t for n, t in tensors.items()}
 
 
 def untie(tensors: dict[str, np.ndarray], tied: Mapping[str, str]) -> dict[str, np.ndarray]:
@@ -460,7 +259,8 @@ def _to_ours(
     return np.asarray(layout.to_ours(np.asarray(tensor, np.float32), shape))
 
 
-def _fresh_head(config: ModelConfig, params: Params) -> Params:
+def fresh_head(config: ModelConfig, params: Params) -> Params:
+    """An MLM head for an encoder read without one, initialised as ``init_params`` would."""
     word_embeddings = params["embeddings"]["word_embeddings"]["embedding"]
     head = LMHead(config).init(
         jax.random.key(0), np.zeros((1, config.hidden_size), np.float32), word_embeddings
@@ -506,16 +306,6 @@ def _read_file(file: Path) -> dict[str, np.ndarray]:
     return {name: (t.float() if t.is_floating_point() else t).numpy() for name, t in state.items()}
 
 
-def read_hf(path: str | os.PathLike, *, allow_missing_head: bool = False) -> Pretrained:
-    """Reads an HF ``XLMRobertaForMaskedLM`` folder (config, weights, SentencePiece model)."""
-    path, hf_config = read_config(path)
-    config_file = path / "config.json"
-    config = config_from_hf(hf_config, config_file)
-    _check_architectures(hf_config.get("architectures") or [], config_file, allow_missing_head)
-    params = params_from_hf(read_tensors(path), config, allow_missing_head=allow_missing_head)
-    return Pretrained(config, params, read_tokenizer(path, config))
-
-
 def read_config(path: str | os.PathLike) -> tuple[Path, dict]:
     """``path`` made absolute, and its ``config.json``; errors if it is no HF model folder."""
     path = Path(path).absolute()
@@ -545,34 +335,6 @@ def read_tokenizer(path: Path, config: ModelConfig) -> Tokenizer | None:
     return tokenizer
 
 
-def _check_architectures(architectures: list[str], source: Path, allow_missing_head: bool) -> None:
-    if not architectures or any(a.endswith("ForMaskedLM") for a in architectures):
-        return
-    if allow_missing_head and all(a in BARE_ENCODERS for a in architectures):
-        return
-    raise ValueError(
-        f"{source}: unsupported architecture {architectures}: from-hf converts masked LMs "
-        "(XLMRobertaForMaskedLM); a bare encoder (XLMRobertaModel) needs --allow-missing-head"
-    )
-
-
-def write_hf(model: Pretrained, path: str | os.PathLike) -> None:
-    """Writes an HF ``XLMRobertaForMaskedLM`` folder, or for an XLM-E discriminator (no MLM
-    head) an ``XLMRobertaModel`` one; ``path`` must not exist yet."""
-    model = unpadded(model)
-    config = model.config
-    check_xlmr_tokenizer(config, model.tokenizer)
-    special = export_ids(config, model.tokenizer)
-    if model.kind == DISCRIMINATOR:
-        hf_config = config_to_hf(config, ENCODER_ARCHITECTURE, special=special)
-        encoder = Part("", ENCODER_RULES, range(config.num_layers))
-        tensors = {**export_tensors(model.params, [encoder]), **fresh_pooler(config)}
-    else:
-        hf_config = config_to_hf(config, special=special)
-        tensors = params_to_hf(model.params, config)
-    write_folder(path, hf_config, tensors, model.tokenizer)
-
-
 def safetensors_writer() -> ModuleType:
     """``safetensors.numpy``, which every export writes with."""
     return require("safetensors.numpy", "exporting")
@@ -583,10 +345,12 @@ def write_folder(
     hf_config: Mapping,
     tensors: Mapping[str, np.ndarray],
     tokenizer: Tokenizer | None,
+    files: Mapping[str, bytes] | None = None,
 ) -> None:
-    """An HF folder: ``config.json``, ``model.safetensors`` and the tokenizer if there is one
+    """An HF folder: ``config.json``, ``model.safetensors``, the tokenizer if there is one
     (a SentencePiece model as ``sentencepiece.bpe.model``, a ``tokenizer.json`` as itself, with
-    its ``tokenizer_config.json``); ``path`` must not exist yet."""
+    its ``tokenizer_config.json``) and ``files`` (name: content, as ``tokenizer_files`` gives
+    them); ``path`` must not exist yet."""
     save_file = safetensors_writer().save_file
     path = new_folder(path)
     path.mkdir(parents=True)
@@ -598,3 +362,23 @@ def write_folder(
     if tokenizer is not None:
         name = {SentencePieceTokenizer.FILE: HF_TOKENIZER_FILE}.get(tokenizer.FILE, tokenizer.FILE)
         tokenizer.save(path / name)
+    for name, content in (files or {}).items():
+        (path / name).write_bytes(content)
+
+
+def tokenizer_files(tokenizer: Tokenizer | None) -> dict[str, bytes]:
+    """The files an export holds besides those ``write_folder`` writes, for a format whose
+    tokenizer transformers reads from a ``tokenizer.json`` alone (ModernBERT's, BERT's): for a
+    SentencePiece model, what transformers' ``XLMRobertaTokenizerFast`` saves of it
+    (``tokenizer.json``, ``tokenizer_config.json``), whose ids are ours (``data.tokenizer``'s
+    layout is XLM-R's). An ``xlm-roberta`` folder converts ``sentencepiece.bpe.model`` itself."""
+    if not isinstance(tokenizer, SentencePieceTokenizer):
+        return {}
+    transformers = require("transformers", "exporting a ModernBERT model's SentencePiece model")
+    with tempfile.TemporaryDirectory() as scratch:
+        model, saved = Path(scratch) / "model", Path(scratch) / "saved"
+        tokenizer.save(model / HF_TOKENIZER_FILE)
+        # from_pretrained converts the model (the constructor, in transformers 5, does not).
+        converted = transformers.XLMRobertaTokenizerFast.from_pretrained(model)
+        names = [Path(file).name for file in converted.save_pretrained(saved)]
+        return {name: (saved / name).read_bytes() for name in names if name != HF_TOKENIZER_FILE}

@@ -1,8 +1,8 @@
 """Hugging Face ``ModernBertForMaskedLM`` folders ⇄ xlpretrain ModernBERT / mmBERT models.
 
 Our ModernBERT layers (``xlpretrain.model.modern``) hold HF's weights one for one, so this is
-the XLM-R converter's machinery (``hf.py``: rules, layouts, names checked both ways, folders)
-with ModernBERT's names, and three differences:
+the converters' machinery (``hf.py``: rules, layouts, names checked both ways, folders) with
+ModernBERT's names, and three differences:
 
 - HF stores query, key and value as one ``attn.Wqkv`` and GeGLU's input and gate as one
   ``mlp.Wi``, stacked on the output axis. Such a tensor is split into named parts
@@ -22,27 +22,24 @@ gives; a model without a tokenizer exports the SentencePiece layout's ids, as XL
 A SentencePiece model (what a run trains when given no tokenizer) is exported as XLM-R's is,
 ``sentencepiece.bpe.model``, and also as the ``tokenizer.json`` and ``tokenizer_config.json``
 that transformers' ``XLMRobertaTokenizerFast`` converts it to (the same ids): transformers reads
-a ModernBERT folder's tokenizer from a ``tokenizer.json`` only (``tokenizer_files``).
+a ModernBERT folder's tokenizer from a ``tokenizer.json`` only (``hf.tokenizer_files``).
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import tempfile
 from collections.abc import Mapping
-from pathlib import Path
 
 import numpy as np
 
 from xlpretrain.convert.folder import DISCRIMINATOR, Params, Pretrained, unpadded
 from xlpretrain.convert.hf import (
+    COMMON_REASONS,
     COPY,
     HEADS_IN,
     HEADS_OUT,
-    HF_TOKENIZER_FILE,
     LINEAR,
-    OPTION_REASONS,
     Part,
     Rule,
     check_hf_settings,
@@ -53,19 +50,17 @@ from xlpretrain.convert.hf import (
     read_tensors,
     read_tokenizer,
     refuse_options,
+    tokenizer_files,
     untie,
     write_folder,
 )
-from xlpretrain.core.errors import require
-from xlpretrain.data.tokenizer import SentencePieceTokenizer, SpecialIds, Tokenizer
+from xlpretrain.data.tokenizer import SpecialIds
+from xlpretrain.families import MODERNBERT
 from xlpretrain.model import vocab
 from xlpretrain.model.config import ModelConfig
 
 log = logging.getLogger(__name__)
 
-MODEL_TYPE = "modernbert"
-# The model's layers (`model.config.LAYER_FEATURES`): pre-norm, no token types, rotary from 0.
-FEATURES = {"layer_type": "pre_ln", "token_type_rows": 0, "positions_from": 0}
 MASKED_LM_ARCHITECTURE = "ModernBertForMaskedLM"
 ENCODER_ARCHITECTURE = "ModernBertModel"
 
@@ -107,7 +102,7 @@ EXPRESSED = (
     "local_rope_theta", "pad_token_id", "num_buckets", "max_distance", "share_relative_table",
 )  # fmt: skip
 REASONS = {
-    "num_languages": OPTION_REASONS["num_languages"],
+    **COMMON_REASONS,
     "cross_attention": "VECO's plug-in cross-attention has no ModernBERT counterpart",
 }
 
@@ -151,9 +146,10 @@ FIRST_NORM = "layers.0.attn_norm.weight"  # the one rule name HF lacks (an nn.Id
 def config_from_hf(hf_config: Mapping, source: str | os.PathLike = "config.json") -> ModelConfig:
     """The ``ModelConfig`` of an HF ModernBERT config; settings xlpretrain does not implement
     are errors that name them."""
-    if hf_config.get("model_type") != MODEL_TYPE:
+    if hf_config.get("model_type") != MODERNBERT.hf_model_type:
         raise ValueError(
-            f"{source}: model_type={hf_config.get('model_type')!r} is not {MODEL_TYPE!r}"
+            f"{source}: model_type={hf_config.get('model_type')!r} is not "
+            f"{MODERNBERT.hf_model_type!r}"
         )
     check_hf_settings(hf_config, source, FIXED_HF_SETTINGS, CONFIG_KEYS.values(), "ModernBERT")
     dropout = hf_config["embedding_dropout"]
@@ -169,9 +165,7 @@ def config_from_hf(hf_config: Mapping, source: str | os.PathLike = "config.json"
             "heads are hidden_size / num_attention_heads wide"
         )
     rope_theta, local_rope_theta = _rope_thetas(hf_config, source)
-    return ModelConfig(
-        architecture=MODEL_TYPE,
-        **FEATURES,
+    return MODERNBERT.config(
         absolute_positions=False,
         **{ours: hf_config[key] for ours, key in CONFIG_KEYS.items()},
         global_every=_global_every(hf_config, source),
@@ -247,7 +241,7 @@ def config_to_hf(
     special = special or export_ids(config, None)
     return {
         "architectures": [architecture],
-        "model_type": MODEL_TYPE,
+        "model_type": MODERNBERT.hf_model_type,
         **{key: getattr(config, ours) for ours, key in CONFIG_KEYS.items()},
         "mlp_dropout": config.dropout_rate,
         **FIXED_HF_SETTINGS,
@@ -271,7 +265,7 @@ def check_exportable(config: ModelConfig, architecture: str = MASKED_LM_ARCHITEC
     """Raises if ``config`` uses a model option HF ModernBERT has no place for."""
     refuse_options(
         config,
-        ModelConfig(architecture=MODEL_TYPE, **FEATURES, absolute_positions=False),
+        MODERNBERT.config(absolute_positions=False),
         EXPRESSED,
         architecture=architecture,
         reasons=REASONS,
@@ -349,9 +343,11 @@ def _fuse(tensors: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
 # --- folders --------------------------------------------------------------------------------
 
 
-def read_hf(path: str | os.PathLike) -> Pretrained:
+def read_hf(path: str | os.PathLike, *, allow_missing_head: bool = False) -> Pretrained:
     """Reads an HF ``ModernBertForMaskedLM`` folder: config, weights, and its tokenizer (a
-    ``tokenizer.json``, or the SentencePiece model of an xlpretrain export), if it has one."""
+    ``tokenizer.json``, or the SentencePiece model of an xlpretrain export), if it has one.
+    ``allow_missing_head`` (every converter's option, XLM-R's alone uses it) changes nothing:
+    a ``ModernBertModel`` folder is refused."""
     path, hf_config = read_config(path)
     source = path / "config.json"
     config = config_from_hf(hf_config, source)
@@ -381,24 +377,4 @@ def write_hf(model: Pretrained, path: str | os.PathLike) -> None:
         hf_config = config_to_hf(config, special=special)
         tensors = params_to_hf(model.params, config)
     files = tokenizer_files(model.tokenizer)  # before writing: a failure leaves no folder
-    write_folder(path, hf_config, tensors, model.tokenizer)
-    for name, content in files.items():
-        (Path(path) / name).write_bytes(content)
-
-
-def tokenizer_files(tokenizer: Tokenizer | None) -> dict[str, bytes]:
-    """The files an export holds besides those ``write_folder`` writes: for a SentencePiece
-    model, what transformers' ``XLMRobertaTokenizerFast`` saves of it (``tokenizer.json``,
-    ``tokenizer_config.json``), whose ids are ours (``data.tokenizer``'s layout is XLM-R's).
-    transformers gives a ``modernbert`` folder a tokenizer from its ``tokenizer.json`` alone,
-    where an ``xlm-roberta`` one converts ``sentencepiece.bpe.model`` itself."""
-    if not isinstance(tokenizer, SentencePieceTokenizer):
-        return {}
-    transformers = require("transformers", "exporting a ModernBERT model's SentencePiece model")
-    with tempfile.TemporaryDirectory() as scratch:
-        model, saved = Path(scratch) / "model", Path(scratch) / "saved"
-        tokenizer.save(model / HF_TOKENIZER_FILE)
-        # from_pretrained converts the model (the constructor, in transformers 5, does not).
-        converted = transformers.XLMRobertaTokenizerFast.from_pretrained(model)
-        names = [Path(file).name for file in converted.save_pretrained(saved)]
-        return {name: (saved / name).read_bytes() for name in names if name != HF_TOKENIZER_FILE}
+    write_folder(path, hf_config, tensors, model.tokenizer, files)

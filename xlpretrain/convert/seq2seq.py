@@ -20,18 +20,14 @@ from __future__ import annotations
 import os
 
 from xlpretrain.convert.folder import Pretrained, unpadded
-from xlpretrain.convert.hf import (
+from xlpretrain.convert.hf import Part, export_ids, export_tensors, fresh_pooler, write_folder
+from xlpretrain.convert.xlmr import (
     CROSS_ATTENTION_RULES,
     ENCODER_ARCHITECTURE,
     ENCODER_RULES,
     RULES,
-    Part,
     check_xlmr_tokenizer,
     config_to_hf,
-    export_ids,
-    export_tensors,
-    fresh_pooler,
-    write_folder,
 )
 from xlpretrain.data.tokenizer import SpecialIds
 from xlpretrain.model.config import ModelConfig
