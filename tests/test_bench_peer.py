@@ -1,5 +1,6 @@
 """The PyTorch peer times a real HF training step on the benchmark's shapes."""
 
+import dataclasses
 import math
 
 import pytest
@@ -77,3 +78,24 @@ def test_a_modernbert_plan_is_timed_against_modernbert_for_masked_lm():
     report = peer_benchmark(resolve(cfg), steps=1, warmup=1, modes=("eager",))
     assert report["peer"] == backbones.get("modernbert").peer_name
     assert abs(report["modes"]["eager"]["final_loss"] - math.log(1000)) < 1.5
+
+
+def test_each_peer_is_the_model_whose_config_to_hf_writes():
+    """A peer is built from its converter's `config.json` (`config_to_hf`), not a restatement
+    of it: every setting the export states, the initialiser's range too, is the peer's; an
+    option the export refuses is refused here, naming it."""
+    for backbone in backbones.REGISTRY.values():
+        config = backbone.config(
+            absolute_positions=backbone.features["layer_type"] != "pre_ln", vocab_size=48,
+            hidden_size=32, num_layers=2, num_heads=4, mlp_dim=36, max_positions=64,
+            initializer_range=0.05,
+        )  # fmt: skip
+        converter = backbone.converter_module()
+        written = converter.config_to_hf(config)
+        peer = backbone.hf_peer(config)
+        assert [type(peer).__name__] == written["architectures"]
+        assert {key: getattr(peer.config, key) for key in converter.CONFIG_KEYS.values()} == {
+            key: written[key] for key in converter.CONFIG_KEYS.values()
+        }
+        with pytest.raises(ValueError, match="cannot express the model option.*cross_attention"):
+            backbone.hf_peer(dataclasses.replace(config, cross_attention=True))

@@ -39,15 +39,13 @@ class Backbone:
     - ``converter``: the module converting its Hugging Face folders both ways (`read_hf(path,
       allow_missing_head=…)`, `write_hf(model, path)`) and writing their `config.json`
       (`config_to_hf(config)`).
-    - ``hf_peer(config)``: a fresh HF masked LM of `config`'s shape, and ``peer_name``, for
-      `bench --peer`.
+    - ``peer_name``: how `bench --peer` names its peer (`hf_peer`).
     """
 
     family: Family
     check: Callable[[Mapping[str, Any]], None]
     function_settings: tuple[str, ...]
     converter: str
-    hf_peer: Callable[[ModelConfig], Any]
     peer_name: str
 
     @property
@@ -77,6 +75,16 @@ class Backbone:
     def write_hf(self, model: Pretrained, path: str | os.PathLike) -> None:
         """Writes `model` as an HF folder of this family; `path` must not exist yet."""
         self.converter_module().write_hf(model, path)
+
+    def hf_peer(self, config: ModelConfig) -> Any:
+        """A fresh HF masked LM of `config`, built from the `config.json` `convert to-hf`
+        writes, with PyTorch's fused (SDPA) attention: `bench --peer`'s."""
+        import transformers
+
+        settings = self.converter_module().config_to_hf(config)
+        (architecture,) = settings.pop("architectures")
+        hf_config = transformers.AutoConfig.for_model(**settings, attn_implementation="sdpa")
+        return getattr(transformers, architecture)(hf_config)
 
     def model_config(
         self, model: Mapping[str, Any], num_languages: int = 0, kernel_platform: str = ""

@@ -10,7 +10,6 @@ from typing import Any
 from xlpretrain.backbones.declaration import Backbone
 from xlpretrain.core.errors import check
 from xlpretrain.families import MODERNBERT
-from xlpretrain.model.config import ModelConfig
 
 ROTARY = "model.architecture='modernbert' has rotary positions"
 
@@ -31,17 +30,6 @@ def check_settings(model: Mapping[str, Any]) -> None:
     )
 
 
-def hf_peer(config: ModelConfig) -> Any:
-    """HF `ModernBertForMaskedLM` built from the config `convert to-hf` writes."""
-    from transformers import ModernBertConfig, ModernBertForMaskedLM
-
-    from xlpretrain.convert import modernbert
-
-    settings = modernbert.config_to_hf(config)
-    del settings["architectures"], settings["model_type"]
-    return ModernBertForMaskedLM(ModernBertConfig(**settings, attn_implementation="sdpa"))
-
-
 BACKBONE = Backbone(
     family=MODERNBERT,
     check=check_settings,
@@ -53,6 +41,5 @@ BACKBONE = Backbone(
         "local_rope_theta",
     ),  # fmt: skip
     converter="xlpretrain.convert.modernbert",
-    hf_peer=hf_peer,
     peer_name="transformers ModernBertForMaskedLM (sdpa attention)",
 )

@@ -1,9 +1,11 @@
 """PyTorch peer for the step benchmark: `python -m xlpretrain.bench --peer`.
 
 Our tokens/s means little on its own; next to the step a user would otherwise run, the Hugging
-Face masked LM its backbone declares (`XLMRobertaForMaskedLM`, `BertForMaskedLM`;
-`ModernBertForMaskedLM` with the config `convert to-hf` writes) with PyTorch's fused (SDPA)
-attention and AdamW, it says whether the JAX stack pays off. The peer runs the plan's model
+Face masked LM of its backbone (`XLMRobertaForMaskedLM`, `ModernBertForMaskedLM`,
+`BertForMaskedLM`: `Backbone.hf_peer`, built from the `config.json` `convert to-hf` writes) with
+PyTorch's fused (SDPA) attention and AdamW, it says whether the JAX stack pays off. A model
+option the HF class has no place for (VECO's plug-in, relative positions, language embeddings)
+fails each mode with the option named, as the export does. The peer runs the plan's model
 shape on the benchmark's rows (full rows `<s> … </s>`, `data.batch_size` × `data.max_length`,
 the MMLM masking rate), eager and under `torch.compile`, with our numerics policy (bf16 compute
 under autocast, fp32 parameters). Unlike ours, HF applies the LM head to every token, not only
