@@ -31,26 +31,9 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from xlpretrain.convert import hf
 from xlpretrain.convert.folder import DISCRIMINATOR, Params, Pretrained, unpadded
-from xlpretrain.convert.hf import (
-    COMMON_REASONS,
-    COPY,
-    LINEAR,
-    Part,
-    Rule,
-    check_hf_settings,
-    export_ids,
-    export_tensors,
-    fresh_pooler,
-    import_tensors,
-    read_config,
-    read_tensors,
-    read_tokenizer,
-    refuse_options,
-    tokenizer_files,
-    untie,
-    write_folder,
-)
+from xlpretrain.convert.hf import COPY, LINEAR, Part, Rule
 from xlpretrain.convert.xlmr import CONFIG_KEYS as XLMR_CONFIG_KEYS
 from xlpretrain.convert.xlmr import ENCODER_RULES
 from xlpretrain.data.tokenizer import SpecialIds
@@ -83,7 +66,7 @@ EXPRESSED = (
     "share_relative_table",
 )  # fmt: skip
 REASONS = {
-    **COMMON_REASONS,
+    **hf.COMMON_REASONS,
     "cross_attention": "VECO's plug-in cross-attention has no BertForMaskedLM counterpart",
     "relative_position": "HF BERT has no relative position bias of this kind",
     "absolute_positions": "HF BERT always adds absolute position embeddings",
@@ -124,7 +107,7 @@ def config_from_hf(hf_config: Mapping, source: str | os.PathLike = "config.json"
         raise ValueError(
             f"{source}: model_type={hf_config.get('model_type')!r} is not {BERT.hf_model_type!r}"
         )
-    check_hf_settings(hf_config, source, FIXED_HF_SETTINGS, CONFIG_KEYS.values(), "BERT")
+    hf.check_hf_settings(hf_config, source, FIXED_HF_SETTINGS, CONFIG_KEYS.values(), "BERT")
     return BERT.config(**{ours: hf_config[key] for ours, key in CONFIG_KEYS.items()})
 
 
@@ -136,7 +119,7 @@ def config_to_hf(
     """``config.json`` of the HF BERT ``architecture`` equivalent to ``config``, its
     ``pad_token_id`` the model's tokenizer's (``special``, ``hf.export_ids``)."""
     check_exportable(config, architecture)
-    special = special or export_ids(config, None)
+    special = special or hf.export_ids(config, None)
     return {
         "architectures": [architecture],
         "model_type": BERT.hf_model_type,
@@ -149,7 +132,7 @@ def config_to_hf(
 
 def check_exportable(config: ModelConfig, architecture: str = MASKED_LM_ARCHITECTURE) -> None:
     """Raises if ``config`` uses a model option HF BERT has no place for."""
-    refuse_options(
+    hf.refuse_options(
         config,
         BERT.config(),
         EXPRESSED,
@@ -165,8 +148,8 @@ def check_exportable(config: ModelConfig, architecture: str = MASKED_LM_ARCHITEC
 def params_from_hf(tensors: Mapping[str, np.ndarray], config: ModelConfig) -> Params:
     """Our float32 params (layers stacked) from an HF ``BertForMaskedLM`` (or
     ``BertForPreTraining``) state dict."""
-    tensors = untie(_current_names(tensors), TIED)
-    return import_tensors(tensors, RULES, config, model="a BERT masked LM", ignored=IGNORED)
+    tensors = hf.untie(_current_names(tensors), TIED)
+    return hf.import_tensors(tensors, RULES, config, model="a BERT masked LM", ignored=IGNORED)
 
 
 def _current_names(tensors: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -184,7 +167,7 @@ def params_to_hf(params: Params, config: ModelConfig) -> dict[str, np.ndarray]:
     """The HF ``BertForMaskedLM`` state dict (as ``save_pretrained`` writes it: no tied
     copies) of our masked LM, without the vocabulary rows padded for sharding."""
     params = vocab.with_rows(params, config.vocab_size)
-    return export_tensors(params, [Part("", RULES, range(config.num_layers))])
+    return hf.export_tensors(params, [Part("", RULES, range(config.num_layers))])
 
 
 # --- folders --------------------------------------------------------------------------------
@@ -195,7 +178,7 @@ def read_hf(path: str | os.PathLike, *, allow_missing_head: bool = False) -> Pre
     ``tokenizer.json``, or the SentencePiece model of an xlpretrain export), if it has one.
     ``allow_missing_head`` (every converter's option, XLM-R's alone uses it) changes nothing:
     a ``BertModel`` folder is refused."""
-    path, hf_config = read_config(path)
+    path, hf_config = hf.read_config(path)
     source = path / "config.json"
     config = config_from_hf(hf_config, source)
     architectures = hf_config.get("architectures") or []
@@ -204,8 +187,8 @@ def read_hf(path: str | os.PathLike, *, allow_missing_head: bool = False) -> Pre
             f"{source}: unsupported architecture {architectures}: from-hf converts BERT "
             f"masked LMs ({' or '.join(READ_ARCHITECTURES)})"
         )
-    params = params_from_hf(read_tensors(path), config)
-    tokenizer = read_tokenizer(path, config)
+    params = params_from_hf(hf.read_tensors(path), config)
+    tokenizer = hf.read_tokenizer(path, config)
     if tokenizer is None:
         log.info("%s: no tokenizer, so the model has none", path)
     return Pretrained(config, params, tokenizer)
@@ -216,13 +199,13 @@ def write_hf(model: Pretrained, path: str | os.PathLike) -> None:
     ``BertModel`` one with a fresh pooler (``hf.fresh_pooler``); ``path`` must not exist yet."""
     model = unpadded(model)
     config = model.config
-    special = export_ids(config, model.tokenizer)
+    special = hf.export_ids(config, model.tokenizer)
     if model.kind == DISCRIMINATOR:
         hf_config = config_to_hf(config, ENCODER_ARCHITECTURE, special)
         encoder = Part("", ENCODER_RULES, range(config.num_layers))
-        tensors = {**export_tensors(model.params, [encoder]), **fresh_pooler(config)}
+        tensors = {**hf.export_tensors(model.params, [encoder]), **hf.fresh_pooler(config)}
     else:
         hf_config = config_to_hf(config, special=special)
         tensors = params_to_hf(model.params, config)
-    files = tokenizer_files(model.tokenizer)  # before writing: a failure leaves no folder
-    write_folder(path, hf_config, tensors, model.tokenizer, files)
+    files = hf.tokenizer_files(model.tokenizer)  # before writing: a failure leaves no folder
+    hf.write_folder(path, hf_config, tensors, model.tokenizer, files)

@@ -33,27 +33,9 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from xlpretrain.convert import hf
 from xlpretrain.convert.folder import DISCRIMINATOR, Params, Pretrained, unpadded
-from xlpretrain.convert.hf import (
-    COMMON_REASONS,
-    COPY,
-    HEADS_IN,
-    HEADS_OUT,
-    LINEAR,
-    Part,
-    Rule,
-    check_hf_settings,
-    export_ids,
-    export_tensors,
-    import_tensors,
-    read_config,
-    read_tensors,
-    read_tokenizer,
-    refuse_options,
-    tokenizer_files,
-    untie,
-    write_folder,
-)
+from xlpretrain.convert.hf import COPY, HEADS_IN, HEADS_OUT, LINEAR, Part, Rule
 from xlpretrain.data.tokenizer import SpecialIds
 from xlpretrain.families import MODERNBERT
 from xlpretrain.model import vocab
@@ -102,7 +84,7 @@ EXPRESSED = (
     "local_rope_theta", "pad_token_id", "num_buckets", "max_distance", "share_relative_table",
 )  # fmt: skip
 REASONS = {
-    **COMMON_REASONS,
+    **hf.COMMON_REASONS,
     "cross_attention": "VECO's plug-in cross-attention has no ModernBERT counterpart",
 }
 
@@ -123,15 +105,15 @@ _LAYER_RULES: tuple[Rule, ...] = (
     ("mlp.Wo.weight", "mlp/wo/kernel", LINEAR),
 )
 # ENCODER_RULES name ``ModernBertModel``'s tensors, RULES ``ModernBertForMaskedLM``'s (the
-# encoder under ``model.``, then the head); "{i}" as in ``hf.RULES``.
+# encoder under ``model.``, then the head); "{i}" as in ``xlmr.RULES``.
 ENCODER_RULES: tuple[Rule, ...] = (
     ("embeddings.tok_embeddings.weight", "embeddings/word_embeddings/embedding", COPY),
     ("embeddings.norm.weight", "embeddings/layer_norm/scale", COPY),
-    *((_LAYER + hf, _STACK + ours, layout) for hf, ours, layout in _LAYER_RULES),
+    *((_LAYER + name, _STACK + ours, layout) for name, ours, layout in _LAYER_RULES),
     ("final_norm.weight", "encoder/final_norm/scale", COPY),
 )
 RULES: tuple[Rule, ...] = (
-    *(("model." + hf, ours, layout) for hf, ours, layout in ENCODER_RULES),
+    *(("model." + name, ours, layout) for name, ours, layout in ENCODER_RULES),
     ("head.dense.weight", "lm_head/dense/kernel", LINEAR),
     ("head.norm.weight", "lm_head/layer_norm/scale", COPY),
     ("decoder.bias", "lm_head/bias", COPY),
@@ -151,7 +133,7 @@ def config_from_hf(hf_config: Mapping, source: str | os.PathLike = "config.json"
             f"{source}: model_type={hf_config.get('model_type')!r} is not "
             f"{MODERNBERT.hf_model_type!r}"
         )
-    check_hf_settings(hf_config, source, FIXED_HF_SETTINGS, CONFIG_KEYS.values(), "ModernBERT")
+    hf.check_hf_settings(hf_config, source, FIXED_HF_SETTINGS, CONFIG_KEYS.values(), "ModernBERT")
     dropout = hf_config["embedding_dropout"]
     if hf_config.get("mlp_dropout", dropout) != dropout:
         raise ValueError(
@@ -238,7 +220,7 @@ def config_to_hf(
     the ids of the model's tokenizer (``special``, ``hf.export_ids``). ModernBERT numbers
     positions without the pad id, so its ``pad_token_id`` is the tokenizer's."""
     check_exportable(config, architecture)
-    special = special or export_ids(config, None)
+    special = special or hf.export_ids(config, None)
     return {
         "architectures": [architecture],
         "model_type": MODERNBERT.hf_model_type,
@@ -263,7 +245,7 @@ def config_to_hf(
 
 def check_exportable(config: ModelConfig, architecture: str = MASKED_LM_ARCHITECTURE) -> None:
     """Raises if ``config`` uses a model option HF ModernBERT has no place for."""
-    refuse_options(
+    hf.refuse_options(
         config,
         MODERNBERT.config(absolute_positions=False),
         EXPRESSED,
@@ -278,14 +260,14 @@ def check_exportable(config: ModelConfig, architecture: str = MASKED_LM_ARCHITEC
 
 def params_from_hf(tensors: Mapping[str, np.ndarray], config: ModelConfig) -> Params:
     """Our float32 params (layers stacked) from an HF ``ModernBertForMaskedLM`` state dict."""
-    tensors = untie(_split(tensors), TIED)
+    tensors = hf.untie(_split(tensors), TIED)
     first_norm = "model." + FIRST_NORM
     if first_norm in tensors:
         raise ValueError(
             f"unexpected tensor {first_norm}: ModernBERT's first layer has no attention norm"
         )
     tensors[first_norm] = np.ones(config.hidden_size, np.float32)  # layer 0 ignores it
-    return import_tensors(tensors, RULES, config, model="a ModernBERT masked LM")
+    return hf.import_tensors(tensors, RULES, config, model="a ModernBERT masked LM")
 
 
 def params_to_hf(params: Params, config: ModelConfig) -> dict[str, np.ndarray]:
@@ -299,7 +281,7 @@ def _export(
 ) -> dict[str, np.ndarray]:
     """HF tensors of ``params`` by ``rules`` (the encoder's under ``prefix``)."""
     params = vocab.with_rows(params, config.vocab_size)
-    tensors = export_tensors(params, [Part("", rules, range(config.num_layers))])
+    tensors = hf.export_tensors(params, [Part("", rules, range(config.num_layers))])
     del tensors[prefix + FIRST_NORM]
     return _fuse(tensors)
 
@@ -348,7 +330,7 @@ def read_hf(path: str | os.PathLike, *, allow_missing_head: bool = False) -> Pre
     ``tokenizer.json``, or the SentencePiece model of an xlpretrain export), if it has one.
     ``allow_missing_head`` (every converter's option, XLM-R's alone uses it) changes nothing:
     a ``ModernBertModel`` folder is refused."""
-    path, hf_config = read_config(path)
+    path, hf_config = hf.read_config(path)
     source = path / "config.json"
     config = config_from_hf(hf_config, source)
     architectures = hf_config.get("architectures") or []
@@ -357,8 +339,8 @@ def read_hf(path: str | os.PathLike, *, allow_missing_head: bool = False) -> Pre
             f"{source}: unsupported architecture {architectures}: from-hf converts ModernBERT "
             f"masked LMs ({MASKED_LM_ARCHITECTURE})"
         )
-    params = params_from_hf(read_tensors(path), config)
-    tokenizer = read_tokenizer(path, config)
+    params = params_from_hf(hf.read_tensors(path), config)
+    tokenizer = hf.read_tokenizer(path, config)
     if tokenizer is None:
         log.info("%s: no tokenizer, so the model has none", path)
     return Pretrained(config, params, tokenizer)
@@ -369,12 +351,12 @@ def write_hf(model: Pretrained, path: str | os.PathLike) -> None:
     head) a ``ModernBertModel`` one; ``path`` must not exist yet."""
     model = unpadded(model)
     config = model.config
-    special = export_ids(config, model.tokenizer)
+    special = hf.export_ids(config, model.tokenizer)
     if model.kind == DISCRIMINATOR:
         hf_config = config_to_hf(config, ENCODER_ARCHITECTURE, special)
         tensors = _export(model.params, config, ENCODER_RULES, "")
     else:
         hf_config = config_to_hf(config, special=special)
         tensors = params_to_hf(model.params, config)
-    files = tokenizer_files(model.tokenizer)  # before writing: a failure leaves no folder
-    write_folder(path, hf_config, tensors, model.tokenizer, files)
+    files = hf.tokenizer_files(model.tokenizer)  # before writing: a failure leaves no folder
+    hf.write_folder(path, hf_config, tensors, model.tokenizer, files)
