@@ -25,7 +25,6 @@ a SentencePiece model is exported as ModernBERT's converter exports it
 
 from __future__ import annotations
 
-import logging
 import os
 from collections.abc import Mapping
 
@@ -40,8 +39,6 @@ from xlpretrain.data.tokenizer import SpecialIds
 from xlpretrain.families import BERT
 from xlpretrain.model import vocab
 from xlpretrain.model.config import ModelConfig
-
-log = logging.getLogger(__name__)
 
 MASKED_LM_ARCHITECTURE = "BertForMaskedLM"
 ENCODER_ARCHITECTURE = "BertModel"
@@ -178,20 +175,7 @@ def read_hf(path: str | os.PathLike, *, allow_missing_head: bool = False) -> Pre
     ``tokenizer.json``, or the SentencePiece model of an xlpretrain export), if it has one.
     ``allow_missing_head`` (every converter's option, XLM-R's alone uses it) changes nothing:
     a ``BertModel`` folder is refused."""
-    path, hf_config = hf.read_config(path)
-    source = path / "config.json"
-    config = config_from_hf(hf_config, source)
-    architectures = hf_config.get("architectures") or []
-    if architectures and not set(architectures) & set(READ_ARCHITECTURES):
-        raise ValueError(
-            f"{source}: unsupported architecture {architectures}: from-hf converts BERT "
-            f"masked LMs ({' or '.join(READ_ARCHITECTURES)})"
-        )
-    params = params_from_hf(hf.read_tensors(path), config)
-    tokenizer = hf.read_tokenizer(path, config)
-    if tokenizer is None:
-        log.info("%s: no tokenizer, so the model has none", path)
-    return Pretrained(config, params, tokenizer)
+    return hf.read_masked_lm(path, config_from_hf, params_from_hf, READ_ARCHITECTURES, "BERT")
 
 
 def write_hf(model: Pretrained, path: str | os.PathLike) -> None:

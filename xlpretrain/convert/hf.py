@@ -33,7 +33,13 @@ import jax
 import numpy as np
 from flax import traverse_util
 
-from xlpretrain.convert.folder import RUNTIME_FIELDS, Params, abstract_params, new_folder
+from xlpretrain.convert.folder import (
+    RUNTIME_FIELDS,
+    Params,
+    Pretrained,
+    abstract_params,
+    new_folder,
+)
 from xlpretrain.core.errors import require
 from xlpretrain.data.tokenizer import HFTokenizer, SentencePieceTokenizer, SpecialIds, Tokenizer
 from xlpretrain.model.config import ModelConfig
@@ -304,6 +310,32 @@ def _read_file(file: Path) -> dict[str, np.ndarray]:
     torch = require("torch", f"reading {file.name}")
     state = torch.load(file, map_location="cpu", weights_only=True)
     return {name: (t.float() if t.is_floating_point() else t).numpy() for name, t in state.items()}
+
+
+def read_masked_lm(
+    path: str | os.PathLike,
+    config_from_hf: Callable[[Mapping, Path], ModelConfig],
+    params_from_hf: Callable[[Mapping[str, np.ndarray], ModelConfig], Params],
+    architectures: Sequence[str],
+    title: str,
+) -> Pretrained:
+    """An HF masked LM folder, read by its family's ``config_from_hf`` and ``params_from_hf``,
+    with its tokenizer if it has one; a ``config.json`` that names none of ``architectures``
+    is refused (``title`` names the family in the error)."""
+    path, hf_config = read_config(path)
+    source = path / "config.json"
+    config = config_from_hf(hf_config, source)
+    named = hf_config.get("architectures") or []
+    if named and not set(named) & set(architectures):
+        raise ValueError(
+            f"{source}: unsupported architecture {named}: from-hf converts {title} "
+            f"masked LMs ({' or '.join(architectures)})"
+        )
+    params = params_from_hf(read_tensors(path), config)
+    tokenizer = read_tokenizer(path, config)
+    if tokenizer is None:
+        log.info("%s: no tokenizer, so the model has none", path)
+    return Pretrained(config, params, tokenizer)
 
 
 def read_config(path: str | os.PathLike) -> tuple[Path, dict]:

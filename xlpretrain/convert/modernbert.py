@@ -27,7 +27,6 @@ a ModernBERT folder's tokenizer from a ``tokenizer.json`` only (``hf.tokenizer_f
 
 from __future__ import annotations
 
-import logging
 import os
 from collections.abc import Mapping
 
@@ -40,8 +39,6 @@ from xlpretrain.data.tokenizer import SpecialIds
 from xlpretrain.families import MODERNBERT
 from xlpretrain.model import vocab
 from xlpretrain.model.config import ModelConfig
-
-log = logging.getLogger(__name__)
 
 MASKED_LM_ARCHITECTURE = "ModernBertForMaskedLM"
 ENCODER_ARCHITECTURE = "ModernBertModel"
@@ -330,20 +327,9 @@ def read_hf(path: str | os.PathLike, *, allow_missing_head: bool = False) -> Pre
     ``tokenizer.json``, or the SentencePiece model of an xlpretrain export), if it has one.
     ``allow_missing_head`` (every converter's option, XLM-R's alone uses it) changes nothing:
     a ``ModernBertModel`` folder is refused."""
-    path, hf_config = hf.read_config(path)
-    source = path / "config.json"
-    config = config_from_hf(hf_config, source)
-    architectures = hf_config.get("architectures") or []
-    if architectures and MASKED_LM_ARCHITECTURE not in architectures:
-        raise ValueError(
-            f"{source}: unsupported architecture {architectures}: from-hf converts ModernBERT "
-            f"masked LMs ({MASKED_LM_ARCHITECTURE})"
-        )
-    params = params_from_hf(hf.read_tensors(path), config)
-    tokenizer = hf.read_tokenizer(path, config)
-    if tokenizer is None:
-        log.info("%s: no tokenizer, so the model has none", path)
-    return Pretrained(config, params, tokenizer)
+    return hf.read_masked_lm(
+        path, config_from_hf, params_from_hf, (MASKED_LM_ARCHITECTURE,), "ModernBERT"
+    )
 
 
 def write_hf(model: Pretrained, path: str | os.PathLike) -> None:
