@@ -30,11 +30,9 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from xlpretrain.convert import hf
+from xlpretrain.convert import hf, xlmr
 from xlpretrain.convert.folder import DISCRIMINATOR, Params, Pretrained, unpadded
 from xlpretrain.convert.hf import COPY, LINEAR, Part, Rule
-from xlpretrain.convert.xlmr import CONFIG_KEYS as XLMR_CONFIG_KEYS
-from xlpretrain.convert.xlmr import ENCODER_RULES
 from xlpretrain.data.tokenizer import SpecialIds
 from xlpretrain.families import BERT
 from xlpretrain.model import vocab
@@ -47,15 +45,9 @@ ENCODER_ARCHITECTURE = "BertModel"
 READ_ARCHITECTURES = (MASKED_LM_ARCHITECTURE, "BertForPreTraining")
 
 # ModelConfig field -> HF config.json key: XLM-R's but the pad id (see the module docstring).
-CONFIG_KEYS = {ours: key for ours, key in XLMR_CONFIG_KEYS.items() if ours != "pad_token_id"}
-# HF settings that xlpretrain's BERT implements one way only.
-FIXED_HF_SETTINGS = {
-    "hidden_act": "gelu",
-    "position_embedding_type": "absolute",
-    "type_vocab_size": BERT.features["token_type_rows"],
-    "is_decoder": False,
-    "add_cross_attention": False,
-}
+CONFIG_KEYS = {ours: key for ours, key in xlmr.CONFIG_KEYS.items() if ours != "pad_token_id"}
+# HF settings that xlpretrain's BERT implements one way only: XLM-R's, with BERT's token types.
+FIXED_HF_SETTINGS = {**xlmr.FIXED_HF_SETTINGS, "type_vocab_size": BERT.features["token_type_rows"]}
 # ModelConfig fields an export states, besides CONFIG_KEYS; the relative-position ones mean
 # nothing without relative positions, which are refused.
 EXPRESSED = (
@@ -73,7 +65,7 @@ REASONS = {
 # as in ``xlmr.RULES``.
 _HEAD = "cls.predictions."
 RULES: tuple[Rule, ...] = (
-    *(("bert." + name, ours, layout) for name, ours, layout in ENCODER_RULES),
+    *(("bert." + name, ours, layout) for name, ours, layout in xlmr.ENCODER_RULES),
     (_HEAD + "transform.dense.weight", "lm_head/dense/kernel", LINEAR),
     (_HEAD + "transform.dense.bias", "lm_head/dense/bias", COPY),
     (_HEAD + "transform.LayerNorm.weight", "lm_head/layer_norm/scale", COPY),
@@ -186,7 +178,7 @@ def write_hf(model: Pretrained, path: str | os.PathLike) -> None:
     special = hf.export_ids(config, model.tokenizer)
     if model.kind == DISCRIMINATOR:
         hf_config = config_to_hf(config, ENCODER_ARCHITECTURE, special)
-        encoder = Part("", ENCODER_RULES, range(config.num_layers))
+        encoder = Part("", xlmr.ENCODER_RULES, range(config.num_layers))
         tensors = {**hf.export_tensors(model.params, [encoder]), **hf.fresh_pooler(config)}
     else:
         hf_config = config_to_hf(config, special=special)
