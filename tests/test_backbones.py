@@ -117,3 +117,17 @@ def test_each_declaration_names_a_converter_below_it_that_reads_its_family():
         module = backbone.converter.removeprefix("xlpretrain.")
         assert rank(module) < rank("backbones.declaration"), module
         assert any(value is backbone.family for value in vars(converter).values()), module
+
+
+def test_the_peer_leaves_out_options_no_hugging_face_class_has():
+    """`bench --peer` on VECO's or XLM-E's model times the plain HF model of its shape."""
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    config = backbones.get("xlmr").config(
+        vocab_size=40, hidden_size=16, num_layers=2, num_heads=2, mlp_dim=24,
+        relative_position="gated", cross_attention=True, num_languages=3,
+    )  # fmt: skip
+    with torch.device("meta"):
+        peer = backbones.of(config).hf_peer(config)
+    assert type(peer).__name__ == "XLMRobertaForMaskedLM"
+    assert (peer.config.num_hidden_layers, peer.config.hidden_size) == (2, 16)

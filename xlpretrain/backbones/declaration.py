@@ -78,10 +78,19 @@ class Backbone:
 
     def hf_peer(self, config: ModelConfig) -> Any:
         """A fresh HF masked LM of `config`, built from the `config.json` `convert to-hf`
-        writes, with PyTorch's fused (SDPA) attention: `bench --peer`'s."""
+        writes, with PyTorch's fused (SDPA) attention: `bench --peer`'s. Options no HF class
+        has (VECO's plug-in, relative positions, language embeddings) are left out: the peer
+        is the model a Hugging Face user would run instead."""
         import transformers
 
-        settings = self.converter_module().config_to_hf(config)
+        plain = dataclasses.replace(
+            config,
+            cross_attention=False,
+            num_languages=0,
+            relative_position="none",
+            absolute_positions=not config.rotary,
+        )
+        settings = self.converter_module().config_to_hf(plain)
         (architecture,) = settings.pop("architectures")
         hf_config = transformers.AutoConfig.for_model(**settings, attn_implementation="sdpa")
         return getattr(transformers, architecture)(hf_config)
