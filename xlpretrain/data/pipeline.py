@@ -205,35 +205,24 @@ class _LinesAt:
 
     def monolingual(self, build, rng: np.random.Generator, length: int, **options) -> Batch:
         """A row of one language drawn by the α-sampling probabilities at this step."""
-        run = self.run
-        p = run._probabilities(MONO, self.step)
-        lang = run._mono_keys[rng.choice(len(run._mono_keys), p=p)]
-        return build(
-            run.corpus.mono,
-            run.tokenizer,
-            lang,
-            run.corpus.lang_id(lang),
-            rng,
-            length=length,
-            pack=run.pack,
-            **options,
-        )
+        corpus = self.run.corpus
+        lang = self._draw(MONO, self.run._mono_keys, rng)
+        return self._build(build, corpus.mono, lang, corpus.lang_id(lang), rng, length, options)
 
     def parallel(self, build, rng: np.random.Generator, length: int, **options) -> Batch:
         """A row of one language pair drawn by the α-sampling probabilities at this step."""
+        corpus = self.run.corpus
+        pair = self._draw(PARALLEL, self.run._pair_keys, rng)
+        ids = (corpus.lang_id(pair[0]), corpus.lang_id(pair[1]))
+        return self._build(build, corpus.parallel, pair, ids, rng, length, options)
+
+    def _draw(self, source: str, keys: list, rng: np.random.Generator):
+        return keys[rng.choice(len(keys), p=self.run._probabilities(source, self.step))]
+
+    def _build(self, build, lines, key, ids, rng, length: int, options: dict) -> Batch:
+        """`build` (an `examples` row builder) on the drawn language or pair's lines."""
         run = self.run
-        p = run._probabilities(PARALLEL, self.step)
-        pair = run._pair_keys[rng.choice(len(run._pair_keys), p=p)]
-        return build(
-            run.corpus.parallel,
-            run.tokenizer,
-            pair,
-            (run.corpus.lang_id(pair[0]), run.corpus.lang_id(pair[1])),
-            rng,
-            length=length,
-            pack=run.pack,
-            **options,
-        )
+        return build(lines, run.tokenizer, key, ids, rng, length=length, pack=run.pack, **options)
 
 
 @functools.lru_cache(maxsize=64)
