@@ -18,7 +18,12 @@ tokenizers = pytest.importorskip("tokenizers")
 import xlpretrain  # noqa: E402
 from tests.test_modern_encoder import OBJECTIVES  # noqa: E402
 from tests.test_plan import shipped_config  # noqa: E402
-from tests.tiny import one_device_and_a_mesh, run_config, trains_alone  # noqa: E402
+from tests.tiny import (  # noqa: E402
+    assert_from_hf_refuses_architecture,
+    one_device_and_a_mesh,
+    run_config,
+    trains_alone,
+)
 from xlpretrain import api, backbones, masks  # noqa: E402
 from xlpretrain.convert import bert, folder, from_hf, to_hf  # noqa: E402
 from xlpretrain.convert.__main__ import main  # noqa: E402
@@ -304,15 +309,12 @@ def test_config_from_hf_names_each_unsupported_setting(change, message):
 
 def test_from_hf_refuses_other_architectures_and_writes_nothing(converted, tmp_path):
     _, root = converted
-    (tmp_path / "hf").mkdir()
-    for file in (root / "hf").iterdir():
-        (tmp_path / "hf" / file.name).write_bytes(file.read_bytes())
-    config = json.loads((tmp_path / "hf" / "config.json").read_text())
-    config["architectures"] = ["BertForSequenceClassification"]
-    (tmp_path / "hf" / "config.json").write_text(json.dumps(config))
-    with pytest.raises(ValueError, match=r"unsupported architecture \['BertForSequenceClass"):
-        from_hf(tmp_path / "hf", tmp_path / "ours")
-    assert not (tmp_path / "ours").exists()
+    assert_from_hf_refuses_architecture(
+        root / "hf",
+        tmp_path,
+        "BertForSequenceClassification",
+        r"unsupported architecture \['BertForSequenceClass",
+    )
 
 
 @pytest.mark.parametrize(

@@ -1,8 +1,6 @@
 """ModernBERT / mmBERT interop: parity with transformers' ModernBertForMaskedLM both ways, exact
 round trips, the settings conversion refuses, and the local attention window."""
 
-import json
-
 import jax
 import numpy as np
 import pytest
@@ -11,6 +9,7 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 safetensors_numpy = pytest.importorskip("safetensors.numpy")
 
+from tests.tiny import assert_from_hf_refuses_architecture  # noqa: E402
 from xlpretrain import backbones, masks  # noqa: E402
 from xlpretrain.convert import folder, from_hf, modernbert, to_hf  # noqa: E402
 from xlpretrain.convert.__main__ import main  # noqa: E402
@@ -283,15 +282,12 @@ def test_config_from_hf_names_each_unsupported_setting(change, message):
 
 def test_from_hf_refuses_other_architectures_and_writes_nothing(converted, tmp_path):
     _, root = converted
-    (tmp_path / "hf").mkdir()
-    for file in (root / "hf").iterdir():
-        (tmp_path / "hf" / file.name).write_bytes(file.read_bytes())
-    config = json.loads((tmp_path / "hf" / "config.json").read_text())
-    config["architectures"] = ["ModernBertForSequenceClassification"]
-    (tmp_path / "hf" / "config.json").write_text(json.dumps(config))
-    with pytest.raises(ValueError, match=r"unsupported architecture \['ModernBertForSeq"):
-        from_hf(tmp_path / "hf", tmp_path / "ours")
-    assert not (tmp_path / "ours").exists()
+    assert_from_hf_refuses_architecture(
+        root / "hf",
+        tmp_path,
+        "ModernBertForSequenceClassification",
+        r"unsupported architecture \['ModernBertForSeq",
+    )
 
 
 @pytest.mark.parametrize(

@@ -19,6 +19,7 @@ from collections.abc import Iterable, Mapping, Sequence
 import jax
 import ml_collections
 import numpy as np
+import pytest
 
 from xlpretrain.data import prepare as prepare_lib
 from xlpretrain.data.examples import FIRST_POSITION, PAD_POSITION
@@ -288,3 +289,21 @@ def trains_alone(plan, name: str) -> None:
         assert np.isfinite(float(metrics["loss"])), name
     moved = jax.tree.map(lambda a, b: bool(np.any(a != b)), before, jax.device_get(state.params))
     assert any(jax.tree.leaves(moved)), name
+
+
+def assert_from_hf_refuses_architecture(
+    hf_folder: pathlib.Path, tmp_path: pathlib.Path, architecture: str, message: str
+) -> None:
+    """A copy of the HF folder `hf_folder` whose `config.json` names `architecture` is refused
+    by `from_hf` with an error matching `message`, and nothing is written."""
+    from xlpretrain.convert import from_hf
+
+    (tmp_path / "hf").mkdir()
+    for file in hf_folder.iterdir():
+        (tmp_path / "hf" / file.name).write_bytes(file.read_bytes())
+    config = json.loads((tmp_path / "hf" / "config.json").read_text())
+    config["architectures"] = [architecture]
+    (tmp_path / "hf" / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ValueError, match=message):
+        from_hf(tmp_path / "hf", tmp_path / "ours")
+    assert not (tmp_path / "ours").exists()
