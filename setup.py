@@ -47,12 +47,16 @@ setup(
             "nbformat>=5.10",
             "ipykernel>=6.29",
             "wandb>=0.17",  # train.wandb_project, tested offline
+            "seqeval>=1.2",  # the xtreme extra
             # Not apache-beam (the `beam` extra): it pins protobuf < 7, under which
             # transformers cannot convert our SentencePiece model (tests/test_convert.py);
             # .ci/run gives tests/test_store.py an environment with Beam (XLPRETRAIN_BEAM_PYTHON).
         ],
         "docs": ["mkdocs-material>=9.5"],
         "wandb": ["wandb>=0.17"],  # train.wandb_project
+        # python -m xlpretrain.eval.xtreme score: PAN-X's and UD-POS's span F1. 1.x, whose
+        # chunking evaluate.py's numbers today come from (UD-POS differs under 0.0.x).
+        "xtreme": ["seqeval>=1.2"],
         "beam": ["apache-beam>=2.50"],  # python -m xlpretrain.data.prepare --beam
         # python -m xlpretrain.convert: safetensors reads model.safetensors and writes every
         # export; transformers (which runs without torch) reads an export's config and tokenizer.

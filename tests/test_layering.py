@@ -46,6 +46,7 @@ TOOLS = {
     "convert": ("convert.__main__",),
     "finetune": ("eval.finetune",),
     "retrieval": ("eval.retrieval",),
+    "xtreme": ("eval.xtreme.__main__",),
     "prepare": ("data.prepare.__main__",),
     "launch": ("launch",),
 }

@@ -18,6 +18,7 @@ INSTALL = {
     "apache_beam": "pip install apache-beam (the beam extra)",
     "wandb": "pip install wandb (the wandb extra)",
     "pyarrow": "pip install pyarrow",
+    "seqeval": "pip install seqeval (the xtreme extra)",
 }
 
 

@@ -1,0 +1,115 @@
+"""`python -m xlpretrain.eval.xtreme COMMAND [flags]`: the XTREME benchmark.
+
+`score --predictions DIR --labels DIR --output FILE [--version xtreme|xtreme-r]` scores the
+prediction files of any model against the gold labels and writes the JSON that
+google-research/xtreme's evaluate.py writes (`xlpretrain.eval.xtreme.score`), then prints a
+table. Each command is an entry of `COMMANDS`: the first argument picks it, its flags follow.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from absl import app, flags
+
+from xlpretrain.core import programs
+from xlpretrain.eval.xtreme import score
+
+PROGRAM = "python -m xlpretrain.eval.xtreme"
+FLAGS = flags.FLAGS
+
+
+def _parse_flags(argv: list[str]) -> list[str]:
+    """absl's flags from `argv`; a flag error ends the program in one line, exit status 2."""
+    try:
+        return FLAGS(argv)
+    except flags.Error as error:
+        programs.exit_with(str(error))
+
+
+def _absl_program(define: Callable[[], None], main: Callable[[Sequence[str]], None]) -> None:
+    """Defines a command's flags and runs `main` with them parsed from `sys.argv`, its user
+    errors reported in one line."""
+    define()
+
+    def reporting(argv: Sequence[str]) -> None:
+        with programs.reported():
+            main(argv)
+
+    app.run(reporting, flags_parser=_parse_flags)
+
+
+# --- score ----------------------------------------------------------------------------------
+
+
+def define_score_flags() -> None:
+    flags.DEFINE_string(
+        "predictions", None, "Folder of <task>/test-<lang>.<tsv|json|jsonl> prediction files."
+    )
+    flags.DEFINE_string("labels", None, "Folder of the gold labels, laid out as --predictions.")
+    flags.DEFINE_string("output", None, "JSON file to write, as evaluate.py's --output_file.")
+    flags.DEFINE_enum("version", "xtreme", list(score.VERSIONS), "Which benchmark's tasks.")
+    flags.mark_flags_as_required(["predictions", "labels", "output"])
+
+
+def format_table(report: score.Report) -> str:
+    """Each task's languages, `avg_metric` and averages, then the group scores, then what was
+    left out."""
+    results, lines = report.results, []
+    tasks = {name: s for name, s in results.items() if isinstance(s, dict)}
+    width = max([len("task"), *(len(name) for name in results)])
+    lines.append(f"{'task':<{width}}  {'langs':>5}  {'metric':>6}  averages")
+    for name, scores in tasks.items():
+        averages = ", ".join(
+            f"{key[4:]} {value:.2f}"
+            for key, value in scores.items()
+            if key.startswith("avg_") and key != "avg_metric"
+        )
+        languages = len(next((v for v in scores.values() if isinstance(v, dict)), {}))
+        metric = f"{scores['avg_metric']:.2f}" if "avg_metric" in scores else "-"
+        lines.append(f"{name:<{width}}  {languages:>5}  {metric:>6}  {averages}")
+    for name, value in results.items():
+        if name not in tasks:
+            lines.append(f"{name:<{width}}  {'':>5}  {value:6.2f}")
+    for task, absent in report.missing.items():
+        lines.append(f"incomplete: {task} lacks {', '.join(absent)} (not in the group scores)")
+    lines += [f"ignored: {what}" for what in report.ignored]
+    return "\n".join(lines)
+
+
+def score_main(argv: Sequence[str]) -> None:
+    if len(argv) > 1:
+        raise ValueError(f"unexpected arguments: {' '.join(argv[1:])}")
+    programs.setup_logging()
+    report = score.score(Path(FLAGS.predictions), Path(FLAGS.labels), FLAGS.version)
+    output = Path(FLAGS.output)
+    if output.parent != Path():
+        os.makedirs(output.parent, exist_ok=True)
+    with open(output, "w") as file:
+        json.dump(report.results, file, indent=2)
+    print(format_table(report))
+    print(f"wrote {output}")
+
+
+# --- The commands ------------------------------------------------------------------------------
+
+COMMANDS: dict[str, Callable[[], None]] = {
+    "score": lambda: _absl_program(define_score_flags, score_main),
+}
+
+
+def main(argv: Sequence[str]) -> None:
+    """Runs the command `argv[1]` with the flags after it."""
+    if len(argv) < 2 or argv[1] not in COMMANDS:
+        given = f"unknown command {argv[1]!r}" if len(argv) > 1 else "no command"
+        programs.exit_with(f"{given}: expected one of {', '.join(COMMANDS)} ({PROGRAM} COMMAND)")
+    sys.argv = [f"{argv[0]} {argv[1]}", *argv[2:]]  # absl reads the flags from sys.argv
+    COMMANDS[argv[1]]()
+
+
+if __name__ == "__main__":
+    main(sys.argv)
