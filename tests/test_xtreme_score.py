@@ -251,6 +251,18 @@ def test_unreadable_predictions_are_named(tmp_path, text, message):
         score.score(tmp_path / "predictions", tmp_path / "labels")
 
 
+def test_an_mlqa_language_without_a_normalisation_is_named_by_file(tmp_path):
+    for side in ("labels", "predictions"):
+        write(
+            tmp_path / side / "mlqa" / "test-fr.json",
+            (MOCK / side / "mlqa" / "test-en.json").read_text(),
+        )
+    with pytest.raises(
+        ValueError, match=r"predictions/mlqa/test-fr.json: MLQA normalises .* not 'fr'"
+    ):
+        score.score(tmp_path / "predictions", tmp_path / "labels")
+
+
 def test_a_missing_folder_is_named(tmp_path):
     with pytest.raises(FileNotFoundError, match="labels folder .*nowhere does not exist"):
         score.score(MOCK / "predictions", tmp_path / "nowhere")

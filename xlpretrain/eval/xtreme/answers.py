@@ -71,19 +71,28 @@ def _mixed_segmentation(text: str) -> list[str]:
     return tokens
 
 
-def normalize_mlqa(text: str, language: str) -> str:
-    """MLQA: lower-cased, Unicode punctuation and `language`'s articles removed, tokens (zh:
-    characters) joined by one space. Raises ValueError for a language MLQA's script does not
-    know."""
+def mlqa_normalizer(language: str) -> Normalizer:
+    """MLQA's normalisation of answers in `language`: lower-cased, Unicode punctuation and the
+    language's articles removed, tokens (zh: characters) joined by one space. Raises ValueError
+    for a language MLQA's script does not know."""
     if language not in _MLQA_ARTICLES:
         raise ValueError(
             f"MLQA normalises answers in {', '.join(MLQA_LANGUAGES)} only, not {language!r}"
         )
-    text = "".join(ch for ch in text.lower() if not _is_mlqa_punctuation(ch))
-    if (articles := _MLQA_ARTICLES[language]) is not None:
-        text = articles.sub(" ", text)
-    tokens = _mixed_segmentation(text) if language in _MIXED_SEGMENTATION else text.split()
-    return " ".join(token for token in tokens if token.strip())
+    articles = _MLQA_ARTICLES[language]
+    segment = _mixed_segmentation if language in _MIXED_SEGMENTATION else str.split
+
+    def normalize(text: str) -> str:
+        text = "".join(ch for ch in text.lower() if not _is_mlqa_punctuation(ch))
+        if articles is not None:
+            text = articles.sub(" ", text)
+        return " ".join(token for token in segment(text) if token.strip())
+
+    return normalize
+
+
+def normalize_mlqa(text: str, language: str) -> str:
+    return mlqa_normalizer(language)(text)
 
 
 def exact_match(prediction: str, truth: str, normalize: Normalizer) -> bool:

@@ -189,10 +189,7 @@ def squad_em_f1(questions: Sequence[answers.Question], predictions: Mapping[str,
 def mlqa_em_f1(
     questions: Sequence[answers.Question], predictions: Mapping[str, str], language: str
 ) -> Scores:
-    answers.normalize_mlqa("", language)  # an unknown language fails before any question
-    return answers.em_f1(
-        questions, predictions, lambda text: answers.normalize_mlqa(text, language)
-    )
+    return answers.em_f1(questions, predictions, answers.mlqa_normalizer(language))
 
 
 # --- Checks that predictions and labels line up. ------------------------------------------------
