@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from xlpretrain.core import programs
-from xlpretrain.data import translation_pairs
+from xlpretrain.data import demo_xtreme, translation_pairs
 
 VERSION = "demo_corpus_v2"
 SNAPSHOT = f"{VERSION}.tar.xz"  # package data beside this module
@@ -175,9 +175,10 @@ def write_snapshot(corpus: str | os.PathLike, path: str | os.PathLike) -> str:
 
 def main(argv: list[str] | None = None) -> None:
     """`python -m xlpretrain.data.demo_corpus --out DIR [--from-babel] [--languages N]
-    [--pairs DIR] [--snapshot FILE]`: writes the demo corpus to a folder of one's own, to pass as
-    data.mono_dir / data.parallel_dir, and with --pairs its translation-or-not fine-tuning task
-    (`translation_pairs`)."""
+    [--pairs DIR] [--xtreme DIR] [--snapshot FILE]`: writes the demo corpus to a folder of one's
+    own, to pass as data.mono_dir / data.parallel_dir, with --pairs its translation-or-not
+    fine-tuning task (`translation_pairs`) and with --xtreme its XTREME-format benchmark
+    (`demo_xtreme`)."""
     parser = programs.ArgumentParser(
         prog="python -m xlpretrain.data.demo_corpus",
         description="Writes the demo corpus (training and held-out folders) to --out: the "
@@ -202,6 +203,11 @@ def main(argv: list[str] | None = None) -> None:
         "<l1>-<l2>/{train,test}.tsv, for python -m xlpretrain.eval.finetune",
     )
     parser.add_argument(
+        "--xtreme",
+        help="also write a small XTREME-format benchmark built from it to this folder: "
+        "pawsx/, panx/, squad/ + xquad/ and labels/ (see xlpretrain.data.demo_xtreme)",
+    )
+    parser.add_argument(
         "--snapshot",
         help="also pack the corpus into this .tar.xz file, as the shipped snapshot is packed",
     )
@@ -213,6 +219,12 @@ def main(argv: list[str] | None = None) -> None:
     if args.pairs:
         counts = translation_pairs.write_task(args.out, args.pairs)
         print(f"{'pairs:':<19}{args.pairs}  ({len(counts)} folders of train.tsv and test.tsv)")
+    if args.xtreme:
+        counts = demo_xtreme.write_benchmark(args.out, args.xtreme)
+        for task, files in counts.items():
+            tests = sum(n for name, n in files.items() if name.startswith("test-"))
+            sizes = ", ".join(f"{n} {name}" for name, n in files.items() if "-en" in name)
+            print(f"{task + ':':<19}{args.xtreme}  ({sizes}, {tests} test examples)")
     if args.snapshot:
         digest = write_snapshot(args.out, args.snapshot)
         print(f"{'snapshot:':<19}{args.snapshot}  (sha256 {digest})")
