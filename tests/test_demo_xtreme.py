@@ -6,10 +6,14 @@ files matching the test files, every language present, balanced labels, the same
 import csv
 import io
 import json
+import os
+import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
 
 import pytest
+from seqeval.metrics import f1_score
 
 from xlpretrain.data import demo_corpus, demo_country_lines, demo_xtreme
 
@@ -152,6 +156,48 @@ def test_panx_format_iob2_and_labels(bench, corpus, languages):
             )
             assert ("" if by_character else " ").join(w[0] for w in sentence) in texts
             assert iob2_ok([row[0] for row in labels]), (lang, labels)
+        gold = [[row[0] for row in labels] for labels in tags]
+        assert f1_score(gold, gold) == 1.0  # seqeval, XTREME's scorer, reads our types
+
+
+def line(text: str, spans: dict[str, list[tuple[int, int]]]) -> demo_country_lines.CountryLine:
+    fields = [
+        demo_country_lines.Field(kind, (items[0][0], items[-1][1]), tuple(items))
+        for kind, items in spans.items()
+    ]
+    return demo_country_lines.CountryLine(text, "key", tuple(fields))
+
+
+def test_a_word_takes_the_entity_it_overlaps_and_one_entity_only():
+    """Words overlapping an entity are tagged with it (B- on its first word; "and French;" gives
+    "and" O); a word over two entities (Thai's two-item list "AและB") leaves the line out."""
+    text = "Andorra: Catalan and French; Euro."
+    andorra = line(
+        text, {"territory": [(0, 7)], "languages": [(9, 16), (21, 27)], "currencies": [(29, 33)]}
+    )
+    assert demo_xtreme.tagged_words(andorra, by_character=False) == [
+        ("Andorra:", "B-LOC"),
+        ("Catalan", "B-LANG"),
+        ("and", "O"),
+        ("French;", "B-LANG"),
+        ("Euro.", "B-CUR"),
+    ]
+    assert [t for _, t in demo_xtreme.tagged_words(andorra, by_character=True)][:9] == [
+        "B-LOC",
+        *["I-LOC"] * 6,
+        "O",
+        "B-LANG",
+    ]
+    thai = line(
+        "X: AและB; C.",
+        {"territory": [(0, 1)], "languages": [(3, 4), (7, 8)], "currencies": [(10, 11)]},
+    )
+    assert demo_xtreme.tagged_words(thai, by_character=False) is None
+    unsplit = demo_country_lines.Field("cities", (0, 1), None)
+    assert (
+        demo_xtreme.tagged_words(demo_country_lines.CountryLine("X", "k", (unsplit,)), False)
+        is None
+    )
 
 
 def qa_examples(data: dict):
@@ -202,7 +248,12 @@ def test_xquad_test_files_have_their_answers_removed(bench, languages):
 
 
 def test_the_same_bytes_twice(bench, corpus, tmp_path):
-    demo_xtreme.write_benchmark(corpus, tmp_path)
+    """In another process with another hash seed too; another seed draws other examples."""
+    code = (
+        "import sys; from xlpretrain.data import demo_xtreme as d; d.write_benchmark(*sys.argv[1:])"
+    )
+    env = {**os.environ, "PYTHONHASHSEED": "123"}
+    subprocess.run([sys.executable, "-c", code, str(corpus), str(tmp_path)], check=True, env=env)
     assert tree(tmp_path) == tree(bench)
     demo_xtreme.write_benchmark(corpus, tmp_path / "other", seed=1)
     assert tree(tmp_path / "other") != tree(bench)

@@ -135,7 +135,7 @@ def separators(corpus: Path, lang: str) -> ListSeparators:
     twos = Counter(
         text[i:j]
         for line in lines
-        for text in _languages_groups(line, items)
+        for text in _languages_group(line, names)
         for i, j in _two_name_gaps(text, names)
     )
     if not twos:
@@ -173,16 +173,13 @@ def _two_name_gaps(text: str, names: set[str]) -> Iterable[Span]:
                     yield i, j
 
 
-def _languages_groups(line: str, items: dict[str, str]) -> list[str]:
+def _languages_group(line: str, names: set[str]) -> list[str]:
     """The languages group of a country line, if it has one (for reading separators)."""
-    found = _anchor(line, set(items.values()))
-    if found is None:
-        return []
-    head_end, groups, currency = found
-    return [groups[0]] if currency == 1 else []
+    found = _anchor(line, names)
+    return [found[1][0]] if found is not None and found[2] == 1 else []
 
 
-def _anchor(line: str, items: set[str]) -> tuple[int, list[str], int] | None:
+def _anchor(line: str, names: set[str]) -> tuple[int, list[str], int] | None:
     """(end of the head, the groups, the currencies group's index) of a country line whose
     ``head: group`` is a parallel item; None if none or several readings fit."""
     if not line.endswith("."):
@@ -192,7 +189,7 @@ def _anchor(line: str, items: set[str]) -> tuple[int, list[str], int] | None:
     while at > 0:
         groups = line[at + 2 : -1].split("; ")
         for index, group in enumerate(groups):
-            if f"{line[:at]}: {group}" in items and index <= 1 and len(groups) - index <= 3:
+            if f"{line[:at]}: {group}" in names and index <= 1 and len(groups) - index <= 3:
                 readings.append((at, groups, index))
         at = line.find(": ", at + 1)
     return readings[0] if len(readings) == 1 else None
@@ -205,11 +202,11 @@ def country_lines(corpus: Path, lang: str, *, held_out: bool) -> list[CountryLin
     keys = {other: english for english, other in items.items()}
     seps = separators(corpus, lang)
     english = None if lang == "en" else _english_lines(corpus)
-    names = set(items.values())
+    names = set(keys)
     folder = corpus / "held_out" / "mono" if held_out else corpus / "mono"
     lines = []
     for text in read_lines(folder / f"{lang}.txt"):
-        found = _anchor(text, set(keys))
+        found = _anchor(text, names)
         if found is None:
             continue
         head_end, groups, currency = found

@@ -23,8 +23,9 @@ of every language of the corpus (about 24 each), which no pre-training saw as li
   each line's territory name is a question whose answer is the span of its currencies
   (``Andorra`` -> ``Euro``). English training and dev data are ``squad/train-v1.1.json`` and
   ``squad/dev-v1.1.json`` as XTREME lays them out; a test is ``xquad/xquad.<lang>.json`` with
-  its answers removed as XTREME's preprocessing removes them. Contexts group the same
-  territories in every language, so a question has the same id in all of them (as in XQuAD).
+  its answers removed as XTREME's preprocessing removes them. A question's id depends only on
+  its territory, so it is the same in every language (as in XQuAD); languages that hold out the
+  same territories (all but English in the snapshot) also group them into the same contexts.
   XQuAD's scorer is SQuAD's, which takes any language (MLQA's knows only MLQA's).
 
 The test answers are in ``labels/<task>/test-<lang>.{tsv,json}`` as in google-research/xtreme's
@@ -79,6 +80,9 @@ def restate(line: CountryLine, order: Sequence[int], swap: tuple[int, str] | Non
 def paraphrase_pairs(lines: Sequence[CountryLine], rng: random.Random) -> list[Pair]:
     """One paraphrase and one non-paraphrase per line with two different groups or more (see the
     module docstring), shuffled."""
+    # csv.writer would quote a text with a double quote, and XTREME's reader (quotechar=None)
+    # would keep the quotes: such lines (none of the snapshot's country lines) are left out.
+    lines = [line for line in lines if '"' not in line.text]
     by_kind: dict[str, list[str]] = {}
     for line in lines:
         for field in line.fields[1:]:
