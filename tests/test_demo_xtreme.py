@@ -269,3 +269,30 @@ def test_list_separators_are_read_off_the_corpus(corpus):
     assert en.splits("A, B, and C")[0] == [(0, 1), (3, 4), (10, 11)]
     assert en.splits("A and B")[0] == [(0, 1), (6, 7)]
     assert en.splits("A") == [[(0, 1)]]
+
+
+def test_country_lines_read_back_into_their_fields(corpus):
+    """The groups' kinds follow from the currencies (anchored on the parallel items): in
+    English every time-zone item ends in "Time" and no city does; Andorra reads as written."""
+    lines = demo_country_lines.country_lines(corpus, "en", held_out=False)
+    assert len(lines) >= 200
+    items = {
+        kind: [
+            line.part(s)
+            for line in lines
+            for f in line.fields
+            if f.kind == kind
+            for s in f.items or ()
+        ]
+        for kind in ("cities", "time_zones")
+    }
+    assert len(items["time_zones"]) >= 200 and all(t.endswith(" Time") for t in items["time_zones"])
+    assert len(items["cities"]) >= 200 and not any(t.endswith(" Time") for t in items["cities"])
+    (andorra,) = [line for line in lines if line.key == "Andorra: Euro"]
+    assert [(f.kind, [andorra.part(s) for s in f.items]) for f in andorra.fields] == [
+        ("territory", ["Andorra"]),
+        ("languages", ["Catalan", "Spanish", "French"]),
+        ("currencies", ["Euro"]),
+        ("cities", ["Andorra"]),
+        ("time_zones", ["Central European Time"]),
+    ]
