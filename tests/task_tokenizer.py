@@ -1,11 +1,15 @@
-"""A SentencePiece model of 120 ids trained in a few milliseconds on a few English and Chinese
-sentences, for the token-level task tests (tests/test_token_labels.py, tests/test_qa_windows.py):
-small enough that most words split into several pieces and a Chinese run into multi-character
-pieces, with characters it has never seen (`<unk>`)."""
+"""Tokenizers trained in milliseconds on a few English and Chinese sentences, for the token-level
+task tests (tests/test_token_labels.py, tests/test_qa_windows.py): a SentencePiece model of 120
+ids (XLM-R's kind), small enough that most words split into several pieces and a Chinese run
+into multi-character pieces, with characters it has never seen (`<unk>`); and a cased WordPiece
+`tokenizer.json` (mBERT's kind: `##` pieces, one token per Chinese character)."""
 
 import pathlib
 
-from xlpretrain.data.tokenizer import Tokenizer, train_tokenizer
+import tokenizers
+from tokenizers import decoders, models, normalizers, pre_tokenizers
+
+from xlpretrain.data.tokenizer import HFTokenizer, Tokenizer, train_tokenizer
 
 EN = (
     "The quick brown fox jumps over the lazy dog.",
@@ -37,3 +41,23 @@ def train(folder: pathlib.Path) -> Tokenizer:
     """The model, written into `folder`."""
     texts = {"en": list(EN) * 4, "zh": list(ZH) * 4}
     return train_tokenizer(texts, folder / "task.model", 120, character_coverage=1.0)
+
+
+def wordpiece() -> HFTokenizer:
+    """The WordPiece tokenizer (its vocabulary written out, as `tokenizers`' trainer is not
+    deterministic): every character alone and as `##` piece, every English word but a few,
+    which split into characters; its special tokens found by their BERT spellings."""
+    split = pre_tokenizers.BertPreTokenizer()
+    words = {w for line in EN for w, _ in split.pre_tokenize_str(line)}
+    chars = sorted(set("".join(EN + ZH)) - {" "})
+    specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    pieces = [*specials, *chars, *("##" + c for c in chars)]
+    pieces += sorted(words - {"France", "jumps", "said", *chars})
+    tokenizer = tokenizers.Tokenizer(
+        models.WordPiece({piece: i for i, piece in enumerate(pieces)}, unk_token="[UNK]")
+    )
+    tokenizer.normalizer = normalizers.BertNormalizer(lowercase=False, strip_accents=False)
+    tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tokenizer.decoder = decoders.WordPiece()
+    tokenizer.add_special_tokens(specials)
+    return HFTokenizer(tokenizer.to_str())

@@ -199,6 +199,31 @@ def test_gold_span_decodes_to_its_text(tokenizer, context, span, expected):
     assert answers == {"q": expected}
 
 
+@pytest.mark.parametrize(
+    ("context", "span"),
+    [
+        (ZH, "北京市"),  # one token a character: the reference's own case
+        (EN, "Mr. Smith"),  # the decoder writes "Mr. Smith", the basic tokenizer "Mr . Smith"
+        (EN, "France,"),  # F ##r ##a ##n ##c ##e ,
+        (EN, "capital of"),
+    ],
+)
+def test_wordpiece_span_decodes_to_its_text(context, span):
+    """The same through a cased WordPiece tokenizer.json (mBERT's kind) and BERT's layout; the
+    span's tokens are those of its text."""
+    tokenizer = task_tokenizer.wordpiece()
+    example = QAExample("q", "Paris?", context)
+    windows = encode_questions([example], tokenizer, layout=BERT, training=False, max_length=48)
+    row, target = windows.rows[0].tolist(), tokenizer.encode(span).tolist()
+    assert pieces(tokenizer, [row[0], row[-1]]) == ["[CLS]", "[SEP]"]
+    c = windows.context_starts[0]
+    start = next(i for i in range(c, len(row)) if row[i : i + len(target)] == target)
+    answers = decode_answers(
+        *gold_logits(windows, start, start + len(target) - 1), windows, [example]
+    )
+    assert answers == {"q": span}
+
+
 def test_unknown_token_answers_the_words(tokenizer):
     """A span with an `<unk>` (whose text is lost) answers its whole words, as the reference
     does when the `<unk>` string is found nowhere: `<unk> l l e r` of "Müller" is "Müller", not

@@ -41,10 +41,17 @@ SENTENCE = TaggedSentence(
 )
 
 
-@pytest.mark.parametrize("layout", [XLMR, BERT], ids=["xlmr", "bert"])
-def test_label_on_first_sub_token(tokenizer, layout):
+@pytest.mark.parametrize(
+    ("kind", "layout"),
+    [("sentencepiece", XLMR), ("sentencepiece", BERT), ("wordpiece", BERT)],
+    ids=["xlmr", "bert-layout", "bert"],
+)
+def test_label_on_first_sub_token(tokenizer, kind, layout):
     """Each word's label on its first sub-token only, the others and the specials weight 0;
-    XLM-R's row ends `</s></s>` (run_tag's sep_token_extra), BERT's `[SEP]`."""
+    XLM-R's row ends `</s></s>` (run_tag's sep_token_extra), BERT's `[SEP]`; for XLM-R's kind of
+    tokenizer and mBERT's (`##` pieces)."""
+    if kind == "wordpiece":
+        tokenizer = task_tokenizer.wordpiece()
     rows = encode_tagged([SENTENCE], tokenizer, LABELS, max_length=32, layout=layout)
     ids, labels = xtreme_row(SENTENCE, tokenizer, extra_sep=layout.separators == 2)
     assert any(len(tokenizer.encode(w)) > 1 for w in SENTENCE.words)  # the case is tested
