@@ -58,7 +58,7 @@ def test_label_on_first_sub_token(tokenizer, kind, layout):
     batch = rows.batch(np.array([0]))
     n = len(ids)
     assert len(rows) == 1 and batch["input_ids"][0, :n].tolist() == ids
-    weights = batch["pred_weights"][0]
+    weights = batch["label_weights"][0]
     assert weights[:n].tolist() == [float(label != IGNORE) for label in labels]
     assert not weights[n:].any()
     assert batch["labels"][0, :n][weights[:n] > 0].tolist() == [LABELS[x] for x in SENTENCE.labels]
@@ -116,7 +116,7 @@ def test_unlabelled_sentences_weigh_nothing(tokenizer):
     sentence = TaggedSentence(SENTENCE.words, None)
     rows = encode_tagged([sentence], tokenizer, LABELS, max_length=32, layout=XLMR)
     batch = rows.batch(np.array([0, -1]))
-    assert not batch["pred_weights"].any()
+    assert not batch["label_weights"].any()
     assert decode_tags(batch["labels"][:1], rows, NAMES) == [["O"] * len(SENTENCE.words)]
 
 
@@ -124,7 +124,7 @@ def test_padding_row_and_errors(tokenizer):
     rows = encode_tagged([SENTENCE], tokenizer, LABELS, max_length=32, layout=XLMR)
     batch = rows.batch(np.array([-1, 0]))
     assert (batch["input_ids"][0] == tokenizer.pad_id).all()
-    assert not batch["segment_ids"][0].any() and not batch["pred_weights"][0].any()
+    assert not batch["segment_ids"][0].any() and not batch["label_weights"][0].any()
     assert (batch["input_ids"][1] == rows.batch(np.array([0]))["input_ids"][0]).all()
     with pytest.raises(ValueError, match=r"sentence 0: label\(s\) \['B-ORG'\]"):
         encode_tagged(

@@ -51,20 +51,21 @@ class TaggedRows:
 
     def batch(self, indices: np.ndarray) -> Batch:
         """`[len(indices), max_length]` rows (index -1: padding) with `labels` and
-        `pred_weights`, 1 on each labelled word's first sub-token."""
+        `label_weights`, 1 on each labelled word's first sub-token (what the token
+        classification loss averages over)."""
         batch = row_batch(
             self.rows, indices, max_length=self.max_length, pad_id=self.pad_id,
             lang_id=self.lang_id,
         )  # fmt: skip
         shape = batch["input_ids"].shape
         batch["labels"] = np.zeros(shape, np.int32)
-        batch["pred_weights"] = np.zeros(shape, np.float32)
+        batch["label_weights"] = np.zeros(shape, np.float32)
         for row, index in enumerate(indices):
             if index < 0:
                 continue
             n = len(self.rows[index])
             batch["labels"][row, :n] = self.label_ids[index]
-            batch["pred_weights"][row, :n] = (self.word_ids[index] >= 0) & self.labelled[index]
+            batch["label_weights"][row, :n] = (self.word_ids[index] >= 0) & self.labelled[index]
         return batch
 
 
