@@ -1,8 +1,9 @@
-"""Who may import whom: the library in layers, each a package, the command lines on top.
+"""Who may import whom: the library in layers, each a package, the programs on top.
 
 Every `xlpretrain` import in the package (at module level or inside a function) goes down or
-sideways, never up; no modules import each other in a circle; a command line imports the
-library, never another tool's command line. docs/architecture.md draws the same layers.
+sideways, never up; no modules import each other in a circle; no module imports a program
+(a program imports the library, never another program). docs/architecture.md draws the same
+layers (`tests/test_docs.py` checks its table against `LAYERS`).
 """
 
 import ast
@@ -15,7 +16,8 @@ PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "xlpretrain"
 LAYERS = (
     ("core",),
     ("parallel", "masks"),
-    ("data",),
+    # The masks CLI's printing and plotting shows a mask on the data's row layout.
+    ("data", "masks.show"),
     ("model",),
     # Each family's name, layers and HF model types, which its converter and its declaration
     # both read.
@@ -37,20 +39,14 @@ LAYERS = (
     ("training.cli",),
     ("bench",),
 )  # fmt: skip
-# Command lines, by tool: `python -m xlpretrain.<module>`.
-TOOLS = {
-    "train": ("train",),
-    "bench": ("bench.__main__",),
-    "aot": ("aot",),
-    "masks": ("masks.__main__", "masks.show"),
-    "convert": ("convert.__main__",),
-    "finetune": ("eval.finetune",),
-    "retrieval": ("eval.retrieval",),
-    "xtreme": ("eval.xtreme.__main__",),
-    "prepare": ("data.prepare.__main__",),
-    "launch": ("launch",),
-}
-CLI = {module: tool for tool, modules in TOOLS.items() for module in modules}
+# A program is a root entry point (`python -m xlpretrain.train`) or a package's `__main__`
+# module (`python -m xlpretrain.eval.finetune` runs `eval/finetune/__main__.py`); every other
+# module is library code and has a layer.
+ROOT_PROGRAMS = ("train", "aot", "launch")
+
+
+def is_program(module: str) -> bool:
+    return module in ROOT_PROGRAMS or module.endswith(".__main__")
 
 
 def modules() -> dict[str, pathlib.Path]:
@@ -82,7 +78,7 @@ def imports(path: pathlib.Path) -> set[str]:
 
 
 def rank(module: str) -> int:
-    if module in CLI:
+    if is_program(module):
         return len(LAYERS)
     matches = [
         (len(prefix), index)
@@ -90,7 +86,7 @@ def rank(module: str) -> int:
         for prefix in prefixes
         if module == prefix or module.startswith(prefix + ".")
     ]
-    assert matches, f"xlpretrain.{module} is in no layer: add it to LAYERS or TOOLS"
+    assert matches, f"xlpretrain.{module} is in no layer: add it to LAYERS (or make it a program)"
     return max(matches)[1]
 
 
@@ -100,17 +96,33 @@ def test_every_module_has_a_place():
             rank(module)
 
 
-def test_imports_go_down_and_command_lines_do_not_import_each_other():
+def test_every_root_module_is_a_program_or_the_front_door():
+    """The package root holds the programs and the front door (`api`); a library module lives
+    in a package named for its layer."""
+    root = {module for module in modules() if module and "." not in module}
+    packages = {module for module, path in modules().items() if path.name == "__init__.py"}
+    assert root - packages <= {*ROOT_PROGRAMS, "api"}, sorted(root - packages)
+
+
+def test_imports_go_down_and_no_module_imports_a_program():
     wrong = []
     for module, path in modules().items():
         if not module:
             continue
         for target in imports(path):
-            if target in CLI and CLI.get(module) != CLI[target]:
-                wrong.append(f"{module} imports the command line {target}")
-            elif target not in CLI and rank(target) > rank(module):
+            if is_program(target):
+                wrong.append(f"{module} imports the program {target}")
+            elif rank(target) > rank(module):
                 wrong.append(f"{module} (layer {rank(module)}) imports {target} ({rank(target)})")
     assert not wrong, "\n".join(sorted(wrong))
+
+
+def test_evals_library_stays_below_training():
+    """`eval`'s library modules (the measures, the benchmark files) sit below `training`; what
+    fine-tunes, which runs training's loop, is a program (`eval.finetune.__main__`)."""
+    library = [m for m in modules() if m.startswith("eval.") and not is_program(m)]
+    above = sorted(m for m in library if rank(m) >= rank("training"))
+    assert library and not above, f"{above}: eval's library sits below training"
 
 
 # What the command lines share (absl's flags, their error lines and exit statuses): a program
@@ -123,11 +135,11 @@ def test_only_command_lines_import_what_command_lines_share():
     wrong = sorted(
         f"{module} imports {target}"
         for module, path in modules().items()
-        if module and module not in CLI
+        if module and not is_program(module)
         for target in imports(path)
         if target in PROGRAMS_ONLY
     )
-    assert not wrong, "\n".join(wrong) + ": only a command line (TOOLS) may"
+    assert not wrong, "\n".join(wrong) + ": only a program may"
 
 
 def test_no_modules_import_each_other_in_a_circle():
@@ -182,7 +194,7 @@ def test_only_config_and_plan_modules_and_command_lines_import_ml_collections():
     readers = sorted(
         module
         for module, path in modules().items()
-        if module and module not in CLI and imports_ml_collections(path)
+        if module and not is_program(module) and imports_ml_collections(path)
     )
     assert set(readers) <= set(CONFIG_READERS), (
         f"{sorted(set(readers) - set(CONFIG_READERS))} import ml_collections: read the run "

@@ -21,7 +21,8 @@ from xlpretrain.api import Model
 from xlpretrain.convert import folder
 from xlpretrain.data.folders import ParallelSource
 from xlpretrain.data.sources import DataError
-from xlpretrain.eval import alignment, retrieval
+from xlpretrain.eval import alignment
+from xlpretrain.eval.retrieval import __main__ as retrieval
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 UDHR_PAIRS = ("eng-cmn_hans", "eng-deu_1996", "eng-fra")

@@ -27,7 +27,7 @@ from xlpretrain.data import store as store_lib
 from xlpretrain.data.masking import regular_ids
 from xlpretrain.data.sources import DataError
 from xlpretrain.data.tokenizer import HFTokenizer, SpecialIds, Tokenizer, tokenizer_file
-from xlpretrain.eval import retrieval
+from xlpretrain.eval.retrieval import __main__ as retrieval
 from xlpretrain.model import init_params
 from xlpretrain.training import trainer as trainer_lib
 from xlpretrain.training.plan import resolve
