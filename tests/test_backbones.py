@@ -12,8 +12,11 @@ import numpy as np
 import pytest
 
 from xlpretrain import backbones
+from xlpretrain.backbones.settings import SHARED, ModelSettings
 from xlpretrain.convert import folder
+from xlpretrain.core.errors import ConfigError
 from xlpretrain.model.config import LAYER_FEATURES, ModelConfig, recorded_features
+from xlpretrain.training.config import check_config, default_config
 
 PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "xlpretrain"
 
@@ -131,3 +134,42 @@ def test_the_peer_leaves_out_options_no_hugging_face_class_has():
         peer = backbones.of(config).hf_peer(config)
     assert type(peer).__name__ == "XLMRobertaForMaskedLM"
     assert (peer.config.num_hidden_layers, peer.config.hidden_size) == (2, 16)
+
+
+def test_a_backbone_builds_its_model_from_typed_settings():
+    """The plan hands a backbone the keys every backbone reads and its own section's, typed;
+    the backbone builds the `ModelConfig` (`attention` is `attention_impl`; the data sizes the
+    language table)."""
+    modern = backbones.get("modernbert")
+    shared = ModelSettings(vocab_size=50, dtype="bfloat16", remat="dots", attention="cudnn")
+    config = modern.model_config(
+        dataclasses.replace(shared, absolute_positions=False, language_embeddings=True),
+        modern.section.values(local_window=64),
+    )
+    assert (config.vocab_size, config.dtype, config.remat, config.hidden_size) == (
+        50, "bfloat16", "dots", 768,
+    )  # fmt: skip
+    assert (config.attention_impl, config.num_languages, config.local_window) == ("cudnn", 0, 64)
+    assert {f: getattr(config, f) for f in LAYER_FEATURES} == dict(modern.features)
+
+
+def test_the_configs_model_keys_are_the_declared_settings():
+    """`model.*` is the backbone's name, the keys every backbone reads (`SHARED`) and each
+    backbone's own section, with their defaults; each section's ranges check its keys, and a
+    section's keys become `ModelConfig` fields."""
+    model = default_config().model
+    declared = {"architecture", *SHARED.defaults}
+    for section in backbones.sections():
+        assert section.name == "model" and not declared & set(section.defaults), section
+        declared |= set(section.defaults)
+        assert {k: model[k] for k in section.defaults} == section.defaults
+        assert set(section.defaults) <= {f.name for f in dataclasses.fields(ModelConfig)}
+    assert set(model) == declared
+    assert [b.section for b in backbones.REGISTRY.values()].count(
+        backbones.get("xlmr").section
+    ) == 2
+    for key, value in [("local_window", 3), ("num_buckets", 3), ("flash_tiles", "x")]:
+        cfg = default_config()
+        cfg.model[key] = value
+        with pytest.raises(ConfigError, match=rf"'model\.{key}': must be"):
+            check_config(cfg)

@@ -15,7 +15,6 @@ import pytest
 import xlpretrain
 from tests import tiny
 from tests.test_api import TEXTS, xlm_e_workdir
-from xlpretrain import backbones
 from xlpretrain.convert import folder, merge
 from xlpretrain.convert.__main__ import main
 from xlpretrain.convert.merging import check_same_model
@@ -47,7 +46,7 @@ def constant_run(workdir: pathlib.Path, cfg, tokenizer: Tokenizer) -> ModelConfi
     model config."""
     workdir.mkdir(parents=True)
     (workdir / "config.json").write_text(cfg.to_json_best_effort(indent=2))
-    config = backbones.get(cfg.model.architecture).model_config(cfg.model)
+    config = resolve(cfg).model
     folder.record_family(workdir, ModelFamily.MASKED_LM, config)
     tokenizer.save(workdir / tokenizer.FILE)
     checkpointer = Checkpointer(workdir / "checkpoints", keep=len(STEPS), async_save=False)

@@ -461,12 +461,12 @@ def test_warm_start_from_a_converted_checkpoint(
     import flax.linen as nn
 
     from xlpretrain.convert import folder
-    from xlpretrain.model import ModelConfig, init_params
+    from xlpretrain.model import init_params
     from xlpretrain.training import warm_start
     from xlpretrain.training.warm_start import WarmStartError
 
     cfg = udhr_run_config(train__steps=1)
-    config = ModelConfig.from_run_config(cfg.model, 0)
+    config = resolve(cfg).model
     pretrained = jax.device_get(nn.unbox(init_params(config, jax.random.key(7))))
     tokenizer = Tokenizer.load(udhr_tokenizer_path)
     folder.write(folder.Pretrained(config, pretrained, tokenizer), tmp_path / "xlmr")
@@ -491,7 +491,7 @@ def test_warm_start_from_a_converted_checkpoint(
     cfg.model.vocab_size = 2002  # the checkpoint's tokenizer has 1002 ids
     with pytest.raises(ConfigError, match="model.vocab_size"):
         trainer_lib.build(resolve(cfg), str(tmp_path / "other"), jax.devices()[:1])
-    bigger = ModelConfig.from_run_config(cfg.model, 0)
+    bigger = resolve(cfg).model
     with pytest.raises(WarmStartError, match="vocabulary of 1002 ids"):
         warm_start.check_model(bigger, config, "xlmr")
     cfg.init.checkpoint = str(tmp_path / "nowhere")

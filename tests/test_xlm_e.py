@@ -15,7 +15,6 @@ from xlpretrain.data.folders import MonolingualSource, ParallelSource
 from xlpretrain.data.masking import BERT_CORRUPTION, MASK_ONLY
 from xlpretrain.data.pipeline import Corpus, language_vocabulary
 from xlpretrain.data.tokenizer import Tokenizer
-from xlpretrain.model import ModelConfig
 from xlpretrain.model.config import ModelFamily, generator_config
 from xlpretrain.model.electra import ElectraPretrainer, init_electra_params
 from xlpretrain.objectives import electra
@@ -241,7 +240,7 @@ def test_base_config_matches_table_6():
     resolve(cfg)
     m, o, x = cfg.model, cfg.optim, cfg.xlm_e
     assert (m.num_layers, m.hidden_size, m.mlp_dim, m.num_heads) == (12, 768, 3072, 12)
-    gen = generator_config(ModelConfig.from_run_config(m, 0), x.generator_layers, x.generator_width)
+    gen = generator_config(resolve(cfg).model, x.generator_layers, x.generator_width)
     assert (gen.num_layers, gen.hidden_size, gen.mlp_dim, gen.num_heads) == (4, 768, 3072, 12)
     assert cfg.train.steps == 125_000 and x.disc_weight == 50.0
     assert (o.learning_rate, o.warmup_steps, o.eps, o.b1, o.b2) == (5e-4, 10_000, 1e-6, 0.9, 0.98)

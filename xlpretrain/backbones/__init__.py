@@ -10,6 +10,7 @@ from typing import Any
 
 from xlpretrain.backbones import bert, modernbert, xlmr
 from xlpretrain.backbones.declaration import Backbone
+from xlpretrain.core.settings import Section
 from xlpretrain.model.config import ModelConfig
 
 REGISTRY: dict[str, Backbone] = {
@@ -51,3 +52,12 @@ def for_hf(hf_config: Mapping[str, Any], source: str) -> Backbone:
 def function_settings() -> tuple[str, ...]:
     """Every family's settings that change what a checkpoint's weights compute."""
     return tuple(sorted({n for b in REGISTRY.values() for n in b.function_settings}))
+
+
+def sections() -> list[Section]:
+    """Each backbone's own `model.*` section, once however many backbones share it."""
+    found: list[Section] = []
+    for backbone in REGISTRY.values():
+        if not any(section is backbone.section for section in found):
+            found.append(backbone.section)
+    return found

@@ -5,12 +5,13 @@ the same XLM, VECO and XLM-E additions as XLM-R. Converted by `convert.bert`."""
 from __future__ import annotations
 
 from xlpretrain.backbones.declaration import Backbone
-from xlpretrain.backbones.xlmr import check_settings
+from xlpretrain.backbones.xlmr import SECTION, check_settings
 from xlpretrain.families import BERT
 
 BACKBONE = Backbone(
     family=BERT,
-    # Learned positions, or XLM-R's relative ones: the same layers, the same check.
+    # Learned positions, or XLM-R's relative ones: the same layers, settings and check.
+    section=SECTION,
     check=check_settings,
     function_settings=("layer_norm_eps", "max_distance"),
     converter="xlpretrain.convert.bert",

@@ -3,8 +3,10 @@
 A run names its family as a value (`model.architecture`); everything that differs between
 families is found through its declaration in the registry (`xlpretrain.backbones`), never by
 comparing the name: its name and layers (`families.Family`, which its converter reads too), the
-checks its settings need, which settings a warm start must share with its checkpoint, its
-Hugging Face converter and its PyTorch peer for `bench`.
+`model.*` keys its layers alone read (its typed settings section, from which the config's
+defaults and key checks are generated), the checks its settings need, which settings a warm
+start must share with its checkpoint, its Hugging Face converter and its PyTorch peer for
+`bench`.
 
 A declaration names its converter module and imports it only when a conversion or the peer
 runs: converters import Flax, and checking a config must not.
@@ -19,6 +21,8 @@ from collections.abc import Callable, Mapping
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
+from xlpretrain.backbones.settings import ModelSettings
+from xlpretrain.core.settings import Section
 from xlpretrain.families import Family
 from xlpretrain.model.config import ModelConfig
 
@@ -31,6 +35,9 @@ class Backbone:
     """One model family.
 
     - ``family``: its name, title, layer features and HF `model_type`s.
+    - ``section``: the `model.*` keys its layers alone read, as typed settings with defaults
+      and ranges (families with the same layers share one: BERT has XLM-R's); the keys every
+      backbone reads are `settings.SHARED`.
     - ``check``: raises `ConfigError` naming the key where a run's `model` section (a mapping of
       validated keys) asks for what its layers cannot do.
     - ``function_settings``: the `ModelConfig` fields in which the same weights compute another
@@ -43,6 +50,7 @@ class Backbone:
     """
 
     family: Family
+    section: Section
     check: Callable[[Mapping[str, Any]], None]
     function_settings: tuple[str, ...]
     converter: str
@@ -95,13 +103,11 @@ class Backbone:
         hf_config = transformers.AutoConfig.for_model(**settings, attn_implementation="sdpa")
         return getattr(transformers, architecture)(hf_config)
 
-    def model_config(
-        self, model: Mapping[str, Any], num_languages: int = 0, kernel_platform: str = ""
-    ) -> ModelConfig:
-        """The `ModelConfig` of a run's `model` section (a mapping of its keys)."""
-        return ModelConfig.from_run_config(
-            model, num_languages, kernel_platform, features=self.features
-        )
+    def model_config(self, shared: ModelSettings, own: Any) -> ModelConfig:
+        """The `ModelConfig` of a run's typed model settings: the keys every backbone reads
+        and the values of its own `section`. Without a language table (the data sizes it:
+        `RunPlan.model_config`)."""
+        return self.config(**shared.model_fields(), **dataclasses.asdict(own))
 
     def config(self, **fields: Any) -> ModelConfig:
         """A `ModelConfig` of this family with `fields` (the others at their defaults)."""

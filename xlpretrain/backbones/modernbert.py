@@ -4,14 +4,40 @@ by `convert.modernbert`."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
 from xlpretrain.backbones.declaration import Backbone
 from xlpretrain.core.errors import check
+from xlpretrain.core.settings import Section
 from xlpretrain.families import MODERNBERT
 
 ROTARY = "model.architecture='modernbert' has rotary positions"
+
+
+@dataclasses.dataclass(frozen=True)
+class LocalGlobalAttention:
+    """`model.*` keys of ModernBERT's layers alone: every `global_every`-th layer from the first
+    attends to the whole row, the others to `local_window` tokens around each (half each side);
+    the rotary bases of each."""
+
+    local_window: int = 128
+    global_every: int = 3
+    rope_theta: float = 160_000.0
+    local_rope_theta: float = 10_000.0
+
+
+SECTION = Section(
+    "model",
+    LocalGlobalAttention,
+    {
+        "local_window": (lambda v: v >= 2 and v % 2 == 0, "must be even and >= 2"),
+        "global_every": (lambda v: v > 0, "must be >= 1 (1: every layer global)"),
+        "rope_theta": (lambda v: v > 0, "must be > 0"),
+        "local_rope_theta": (lambda v: v > 0, "must be > 0"),
+    },
+)
 
 
 def check_settings(model: Mapping[str, Any]) -> None:
@@ -32,6 +58,7 @@ def check_settings(model: Mapping[str, Any]) -> None:
 
 BACKBONE = Backbone(
     family=MODERNBERT,
+    section=SECTION,
     check=check_settings,
     function_settings=(
         "layer_norm_eps",

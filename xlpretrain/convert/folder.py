@@ -177,6 +177,27 @@ def _read_checkpoint_folder(path: Path) -> Pretrained:
     return Pretrained(config, params, _tokenizer_or_none(path), languages)
 
 
+def _recorded_model(
+    model: dict[str, Any], num_languages: int, features: dict[str, Any]
+) -> ModelConfig:
+    """The `ModelConfig` of a workdir's `config.json` `model` section, a record: its keys are
+    the fields' names (`attention`: `attention_impl`), and a field a record predates keeps its
+    default. `num_languages` sizes the language table if the run had one."""
+    renamed = {"attention_impl": "attention"}
+    fields = {
+        field.name: model[renamed.get(field.name, field.name)]
+        for field in dataclasses.fields(ModelConfig)
+        if renamed.get(field.name, field.name) in model
+        and field.name not in ("num_languages", "kernel_platform", "pad_token_id")
+        and field.name not in LAYER_FEATURES
+    }
+    return ModelConfig(
+        **fields,
+        **features,
+        num_languages=num_languages if model["language_embeddings"] else 0,
+    )
+
+
 def _read_workdir(path: Path, step: int | None = None) -> Pretrained:
     """The model of ``path``'s checkpoint ``step`` (default: its latest finished one)."""
     run_config = json.loads((path / "config.json").read_text())
@@ -185,10 +206,10 @@ def _read_workdir(path: Path, step: int | None = None) -> Pretrained:
     if run_config["model"].get("language_embeddings") and not languages:
         raise FileNotFoundError(f"{languages_file} (the index of lang_ids) is missing")
     record = _family_record(path)
-    config = ModelConfig.from_run_config(
+    config = _recorded_model(
         run_config["model"],
-        num_languages=len(languages),
-        features=record.get("layer_features") or recorded_features(run_config["model"]),
+        len(languages),
+        record.get("layer_features") or recorded_features(run_config["model"]),
     )
     kind = DISCRIMINATOR if ModelFamily(record["family"]) is ModelFamily.ELECTRA else MASKED_LM
     checkpoints = path / CHECKPOINTS_DIR

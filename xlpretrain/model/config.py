@@ -147,38 +147,6 @@ class ModelConfig:
     def compute_dtype(self) -> jnp.dtype:
         return jnp.dtype(self.dtype)
 
-    @classmethod
-    def from_run_config(
-        cls,
-        model: Mapping[str, Any],
-        num_languages: int,
-        kernel_platform: str = "",
-        features: Mapping[str, Any] | None = None,
-    ) -> "ModelConfig":
-        """Builds from a run config's validated ``model`` section, as a mapping: the run plan's
-        resolution, or a workdir's saved ``config.json``.
-
-        ``num_languages`` (the run's language vocabulary) sizes the language-embedding table
-        when ``model.language_embeddings`` is on; it is a property of the data, not the config.
-        ``kernel_platform``: the platform the step is compiled for, if not this host's.
-        ``features``: the backbone's ``LAYER_FEATURES``; None for a record written before
-        they were recorded (``recorded_features``).
-        """
-        renamed = {"attention_impl": "attention"}
-        fields = {
-            field.name: model[renamed.get(field.name, field.name)]
-            for field in dataclasses.fields(cls)
-            if renamed.get(field.name, field.name) in model
-            and field.name not in ("num_languages", "kernel_platform", "pad_token_id")
-            and field.name not in LAYER_FEATURES
-        }
-        return cls(
-            **fields,
-            **(recorded_features(model) if features is None else features),
-            num_languages=num_languages if model["language_embeddings"] else 0,
-            kernel_platform=kernel_platform,
-        )
-
 
 def recorded_features(record: Mapping[str, Any]) -> dict[str, Any]:
     """The ``LAYER_FEATURES`` of a model record (model.json fields or a config's ``model``

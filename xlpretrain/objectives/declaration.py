@@ -15,6 +15,7 @@ from typing import Any
 
 import jax
 
+from xlpretrain.core.settings import Section
 from xlpretrain.data.streams import StreamSpec
 from xlpretrain.data.tokenizer import SpecialIds
 from xlpretrain.masks import AttentionMask
@@ -30,25 +31,6 @@ CountFn = Callable[[Mapping[str, jax.Array]], jax.Array]
 def predictions(batch: Mapping[str, jax.Array]) -> jax.Array:
     """A masked-LM batch's weighted prediction slots: what its loss is a mean over."""
     return batch["pred_weights"].sum()
-
-
-# config key within a section -> (predicate on its value, description of the allowed values)
-Ranges = Mapping[str, tuple[Callable[[Any], bool], str]]
-
-
-@dataclasses.dataclass(frozen=True)
-class Section:
-    """The objective's own config section, `cfg.<name>.*`: a frozen dataclass whose fields are
-    its keys with their defaults, and the allowed values of each. Objectives of one paper may
-    share a section (`xlm_e`)."""
-
-    name: str
-    values: type  # a frozen dataclass; its instance is `Context.own`
-    ranges: Ranges = dataclasses.field(default_factory=dict)
-
-    @property
-    def defaults(self) -> dict[str, Any]:
-        return dataclasses.asdict(self.values())
 
 
 @dataclasses.dataclass(frozen=True)
@@ -96,7 +78,7 @@ class Objective:
     masks: tuple[AttentionMask, ...]  # every attention mask it runs, the main one first
     flops: Callable[[Context, StreamSpec, StepShape], float]  # one step's batch of it, trained
     requires: tuple[Requirement, ...] = ()
-    section: Section | None = None
+    section: Section | None = None  # its own config section, `cfg.<section.name>.*`
     # What its loss is a mean over in a batch, which weights micro-batches under gradient
     # accumulation (the loss's metrics report it as "count").
     count: Callable[[Context], CountFn] = lambda context: predictions

@@ -18,6 +18,7 @@ import jax.numpy as jnp
 import optax
 
 from xlpretrain import masks
+from xlpretrain.core.settings import Section
 from xlpretrain.data.batch import Batch
 from xlpretrain.data.masking import MASK_ONLY
 from xlpretrain.data.row_kinds import Segments, TranslationPairs
@@ -25,7 +26,7 @@ from xlpretrain.data.streams import MONO, PARALLEL, StreamSpec
 from xlpretrain.masks import catalog
 from xlpretrain.model.config import ModelFamily, generator_config
 from xlpretrain.objectives import flops
-from xlpretrain.objectives.declaration import Context, Objective, Section
+from xlpretrain.objectives.declaration import Context, Objective
 from xlpretrain.objectives.mlm import mask_meta
 
 if TYPE_CHECKING:  # the model is built by the trainer, not imported by declarations

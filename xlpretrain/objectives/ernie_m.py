@@ -17,6 +17,7 @@ import jax
 import jax.numpy as jnp
 
 from xlpretrain import masks
+from xlpretrain.core.settings import Section
 from xlpretrain.data.batch import SIDE_PSEUDO, Batch
 from xlpretrain.data.row_kinds import PlaceholderSegments, TranslationPairs
 from xlpretrain.data.streams import MONO, PARALLEL, StreamSpec
@@ -24,7 +25,7 @@ from xlpretrain.data.tokenizer import SpecialIds
 from xlpretrain.masks import catalog
 from xlpretrain.model.config import ModelFamily
 from xlpretrain.objectives import flops
-from xlpretrain.objectives.declaration import Context, Objective, Requirement, Section
+from xlpretrain.objectives.declaration import Context, Objective, Requirement
 from xlpretrain.objectives.mlm import mask_meta, masked_lm, masked_lm_flops, prediction_loss
 
 if TYPE_CHECKING:  # the model is built by the trainer, not imported by declarations

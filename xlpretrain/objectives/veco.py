@@ -19,13 +19,14 @@ from typing import TYPE_CHECKING
 import jax
 
 from xlpretrain import masks
+from xlpretrain.core.settings import Section
 from xlpretrain.data.batch import Batch
 from xlpretrain.data.row_kinds import SegmentPairs
 from xlpretrain.data.streams import MONO, PARALLEL, StreamSpec
 from xlpretrain.masks import catalog
 from xlpretrain.model.config import ModelFamily
 from xlpretrain.objectives import flops
-from xlpretrain.objectives.declaration import Context, Objective, Requirement, Section
+from xlpretrain.objectives.declaration import Context, Objective, Requirement
 from xlpretrain.objectives.mlm import mask_meta, prediction_loss
 
 if TYPE_CHECKING:  # the model is built by the trainer, not imported by declarations

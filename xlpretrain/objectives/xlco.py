@@ -31,13 +31,14 @@ import jax.numpy as jnp
 from jax.sharding import PartitionSpec
 
 from xlpretrain import masks
+from xlpretrain.core.settings import Section
 from xlpretrain.data.batch import SIDE_SOURCE, SIDE_TARGET, Batch
 from xlpretrain.data.row_kinds import SegmentPairs
 from xlpretrain.data.streams import StreamSpec
 from xlpretrain.masks import catalog
 from xlpretrain.model.config import ModelFamily
 from xlpretrain.objectives import flops
-from xlpretrain.objectives.declaration import Context, Objective, Section
+from xlpretrain.objectives.declaration import Context, Objective
 from xlpretrain.objectives.mlm import encode
 
 if TYPE_CHECKING:  # the model is built by the trainer, not imported by declarations

@@ -15,12 +15,12 @@ from typing import Any
 import ml_collections
 
 from xlpretrain import backbones
+from xlpretrain.backbones import modernbert, xlmr
+from xlpretrain.backbones.settings import SHARED
 from xlpretrain.core.errors import INSTALL, ConfigError, check
+from xlpretrain.core.settings import Section
 from xlpretrain.data import held_out
-from xlpretrain.model.config import ATTENTION_IMPLS
-from xlpretrain.model.kernels.tiles import Tiles
 from xlpretrain.objectives import REGISTRY
-from xlpretrain.objectives.declaration import Section
 from xlpretrain.training.config_keys import (
     Ranges,
     check_keys,
@@ -182,49 +182,7 @@ def default_config() -> ml_collections.ConfigDict:
     # it (e.g. 0.999) when many scripts meet a small model.vocab_size; 1.0 keeps every character.
     cfg.tokenizer.character_coverage = 0.9995
 
-    cfg.model = ml_collections.ConfigDict()
-    # xlmr (XLM-R's post-LN layers, learned positions) | modernbert (ModernBERT / mmBERT:
-    # pre-norm, no biases, rotary positions, GeGLU, local/global attention; set
-    # absolute_positions False): xlpretrain/model/modern.py | bert (BERT / mBERT: XLM-R's
-    # layers, two token types, positions from row 0). Declared in xlpretrain/backbones/.
-    cfg.model.architecture = "xlmr"
-    # Ids of the model's vocabulary; the size of the SentencePiece model a run trains when it
-    # has none (tokenizer.path, data.store, init.checkpoint); 0: the size of the one it has.
-    cfg.model.vocab_size = 250002
-    # Vocabulary-indexed parameters get rows up to a multiple of this (unused, cut on export) so
-    # a tensor-parallel axis divides them: 250,002 ids → 250,112 rows, split 2, 4, 8, … ways.
-    cfg.model.vocab_multiple = 128
-    cfg.model.hidden_size = 768
-    cfg.model.num_layers = 12
-    cfg.model.num_heads = 12
-    cfg.model.mlp_dim = 3072
-    cfg.model.max_positions = 514
-    cfg.model.dropout_rate = 0.1
-    cfg.model.attention_dropout_rate = 0.1
-    cfg.model.language_embeddings = False  # XLM-style language embeddings added at the input
-    cfg.model.cross_attention = False  # VECO's plug-in cross-attention sub-layer per layer
-    cfg.model.relative_position = "none"  # none | bucketed (T5) | gated (XLM-E)
-    cfg.model.num_buckets = 32
-    cfg.model.max_distance = 128
-    cfg.model.share_relative_table = True  # one table for all layers; gates stay per layer
-    cfg.model.absolute_positions = True
-    cfg.model.layer_norm_eps = 1e-5
-    # modernbert: every global_every-th layer from the first attends to the whole row, the
-    # others to local_window tokens around each (half each side); the rotary bases of each.
-    cfg.model.local_window = 128
-    cfg.model.global_every = 3
-    cfg.model.rope_theta = 160_000.0
-    cfg.model.local_rope_theta = 10_000.0
-    cfg.model.dtype = "float32"  # compute dtype; parameters are always float32
-    cfg.model.remat = "none"  # none | full | dots
-    cfg.model.scan_layers = True
-    cfg.model.attention = "xla"  # xla | cudnn | pallas (fused mask-function kernel) | splash | auto
-    # The fused kernel's launch shape per kernel, e.g. "forward=64x64:w4:s2 dq=64x32:w4:s2"
-    # (KERNEL=BQxBK[:wWARPS][:sSTAGES]; unnamed kernels keep the default); empty: the default.
-    cfg.model.flash_tiles = ""
-    # MLM loss: the [predictions, vocab] logits are built this many predictions at a time
-    # (recomputed in the backward pass); 0 = all at once.
-    cfg.model.loss_chunk = 1024
+    cfg.model = model_section()
 
     cfg.optim = ml_collections.ConfigDict()
     cfg.optim.learning_rate = 5e-4
@@ -275,17 +233,47 @@ def default_config() -> ml_collections.ConfigDict:
     return cfg
 
 
+# Where config.json has listed each backbone's own keys among those every backbone reads since
+# before backbones declared them (the shipped records keep that order): XLM-R's (and BERT's)
+# after `model.cross_attention`, ModernBERT's after `model.layer_norm_eps`. Another backbone's
+# follow the keys every backbone reads.
+SECTION_PLACES = {
+    xlmr.SECTION.values: "cross_attention",
+    modernbert.SECTION.values: "layer_norm_eps",
+}
+
+
+def model_section() -> ml_collections.ConfigDict:
+    """`model.*`: the backbone (`model.architecture`), the keys every backbone reads
+    (`backbones.settings.SHARED`) and each backbone's own (`Backbone.section`), with their
+    defaults, as the declarations define them."""
+    last = list(SHARED.defaults)[-1]
+    placed: dict[str, list[Section]] = {}
+    for section in backbones.sections():
+        placed.setdefault(SECTION_PLACES.get(section.values, last), []).append(section)
+    # xlmr (XLM-R's post-LN layers, learned positions) | modernbert (ModernBERT / mmBERT:
+    # pre-norm, no biases, rotary positions, GeGLU, local/global attention; set
+    # absolute_positions False): xlpretrain/model/modern.py | bert (BERT / mBERT: XLM-R's
+    # layers, two token types, positions from row 0). Declared in xlpretrain/backbones/.
+    keys: dict[str, Any] = {"architecture": "xlmr"}
+    for key, value in SHARED.defaults.items():
+        keys[key] = value
+        for section in placed.get(key, ()):
+            keys.update(section.defaults)
+    return ml_collections.ConfigDict(keys)
+
+
+def model_ranges() -> Ranges:
+    """The allowed values of `model.*`: the keys every backbone reads and each one's own."""
+    ranges = dict(SHARED.qualified_ranges())
+    for section in backbones.sections():
+        ranges.update(section.qualified_ranges())
+    return ranges
+
+
 def objective_sections() -> dict[str, Section]:
     """The objectives' own config sections by name (one per section, however many share it)."""
     return {o.section.name: o.section for o in REGISTRY.values() if o.section}
-
-
-def _flash_tiles(text: str) -> bool:
-    try:
-        Tiles.parse(text)
-    except ValueError:
-        return False
-    return True
 
 
 # The ranges of `loop_section`'s and `mesh_section`'s keys, for every task that has them.
@@ -326,45 +314,10 @@ _RANGES: Ranges = {
     "data.demo_languages": (lambda v: v >= 2, "must be >= 2"),
     "tokenizer.sentences_per_language": (positive, "must be > 0"),
     "tokenizer.character_coverage": (lambda v: 0.0 < v <= 1.0, "must be in (0, 1]"),
-    "model.vocab_size": (
-        lambda v: v == 0 or v >= 6,
-        "must be >= 6 (5 special ids + 1 piece), or 0 for the tokenizer's size",
-    ),
-    "model.vocab_multiple": (positive, "must be >= 1"),
-    "model.hidden_size": (positive, "must be > 0"),
-    "model.num_layers": (positive, "must be > 0"),
-    "model.num_heads": (positive, "must be > 0"),
-    "model.mlp_dim": (positive, "must be > 0"),
-    "model.max_positions": (positive, "must be > 0"),
-    "model.dropout_rate": (lambda v: 0.0 <= v < 1.0, "must be in [0, 1)"),
-    "model.attention_dropout_rate": (lambda v: 0.0 <= v < 1.0, "must be in [0, 1)"),
-    "model.dtype": (one_of("float32", "bfloat16"), "must be 'float32' or 'bfloat16'"),
-    "model.remat": (one_of("none", "full", "dots"), "must be 'none', 'full' or 'dots'"),
-    "model.loss_chunk": (non_negative, "must be >= 0 (0: the whole loss at once)"),
-    "model.attention": (
-        one_of(*ATTENTION_IMPLS),
-        f"must be one of {', '.join(ATTENTION_IMPLS)}",
-    ),
-    "model.flash_tiles": (
-        _flash_tiles,
-        "must be empty or KERNEL=BQxBK[:wWARPS][:sSTAGES] entries, KERNEL one of forward, dq, "
-        "dkv, sizes and warps powers of two (e.g. 'forward=64x64:w4:s2 dq=64x32')",
-    ),
-    "model.relative_position": (
-        one_of("none", "bucketed", "gated"),
-        "must be 'none', 'bucketed' or 'gated'",
-    ),
-    "model.num_buckets": (lambda v: v >= 4 and v % 2 == 0, "must be even and >= 4"),
     "model.architecture": (
         one_of(*backbones.NAMES),
         f"must be one of {', '.join(backbones.NAMES)}",
     ),
-    "model.local_window": (lambda v: v >= 2 and v % 2 == 0, "must be even and >= 2"),
-    "model.global_every": (positive, "must be >= 1 (1: every layer global)"),
-    "model.rope_theta": (positive, "must be > 0"),
-    "model.local_rope_theta": (positive, "must be > 0"),
-    "model.max_distance": (lambda v: v >= 2, "must be >= 2"),
-    "model.layer_norm_eps": (positive, "must be > 0"),
     "init.changes": (
         lambda v: set(listed(v)) <= set(CHANGEABLE),
         f"must name keys among {', '.join(CHANGEABLE)}, comma-separated",
@@ -397,10 +350,11 @@ def check_config(cfg: ml_collections.ConfigDict) -> None:
         default_config(),
         {
             **_RANGES,
+            **model_ranges(),
             **{
-                f"{name}.{key}": allowed
-                for name, section in objective_sections().items()
-                for key, allowed in section.ranges.items()
+                key: allowed
+                for section in objective_sections().values()
+                for key, allowed in section.qualified_ranges().items()
             },
         },
         own_checks={

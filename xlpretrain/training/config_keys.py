@@ -11,6 +11,7 @@ from typing import Any
 import ml_collections
 
 from xlpretrain.core.errors import ConfigError, check
+from xlpretrain.core.settings import Ranges
 
 
 def positive(v: Any) -> bool:
@@ -27,10 +28,6 @@ def probability(v: Any) -> bool:
 
 def one_of(*choices: str) -> Callable[[Any], bool]:
     return lambda v: v in choices
-
-
-# key -> (predicate on its value, description of the allowed values), for `check_keys`.
-Ranges = Mapping[str, tuple[Callable[[Any], bool], str]]
 
 
 def _leaves(cfg: ml_collections.ConfigDict, prefix: str = "") -> Iterator[tuple[str, Any]]:

@@ -25,6 +25,7 @@ import ml_collections
 
 from xlpretrain import backbones
 from xlpretrain import objectives as objectives_lib
+from xlpretrain.backbones.settings import SHARED
 from xlpretrain.core.errors import check
 from xlpretrain.data.anneal import Anneal
 from xlpretrain.data.corpus import (
@@ -290,7 +291,7 @@ def _contexts(
     contexts = {}
     for name in names:
         section = objectives_lib.get(name).section
-        own = section.values(**cfg[section.name]) if section else None
+        own = section.read(cfg[section.name]) if section else None
         contexts[name] = Context(rates, model, cfg.model.language_embeddings, own)
     return contexts
 
@@ -326,6 +327,13 @@ def _stage_streams(
     return streams
 
 
+def _model(section: ml_collections.ConfigDict) -> ModelConfig:
+    """The run's encoder (no language table: `RunPlan.model_config` adds the data's), built by
+    its backbone from the typed settings: the keys every backbone reads and its own section's."""
+    backbone = backbones.get(section.architecture)
+    return backbone.model_config(SHARED.read(section), backbone.section.read(section))
+
+
 def _check_model(model: ml_collections.ConfigDict) -> None:
     check(
         model.hidden_size % model.num_heads == 0,
@@ -349,7 +357,7 @@ def resolve(cfg: ml_collections.ConfigDict) -> RunPlan:
     _check_model(cfg.model)
     run_stages = tuple(stages(cfg))
     active = {name: objectives_lib.get(name) for s in run_stages for name in s.weights}
-    model = backbones.get(cfg.model.architecture).model_config(cfg.model)
+    model = _model(cfg.model)
     rates = MaskRates(
         cfg.data.mono_mask_rate, cfg.data.parallel_mask_rate, cfg.data.camlm_mask_rate
     )
