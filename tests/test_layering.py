@@ -8,6 +8,7 @@ layers (`tests/test_docs.py` checks its table against `LAYERS`).
 
 import ast
 import pathlib
+import re
 
 PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "xlpretrain"
 
@@ -200,3 +201,18 @@ def test_only_config_and_plan_modules_and_command_lines_import_ml_collections():
         f"{sorted(set(readers) - set(CONFIG_READERS))} import ml_collections: read the run "
         "plan's sections instead of the raw config"
     )
+
+
+ARCHITECTURE = PACKAGE.parent / "docs" / "architecture.md"
+
+
+def documented_layers(page: str) -> list[tuple[str, ...]]:
+    """The modules of each numbered row of the page's layer table (`| N | `a`, `b` | … |`),
+    in order."""
+    rows = re.findall(r"^\| (\d+) \| ([^|]*) \|", page, flags=re.MULTILINE)
+    assert [int(number) for number, _ in rows] == list(range(len(rows))), "rows out of order"
+    return [tuple(re.findall(r"`([\w.]+)`", modules)) for _, modules in rows]
+
+
+def test_the_architecture_page_draws_these_layers():
+    assert documented_layers(ARCHITECTURE.read_text()) == list(LAYERS)
