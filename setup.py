@@ -12,7 +12,7 @@ setup(
     packages=[*find_packages(include=["xlpretrain", "xlpretrain.*"]), "xlpretrain.configs"],
     package_dir={"xlpretrain.configs": "configs"},
     # The demo corpus ships as a snapshot, the same bytes whatever Babel is installed.
-    package_data={"xlpretrain.data": ["demo_corpus_v2.tar.xz"]},
+    package_data={"xlpretrain.data.demo_corpus": ["demo_corpus_v2.tar.xz"]},
     install_requires=[
         "jax>=0.4.35",
         "flax>=0.10",

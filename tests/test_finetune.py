@@ -19,6 +19,7 @@ import pytest
 from xlpretrain.convert import folder
 from xlpretrain.data import demo_corpus, translation_pairs
 from xlpretrain.data import pairs as pairs_lib
+from xlpretrain.data.demo_corpus import __main__ as demo_corpus_cli
 from xlpretrain.data.folders import ParallelSource
 from xlpretrain.data.sources import DataError
 from xlpretrain.data.tokenizer import Tokenizer
@@ -159,7 +160,7 @@ def demo_pairs(tmp_path_factory) -> pathlib.Path:
     """The demo corpus's translation-or-not task, written as docs/finetune.md writes it
     (`demo_corpus --out DIR --pairs PAIRS`; the corpus from the tests' cache)."""
     out = tmp_path_factory.mktemp("demo") / "pairs"
-    demo_corpus.main(["--out", str(demo_corpus.default_demo_cache_dir()), "--pairs", str(out)])
+    demo_corpus_cli.main(["--out", str(demo_corpus.default_demo_cache_dir()), "--pairs", str(out)])
     return out
 
 

@@ -105,6 +105,26 @@ def test_every_root_module_is_a_program_or_the_front_door():
     assert root - packages <= {*ROOT_PROGRAMS, "api"}, sorted(root - packages)
 
 
+def runs_as_a_program(path: pathlib.Path) -> bool:
+    """Whether the module has an `if __name__ == "__main__":` block."""
+    main = ast.parse('__name__ == "__main__"', mode="eval").body
+    return any(
+        isinstance(node, ast.If) and ast.dump(node.test) == ast.dump(main)
+        for node in ast.walk(ast.parse(path.read_text()))
+    )
+
+
+def test_only_programs_run_as_programs():
+    """A library module is imported, never run: `python -m` runs a root entry point or a
+    package's `__main__`, so that the library it sits in has a layer of its own."""
+    wrong = sorted(
+        module
+        for module, path in modules().items()
+        if module and not is_program(module) and runs_as_a_program(path)
+    )
+    assert not wrong, f"{wrong} run as programs: make each a package's __main__"
+
+
 def test_imports_go_down_and_no_module_imports_a_program():
     wrong = []
     for module, path in modules().items():

@@ -35,7 +35,7 @@ def wheel(tmp_path_factory) -> pathlib.Path:
 
 def test_the_wheel_holds_every_module_the_configs_and_every_program(wheel):
     names = set(zipfile.ZipFile(wheel).namelist())
-    assert "xlpretrain/data/demo_corpus_v2.tar.xz" in names
+    assert "xlpretrain/data/demo_corpus/demo_corpus_v2.tar.xz" in names
     modules = {
         str(path.relative_to(REPO))
         for path in (REPO / "xlpretrain").rglob("*.py")

@@ -41,9 +41,8 @@ use the time. Units that finish under their budgets leave it to the later ones; 
 overrun cost the lowest priorities, never the deadline.
 
 DIR gets ``suite.json`` (everything), ``performance.md`` (rows for docs/performance.md;
-`bench.gpu_report`) and ``suite.log`` (the units' output). This module runs the units:
-``python -m xlpretrain.bench.gpu_suite UNIT PARAMS RESULTS`` runs one (a name in ``UNITS``);
-the suite starts each so.
+`bench.gpu_report`) and ``suite.log`` (the units' output). This module runs the units, each in
+a child process that calls ``child(UNIT, PARAMS, RESULTS)`` (``CHILD``; a name in ``UNITS``).
 """
 
 from __future__ import annotations
@@ -109,7 +108,9 @@ BUDGETS = {
     "attention_2048": 30,
     "pipeline_workers": 60,
 }
-# The units' functions by name: the child process (`_child`) looks its unit up here.
+# A unit's process: `child` on its arguments (`python -c`: a library module is no program).
+CHILD = "import sys; from xlpretrain.bench.gpu_suite import child; child(*sys.argv[1:])"
+# The units' functions by name: the child process (`child`) looks its unit up here.
 UNITS: dict[str, Callable[..., Iterator[dict]]] = {
     "kernel_check": kernel_check,
     "tile_sweep": tile_sweep,
@@ -137,14 +138,7 @@ def run_unit(
         log_file.write(f"== {unit} {json.dumps(params)}\n")
         log_file.flush()
         offset = log_file.tell()
-        command = [
-            sys.executable,
-            "-m",
-            "xlpretrain.bench.gpu_suite",
-            unit,
-            json.dumps(params),
-            str(results),
-        ]
+        command = [sys.executable, "-c", CHILD, unit, json.dumps(params), str(results)]
         start = time.perf_counter()
         child = subprocess.Popen(
             command, stdout=log_file, stderr=subprocess.STDOUT, env=env, start_new_session=True
@@ -175,7 +169,7 @@ def run_unit(
     return result
 
 
-def _child(unit: str, params: str, results: str) -> None:
+def child(unit: str, params: str, results: str) -> None:
     """One unit in this process: each record appended to ``results`` as it comes (a unit killed
     at its budget keeps what it had); an exception is recorded, then raised into the log."""
     with open(results, "a") as out:
@@ -341,7 +335,3 @@ def main(out_dir: str, steps: int, warmup: int) -> int:
     suite = run_suite(out, steps, warmup, child_env)
     print(summary(suite, out))
     return 0 if suite_passed(suite) else 1
-
-
-if __name__ == "__main__":
-    _child(*sys.argv[1:])

@@ -9,7 +9,7 @@ CLDR 47) rather than building it from the installed Babel: each Babel release sh
 data, which changes the text and the languages chosen, so the README's figures would hold for
 one Babel release only. ``--from-babel`` (or a language count other than the snapshot's) still
 builds one from the installed Babel, and ``--snapshot FILE`` packs a built corpus the way the
-shipped one was packed.
+shipped one was packed (``python -m xlpretrain.data.demo_corpus``: ``__main__``).
 
 A corpus is unpacked (or built) once into a cache folder and used from there; the stamp naming
 its source is written last, so an interrupted unpacking is redone.
@@ -30,11 +30,8 @@ from importlib import resources
 from pathlib import Path
 from typing import NamedTuple
 
-from xlpretrain.core import programs
-from xlpretrain.data import demo_xtreme, translation_pairs
-
 VERSION = "demo_corpus_v2"
-SNAPSHOT = f"{VERSION}.tar.xz"  # package data beside this module
+SNAPSHOT = f"{VERSION}.tar.xz"  # package data in this package
 SNAPSHOT_SHA256 = "9198d1386c3845d46c2f8bddf931bb211bcf95fc9fffd3780c9b10d55d78a65e"
 SNAPSHOT_LANGUAGES = 40
 SNAPSHOT_MIN_ENTRIES = 1400
@@ -131,7 +128,7 @@ def _locked(path: Path) -> Iterator[None]:
 def _snapshot_bytes() -> bytes:
     """The shipped archive, checked against the hash this version expects."""
     try:
-        data = resources.files("xlpretrain.data").joinpath(SNAPSHOT).read_bytes()
+        data = resources.files(__name__).joinpath(SNAPSHOT).read_bytes()
     except FileNotFoundError as e:
         raise SnapshotError(
             f"the demo corpus snapshot {SNAPSHOT} is missing from the installed package "
@@ -171,64 +168,3 @@ def write_snapshot(corpus: str | os.PathLike, path: str | os.PathLike) -> str:
                 tar.addfile(info, io.BytesIO(file.read_bytes()))
     Path(path).write_bytes(buffer.getvalue())
     return hashlib.sha256(buffer.getvalue()).hexdigest()
-
-
-def main(argv: list[str] | None = None) -> None:
-    """`python -m xlpretrain.data.demo_corpus --out DIR [--from-babel] [--languages N]
-    [--pairs DIR] [--xtreme DIR] [--snapshot FILE]`: writes the demo corpus to a folder of one's
-    own, to pass as data.mono_dir / data.parallel_dir, with --pairs its translation-or-not
-    fine-tuning task (`translation_pairs`) and with --xtreme its XTREME-format benchmark
-    (`demo_xtreme`)."""
-    parser = programs.ArgumentParser(
-        prog="python -m xlpretrain.data.demo_corpus",
-        description="Writes the demo corpus (training and held-out folders) to --out: the "
-        "snapshot this package ships, or one built from the installed Babel's CLDR data.",
-    )
-    parser.add_argument("--out", required=True, help="folder to write mono/, parallel/, held_out/")
-    parser.add_argument(
-        "--from-babel",
-        action="store_true",
-        help="build it from the installed Babel's CLDR data instead of unpacking the shipped "
-        "snapshot (its text and languages then depend on the Babel release)",
-    )
-    parser.add_argument(
-        "--languages",
-        type=int,
-        default=SNAPSHOT_LANGUAGES,
-        help=f"English and N-1 others; other than {SNAPSHOT_LANGUAGES}, built from Babel",
-    )
-    parser.add_argument(
-        "--pairs",
-        help="also write the translation-or-not task built from it to this folder, "
-        "<l1>-<l2>/{train,test}.tsv, for python -m xlpretrain.eval.finetune",
-    )
-    parser.add_argument(
-        "--xtreme",
-        help="also write a small XTREME-format benchmark built from it to this folder: "
-        "pawsx/, panx/, squad/ + xquad/ and labels/ (see xlpretrain.data.demo_xtreme)",
-    )
-    parser.add_argument(
-        "--snapshot",
-        help="also pack the corpus into this .tar.xz file, as the shipped snapshot is packed",
-    )
-    args = parser.parse_args(argv)
-    folders = build_demo_corpus(args.out, num_languages=args.languages, from_babel=args.from_babel)
-    for name, folder in folders._asdict().items():
-        count = len(list(folder.iterdir()))
-        print(f"{name + ':':<19}{folder}  ({count} files)")
-    if args.pairs:
-        counts = translation_pairs.write_task(args.out, args.pairs)
-        print(f"{'pairs:':<19}{args.pairs}  ({len(counts)} folders of train.tsv and test.tsv)")
-    if args.xtreme:
-        counts = demo_xtreme.write_benchmark(args.out, args.xtreme)
-        for task, files in counts.items():
-            tests = sum(n for name, n in files.items() if name.startswith("test-"))
-            sizes = ", ".join(f"{n} {name}" for name, n in files.items() if "-en" in name)
-            print(f"{task + ':':<19}{args.xtreme}  ({sizes}, {tests} test examples)")
-    if args.snapshot:
-        digest = write_snapshot(args.out, args.snapshot)
-        print(f"{'snapshot:':<19}{args.snapshot}  (sha256 {digest})")
-
-
-if __name__ == "__main__":
-    programs.run(main)
