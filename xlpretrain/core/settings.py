@@ -1,8 +1,8 @@
 """A config section declared as typed settings: a frozen dataclass whose fields are the section's
 keys with their defaults, and the allowed values of each. An objective declares its own section
 (`cfg.<name>.*`), a backbone the keys of `model.*` its layers alone read; the config's defaults
-and key checks are generated from them, and the plan hands the typed values on, so no reader
-below the plan knows a key's name."""
+and key checks are generated from them, and the plan hands the typed values on, to be read as
+fields rather than looked up by key."""
 
 from __future__ import annotations
 
