@@ -15,6 +15,7 @@ from xlpretrain.data.xtreme import (
     find_task,
     read_bucc,
     read_pair_file,
+    read_split,
     read_squad_file,
     read_tagged_file,
     read_tatoeba,
@@ -246,6 +247,48 @@ def test_retrieval_files(root):
     tatoeba = read_tatoeba(*files(root, "tatoeba").test["de"])
     assert tatoeba.source == ("Ich bin müde.", "Wo ist der Bahnhof?", "Danke schön.")
     assert tatoeba.english == ("I am tired.", "Thank you very much.", "Where is the station?")
+
+
+def test_read_split_picks_the_reader_and_the_rule(root):
+    xnli = files(root, "xnli")
+    train, stats = read_split(xnli, "train")
+    assert len(train) == 4 and stats.path.endswith("xnli/train-en.tsv")
+    assert read_split(xnli, "train", "en")[0] == train
+    assert read_split(xnli, "dev")[0] == read_split(xnli, "dev", "en")[0]
+    assert [e.label for e in read_split(xnli, "test", "zh")[0]] == [None, None, None]
+    assert read_split(xnli, "translate-train", "de")[0][1].label == "contradiction"
+    panx = files(root, "panx")
+    assert read_split(panx, "dev", "ar")[0][0].words == ("زار", "أوباما", "باريس", ".")
+    xquad = files(root, "xquad")
+    assert [e.id for e in read_split(xquad, "dev")[0]] == ["s-dev-1", "s-dev-2"]
+    assert len(read_split(xquad, "translate-train", "de")[0]) == 3
+    assert read_split(files(root, "mlqa"), "dev", "zh")[0][0].answers == (Answer("北京", 0),)
+
+    message = one_line_error(lambda: read_split(panx, "translate-train", "de"))
+    assert message == f"{root}: panx has no translate-train files for de"
+    assert "tydiqa has no dev files" in one_line_error(
+        lambda: read_split(files(root, "tydiqa"), "dev")
+    )
+    with pytest.raises(ValueError, match="training data is English, not 'de'"):
+        read_split(xnli, "train", "de")
+    with pytest.raises(ValueError, match="test needs a language"):
+        read_split(xnli, "test")
+    with pytest.raises(ValueError, match="unknown split 'valid'"):
+        read_split(xnli, "valid", "de")
+    with pytest.raises(ValueError, match="bucc2018 has no fine-tuning splits"):
+        read_split(files(root, "bucc2018"), "test", "de")
+
+
+def test_read_split_counts_in_training_files_and_raises_in_references(tmp_path):
+    fx.write_xtreme_dir(tmp_path, ("xnli",))
+    for name in ("train-en.tsv", "test-de.tsv", "dev-de.tsv"):
+        with open(tmp_path / "xnli" / name, "ab") as f:
+            f.write(b"one field\r\n")
+    xnli = files(tmp_path, "xnli")
+    assert read_split(xnli, "train")[1].examples == {"bad_fields": [5]}
+    for split in ("test", "dev"):
+        message = one_line_error(lambda split=split: read_split(xnli, split, "de"))
+        assert message.startswith(f"{tmp_path / 'xnli' / f'{split}-de.tsv'}:4: 1 fields")
 
 
 # ---------------------------------------------------------------------------------------------

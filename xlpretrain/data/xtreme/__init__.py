@@ -36,8 +36,8 @@ scripts train on and select a checkpoint on; test files carry no labels, XTREME 
              zh; not in XTREME-R.
   tatoeba/   {lang}-en.{lang} and {lang}-en.en (one sentence per line, the English side
              sorted, hiding the alignment); no training or dev data. 36 languages (XTREME-R:
-             41). (XTREME's evaluate_retrieval.py reads LASER's original names instead,
-             tatoeba.{lang3}-eng.{lang3}, which the preprocessing renames.)
+             41). (XTREME's evaluate_retrieval.py opens tatoeba.{lang}-eng.{lang} and
+             tatoeba.{lang}-eng.eng instead, names the preprocessing never writes.)
 
 Translate-train data is not made by the download script; XTREME publishes it in the
 xtreme_translations bucket (XNLI/, PAWSX/, SQuAD/ translate-train). Put it at
@@ -47,8 +47,10 @@ squad.translate.train.en-{lang}.json (SQuAD json; xquad and mlqa train on it), t
 tydiqa/translate-train/tydiqa.translate.train.en-{lang}.json. XTREME ships none for panx,
 udpos, bucc2018, tatoeba.
 
-Training files skip and count bad lines (`FileStats`, as the pre-training sources do); test and
-dev files are references, where a bad line is an error naming file:line.
+`read_split(find_task(XTREME_DIR, task), split, lang)` reads a pair, tagging or QA task's
+split whatever its format. Training files skip and count bad lines (`FileStats`, as the
+pre-training sources do); test and dev files are references, where a bad line is an error
+naming file:line.
 """
 
 from xlpretrain.data.xtreme.layout import (
@@ -61,6 +63,7 @@ from xlpretrain.data.xtreme.layout import (
 )
 from xlpretrain.data.xtreme.retrieval import BuccSplit, TatoebaSplit, read_bucc, read_tatoeba
 from xlpretrain.data.xtreme.sentence_pairs import read_pair_file, read_translated_pairs
+from xlpretrain.data.xtreme.splits import SPLITS, read_split
 from xlpretrain.data.xtreme.squad_json import read_squad_file, write_squad_file
 from xlpretrain.data.xtreme.submission import (
     submission_path,
@@ -74,6 +77,7 @@ from xlpretrain.data.xtreme.tagging import read_tagged_file
 
 __all__ = [
     "LAYOUTS",
+    "SPLITS",
     "VERSIONS",
     "BuccSplit",
     "TaskFiles",
@@ -82,6 +86,7 @@ __all__ = [
     "find_task",
     "read_bucc",
     "read_pair_file",
+    "read_split",
     "read_squad_file",
     "read_tagged_file",
     "read_tatoeba",
