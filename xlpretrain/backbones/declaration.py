@@ -27,7 +27,8 @@ from xlpretrain.families import Family
 from xlpretrain.model.config import ModelConfig
 
 if TYPE_CHECKING:  # the converters import Flax; checking a config needs none of it
-    from xlpretrain.convert.folder import Pretrained
+    from xlpretrain.convert.folder import Params, Pretrained
+    from xlpretrain.convert.hf import TaskModel
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,7 +46,8 @@ class Backbone:
       checkpoint or names them in `init.changes` (`training.warm_start`).
     - ``converter``: the module converting its Hugging Face folders both ways (`read_hf(path,
       allow_missing_head=…)`, `write_hf(model, path)`) and writing their `config.json`
-      (`config_to_hf(config)`).
+      (`config_to_hf(config)`); and its fine-tuned models as the HF class of each task kind
+      (`TASK_ARCHITECTURES`, `write_hf_task`, `read_hf_task`).
     - ``peer_name``: how `bench --peer` names its peer (`hf_peer`).
     """
 
@@ -72,6 +74,11 @@ class Backbone:
     def hf_model_types(self) -> tuple[str, ...]:
         return self.family.hf_model_types
 
+    @property
+    def task_head(self) -> str:
+        """How its fine-tuning heads read the hidden states (`model.task_heads`)."""
+        return self.family.task_head
+
     def converter_module(self) -> ModuleType:
         """Its converter, imported now (with Flax)."""
         return importlib.import_module(self.converter)
@@ -83,6 +90,26 @@ class Backbone:
     def write_hf(self, model: Pretrained, path: str | os.PathLike) -> None:
         """Writes `model` as an HF folder of this family; `path` must not exist yet."""
         self.converter_module().write_hf(model, path)
+
+    def hf_task_architecture(self, kind: str) -> str:
+        """The transformers class of fine-tuning task `kind` (`model.task_heads.TASK_KINDS`)."""
+        return self.converter_module().TASK_ARCHITECTURES[kind]
+
+    def write_hf_task(
+        self,
+        model: Pretrained,
+        head: Params,
+        kind: str,
+        labels: list[str],
+        path: str | os.PathLike,
+    ) -> None:
+        """Writes a fine-tuned model (encoder `model`, `head`) as this family's HF class of task
+        `kind`; `path` must not exist yet."""
+        self.converter_module().write_hf_task(model, head, kind, labels, path)
+
+    def read_hf_task(self, path: str | os.PathLike) -> TaskModel:
+        """The fine-tuned model of an HF task folder of this family."""
+        return self.converter_module().read_hf_task(path)
 
     def hf_peer(self, config: ModelConfig) -> Any:
         """A fresh HF masked LM of `config`, built from the `config.json` `convert to-hf`

@@ -17,7 +17,8 @@ import os
 
 from xlpretrain import backbones
 from xlpretrain.convert import folder, hf, seq2seq
-from xlpretrain.convert.folder import Pretrained
+from xlpretrain.convert.folder import Params, Pretrained
+from xlpretrain.convert.hf import TaskModel
 from xlpretrain.convert.merging import merge
 
 
@@ -57,4 +58,24 @@ def to_hf_seq2seq(
     return model
 
 
-__all__ = ["Pretrained", "from_hf", "merge", "to_hf", "to_hf_seq2seq"]
+def write_hf_task(
+    model: Pretrained, head: Params, kind: str, labels: list[str], dst: str | os.PathLike
+) -> None:
+    """A fine-tuned model — its encoder ``model`` (an LM head, if any, left out) and its task
+    ``head`` (``model.task_heads``) — as its backbone's HF class of task ``kind``, with
+    ``labels`` (token classification's; QA has none), in the new HF folder ``dst``."""
+    folder.new_folder(dst)
+    backbones.of(model.config).write_hf_task(model, head, kind, labels, dst)
+
+
+def read_hf_task(src: str | os.PathLike) -> TaskModel:
+    """An HF token-classification or QA folder of any family that converts (by its
+    ``model_type``): the task module's params, its kind and labels."""
+    path, hf_config = hf.read_config(src)
+    return backbones.for_hf(hf_config, str(path / "config.json")).read_hf_task(path)
+
+
+__all__ = [
+    "Pretrained", "TaskModel", "from_hf", "merge", "read_hf_task", "to_hf", "to_hf_seq2seq",
+    "write_hf_task",
+]  # fmt: skip

@@ -37,6 +37,7 @@ from xlpretrain.data.tokenizer import SpecialIds
 from xlpretrain.families import BERT
 from xlpretrain.model import vocab
 from xlpretrain.model.config import ModelConfig
+from xlpretrain.model.task_heads import QUESTION_ANSWERING, TOKEN_CLASSIFICATION
 
 MASKED_LM_ARCHITECTURE = "BertForMaskedLM"
 ENCODER_ARCHITECTURE = "BertModel"
@@ -82,6 +83,15 @@ IGNORED = (
     "bert.embeddings.position_ids", "bert.embeddings.token_type_ids", "bert.pooler.",
     "cls.seq_relationship.",
 )  # fmt: skip
+# The HF class of each fine-tuning task kind (`model.task_heads`), and its head's tensors.
+TASK_ARCHITECTURES = {
+    TOKEN_CLASSIFICATION: "BertForTokenClassification",
+    QUESTION_ANSWERING: "BertForQuestionAnswering",
+}
+TASK_HEAD_RULES = {
+    TOKEN_CLASSIFICATION: hf.linear_head_rules("classifier"),
+    QUESTION_ANSWERING: hf.linear_head_rules("qa_outputs"),
+}
 # TensorFlow's LayerNorm names, which transformers renames on load ("legacy" renamings).
 LEGACY_NORM_NAMES = {"LayerNorm.gamma": "LayerNorm.weight", "LayerNorm.beta": "LayerNorm.bias"}
 
@@ -159,6 +169,31 @@ def params_to_hf(params: Params, config: ModelConfig) -> dict[str, np.ndarray]:
     return hf.export_tensors(params, [Part("", RULES, range(config.num_layers))])
 
 
+def task_rules(kind: str) -> tuple[Rule, ...]:
+    """The tensors of the HF task class of ``kind``: the encoder under ``bert.``, the head."""
+    return (*hf.encoder_task_rules("bert.", xlmr.ENCODER_RULES), *TASK_HEAD_RULES[kind])
+
+
+def task_params_to_hf(params: Params, config: ModelConfig, kind: str) -> dict[str, np.ndarray]:
+    """The HF state dict of a task module's params (``backbone/``, ``head/``)."""
+    params = vocab.with_rows(params, config.vocab_size)
+    return hf.export_tensors(params, [Part("", task_rules(kind), range(config.num_layers))])
+
+
+def task_params_from_hf(
+    tensors: Mapping[str, np.ndarray], config: ModelConfig, kind: str, labels: int
+) -> Params:
+    """A task module's float32 params from the HF task class's state dict."""
+    return hf.import_tensors(
+        _current_names(tensors),
+        task_rules(kind),
+        config,
+        model=f"an HF {TASK_ARCHITECTURES[kind]}",
+        ignored=IGNORED,
+        abstract=hf.abstract_task_params(config, kind, BERT.task_head, labels),
+    )
+
+
 # --- folders --------------------------------------------------------------------------------
 
 
@@ -185,3 +220,25 @@ def write_hf(model: Pretrained, path: str | os.PathLike) -> None:
         tensors = params_to_hf(model.params, config)
     files = hf.tokenizer_files(model.tokenizer)  # before writing: a failure leaves no folder
     hf.write_folder(path, hf_config, tensors, model.tokenizer, files)
+
+
+def write_hf_task(
+    model: Pretrained, head: Params, kind: str, labels: list[str], path: str | os.PathLike
+) -> None:
+    """Writes a fine-tuned model (its encoder in ``model``, its ``head``) as the HF task class
+    of ``kind`` with ``labels`` (token classification's); ``path`` must not exist yet."""
+    model = unpadded(model)
+    config = model.config
+    special = hf.export_ids(config, model.tokenizer)
+    hf_config = {
+        **config_to_hf(config, TASK_ARCHITECTURES[kind], special),
+        **hf.task_config(kind, labels, config.dropout_rate),
+    }
+    tensors = task_params_to_hf(hf.task_tree(model.params, head), config, kind)
+    files = hf.tokenizer_files(model.tokenizer)  # before writing: a failure leaves no folder
+    hf.write_folder(path, hf_config, tensors, model.tokenizer, files)
+
+
+def read_hf_task(path: str | os.PathLike) -> hf.TaskModel:
+    """Reads an HF ``BertForTokenClassification`` or ``BertForQuestionAnswering`` folder."""
+    return hf.read_task(path, config_from_hf, TASK_ARCHITECTURES, task_params_from_hf)

@@ -44,6 +44,7 @@ from xlpretrain.core.errors import require
 from xlpretrain.data.tokenizer import HFTokenizer, SentencePieceTokenizer, SpecialIds, Tokenizer
 from xlpretrain.model.config import ModelConfig
 from xlpretrain.model.heads import LMHead
+from xlpretrain.model.task_heads import QUESTION_ANSWERING, TOKEN_CLASSIFICATION, task_model
 
 log = logging.getLogger(__name__)
 
@@ -141,12 +142,16 @@ def import_tensors(
     *,
     model: str,
     ignored: tuple[str, ...] = (),
+    abstract: Params | None = None,
 ) -> Params:
     """Our float32 params (layers stacked) from HF ``tensors`` by ``rules``, which must name
     every tensor but those starting with an ``ignored`` prefix (``model`` says, in errors,
-    what the tensors should have been), and every parameter they fill."""
+    what the tensors should have been), and every parameter they fill; ``abstract``: the
+    shapes of the tree they fill (default: the masked LM's)."""
     _check_names(tensors, _expand(rules, config.num_layers), model, ignored)
-    abstract = traverse_util.flatten_dict(abstract_params(config), sep="/")
+    abstract = traverse_util.flatten_dict(
+        abstract_params(config) if abstract is None else abstract, sep="/"
+    )
     flat = {}
     for hf_name, ours, layout in rules:
         shape = abstract[ours].shape
@@ -277,6 +282,113 @@ def fresh_head(config: ModelConfig, params: Params) -> Params:
 def _listing(names: list[str], limit: int = 8) -> str:
     shown = ", ".join(names[:limit])
     return shown if len(names) <= limit else f"{shown}, … ({len(names) - limit} more)"
+
+
+# --- fine-tuning tasks ----------------------------------------------------------------------
+#
+# A fine-tuned model (`model.task_heads`) exports as its family's HF task class: the encoder
+# under the class's prefix, the head by the converter's `TASK_HEAD_RULES`, and a config.json
+# with the labels. Our side is the task module's tree: `backbone/` (the encoder) and `head/`.
+
+QA_LABELS = ("LABEL_0", "LABEL_1")  # what HF names a QA class's two outputs (start, end)
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskModel:
+    """A fine-tuned model as an HF task folder holds it: ``params`` is the task module's tree
+    (``TokenClassifier``'s, ``SpanExtractor``'s), ``labels`` a token classifier's in id order
+    (QA: none)."""
+
+    config: ModelConfig
+    params: Params
+    kind: str
+    labels: tuple[str, ...]
+    tokenizer: Tokenizer | None = None
+
+
+def task_tree(encoder: Params, head: Params) -> Params:
+    """The task module's tree of a pre-trained tree (its LM head, if any, left out) and a head."""
+    return {"backbone": {k: v for k, v in encoder.items() if k != "lm_head"}, "head": head}
+
+
+def encoder_task_rules(prefix: str, encoder_rules: Sequence[Rule]) -> tuple[Rule, ...]:
+    """A task class's encoder: the bare encoder's rules under ``prefix`` (HF), ``backbone/``
+    (ours)."""
+    return tuple((prefix + hf, "backbone/" + ours, layout) for hf, ours, layout in encoder_rules)
+
+
+def linear_head_rules(name: str) -> tuple[Rule, ...]:
+    """HF's ``nn.Linear`` ``name`` (``classifier``, ``qa_outputs``) as our head's classifier."""
+    return (
+        (f"{name}.weight", "head/classifier/kernel", LINEAR),
+        (f"{name}.bias", "head/classifier/bias", COPY),
+    )
+
+
+def task_config(kind: str, labels: Sequence[str], dropout: float) -> dict:
+    """What a task class's ``config.json`` states beside the encoder's settings: its labels
+    (QA: HF's two defaults, start and end) and the dropout before its linear layer."""
+    names = list(labels) if kind == TOKEN_CLASSIFICATION else list(QA_LABELS)
+    if len(set(names)) != len(names) or not names:
+        raise ValueError(f"labels {names}: a token classifier needs distinct labels")
+    return {
+        "id2label": {str(i): name for i, name in enumerate(names)},
+        "label2id": {name: i for i, name in enumerate(names)},
+        "num_labels": len(names),
+        "classifier_dropout": dropout,
+    }
+
+
+def task_kind(
+    hf_config: Mapping, architectures: Mapping[str, str], source: str | os.PathLike
+) -> str:
+    """The task kind whose HF class (``architectures``: kind → class) ``config.json`` names."""
+    named = hf_config.get("architectures") or []
+    kinds = [kind for kind, name in architectures.items() if name in named]
+    if len(kinds) != 1:
+        raise ValueError(
+            f"{source}: architectures={named!r} names no task class this family converts "
+            f"({' or '.join(architectures.values())})"
+        )
+    return kinds[0]
+
+
+def task_labels(hf_config: Mapping, kind: str, source: str | os.PathLike) -> tuple[str, ...]:
+    """A token classifier's labels in id order (``id2label``); QA has none."""
+    if kind == QUESTION_ANSWERING:
+        return ()
+    id2label = hf_config.get("id2label") or {}
+    try:
+        return tuple(id2label[str(i)] for i in range(len(id2label)))
+    except KeyError:
+        raise ValueError(f"{source}: id2label keys {sorted(id2label)} are not 0 … n-1") from None
+
+
+def abstract_task_params(config: ModelConfig, kind: str, task_head: str, labels: int) -> Params:
+    """Shapes of the task module's params (``backbone/``, ``head/``), without allocating."""
+    config = dataclasses.replace(config, remat="none", attention_impl="xla")
+    module = task_model(kind, config, task_head, labels)
+    ids = np.zeros((1, 8), np.int32)
+    batch = {"input_ids": ids, "segment_ids": ids + 1, "positions": ids + 2 + np.arange(8)}
+    init = lambda rng: module.init(rng, batch)["params"]  # noqa: E731
+    return nn.unbox(jax.eval_shape(init, jax.random.key(0)))
+
+
+def read_task(
+    path: str | os.PathLike,
+    config_from_hf: Callable[[Mapping, Path], ModelConfig],
+    architectures: Mapping[str, str],
+    params_from_hf: Callable[[Mapping[str, np.ndarray], ModelConfig, str, int], Params],
+) -> TaskModel:
+    """An HF task folder of a family: its ``config_from_hf``, its task classes
+    (``architectures``: kind → class) and its ``params_from_hf(tensors, config, kind, labels)``."""
+    path, hf_config = read_config(path)
+    source = path / "config.json"
+    config = config_from_hf(hf_config, source)
+    kind = task_kind(hf_config, architectures, source)
+    labels = task_labels(hf_config, kind, source)
+    params = params_from_hf(read_tensors(path), config, kind, len(labels))
+    return TaskModel(config, params, kind, labels, read_tokenizer(path, config))
 
 
 # --- folders --------------------------------------------------------------------------------

@@ -39,6 +39,7 @@ from xlpretrain.data.tokenizer import SpecialIds
 from xlpretrain.families import MODERNBERT
 from xlpretrain.model import vocab
 from xlpretrain.model.config import ModelConfig
+from xlpretrain.model.task_heads import QUESTION_ANSWERING, TOKEN_CLASSIFICATION
 
 MASKED_LM_ARCHITECTURE = "ModernBertForMaskedLM"
 ENCODER_ARCHITECTURE = "ModernBertModel"
@@ -116,6 +117,18 @@ RULES: tuple[Rule, ...] = (
     ("decoder.bias", "lm_head/bias", COPY),
 )
 TIED = {"decoder.weight": "model.embeddings.tok_embeddings.weight"}
+# The HF class of each fine-tuning task kind (`model.task_heads`), and its head's tensors: the
+# prediction head (`ModernBertPredictionHead`), then the linear layer, for both kinds.
+TASK_ARCHITECTURES = {
+    TOKEN_CLASSIFICATION: "ModernBertForTokenClassification",
+    QUESTION_ANSWERING: "ModernBertForQuestionAnswering",
+}
+_TASK_HEAD: tuple[Rule, ...] = (
+    ("head.dense.weight", "head/dense/kernel", LINEAR),
+    ("head.norm.weight", "head/layer_norm/scale", COPY),
+    *hf.linear_head_rules("classifier"),
+)
+TASK_HEAD_RULES = dict.fromkeys(TASK_ARCHITECTURES, _TASK_HEAD)
 FIRST_NORM = "layers.0.attn_norm.weight"  # the one rule name HF lacks (an nn.Identity there)
 
 
@@ -257,20 +270,48 @@ def check_exportable(config: ModelConfig, architecture: str = MASKED_LM_ARCHITEC
 
 def params_from_hf(tensors: Mapping[str, np.ndarray], config: ModelConfig) -> Params:
     """Our float32 params (layers stacked) from an HF ``ModernBertForMaskedLM`` state dict."""
-    tensors = hf.untie(_split(tensors), TIED)
+    tensors = _with_first_norm(hf.untie(_split(tensors), TIED), config)
+    return hf.import_tensors(tensors, RULES, config, model="a ModernBERT masked LM")
+
+
+def _with_first_norm(tensors: dict[str, np.ndarray], config: ModelConfig) -> dict[str, np.ndarray]:
+    """``tensors`` with the first layer's attention norm HF lacks, as ones (layer 0 ignores it)."""
     first_norm = "model." + FIRST_NORM
     if first_norm in tensors:
         raise ValueError(
             f"unexpected tensor {first_norm}: ModernBERT's first layer has no attention norm"
         )
-    tensors[first_norm] = np.ones(config.hidden_size, np.float32)  # layer 0 ignores it
-    return hf.import_tensors(tensors, RULES, config, model="a ModernBERT masked LM")
+    tensors[first_norm] = np.ones(config.hidden_size, np.float32)
+    return tensors
 
 
 def params_to_hf(params: Params, config: ModelConfig) -> dict[str, np.ndarray]:
     """The HF ``ModernBertForMaskedLM`` state dict (as ``save_pretrained`` writes it: no tied
     ``decoder.weight``) of our masked LM, without the vocabulary rows padded for sharding."""
     return _export(params, config, RULES, "model.")
+
+
+def task_rules(kind: str) -> tuple[Rule, ...]:
+    """The tensors of the HF task class of ``kind``: the encoder under ``model.``, the head."""
+    return (*hf.encoder_task_rules("model.", ENCODER_RULES), *TASK_HEAD_RULES[kind])
+
+
+def task_params_to_hf(params: Params, config: ModelConfig, kind: str) -> dict[str, np.ndarray]:
+    """The HF state dict of a task module's params (``backbone/``, ``head/``)."""
+    return _export(params, config, task_rules(kind), "model.")
+
+
+def task_params_from_hf(
+    tensors: Mapping[str, np.ndarray], config: ModelConfig, kind: str, labels: int
+) -> Params:
+    """A task module's float32 params from the HF task class's state dict."""
+    return hf.import_tensors(
+        _with_first_norm(_split(tensors), config),
+        task_rules(kind),
+        config,
+        model=f"an HF {TASK_ARCHITECTURES[kind]}",
+        abstract=hf.abstract_task_params(config, kind, MODERNBERT.task_head, labels),
+    )
 
 
 def _export(
@@ -346,3 +387,25 @@ def write_hf(model: Pretrained, path: str | os.PathLike) -> None:
         tensors = params_to_hf(model.params, config)
     files = hf.tokenizer_files(model.tokenizer)  # before writing: a failure leaves no folder
     hf.write_folder(path, hf_config, tensors, model.tokenizer, files)
+
+
+def write_hf_task(
+    model: Pretrained, head: Params, kind: str, labels: list[str], path: str | os.PathLike
+) -> None:
+    """Writes a fine-tuned model (its encoder in ``model``, its ``head``) as the HF task class
+    of ``kind`` with ``labels`` (token classification's); ``path`` must not exist yet."""
+    model = unpadded(model)
+    config = model.config
+    special = hf.export_ids(config, model.tokenizer)
+    hf_config = {
+        **config_to_hf(config, TASK_ARCHITECTURES[kind], special),
+        **hf.task_config(kind, labels, config.dropout_rate),
+    }
+    tensors = task_params_to_hf(hf.task_tree(model.params, head), config, kind)
+    files = hf.tokenizer_files(model.tokenizer)  # before writing: a failure leaves no folder
+    hf.write_folder(path, hf_config, tensors, model.tokenizer, files)
+
+
+def read_hf_task(path: str | os.PathLike) -> hf.TaskModel:
+    """Reads an HF ``ModernBertForTokenClassification`` or ``…ForQuestionAnswering`` folder."""
+    return hf.read_task(path, config_from_hf, TASK_ARCHITECTURES, task_params_from_hf)

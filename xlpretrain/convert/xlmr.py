@@ -26,16 +26,23 @@ from xlpretrain.convert.hf import (
     LINEAR,
     Part,
     Rule,
+    TaskModel,
+    abstract_task_params,
     check_hf_settings,
+    encoder_task_rules,
     export_ids,
     export_tensors,
     fresh_head,
     fresh_pooler,
     import_tensors,
+    linear_head_rules,
     read_config,
+    read_task,
     read_tensors,
     read_tokenizer,
     refuse_options,
+    task_config,
+    task_tree,
     untie,
     write_folder,
 )
@@ -43,6 +50,7 @@ from xlpretrain.data.tokenizer import SpecialIds, Tokenizer
 from xlpretrain.families import XLMR
 from xlpretrain.model import vocab
 from xlpretrain.model.config import ModelConfig
+from xlpretrain.model.task_heads import QUESTION_ANSWERING, TOKEN_CLASSIFICATION
 
 log = logging.getLogger(__name__)
 
@@ -142,6 +150,15 @@ TIED = {
 }
 # Tensors that are not part of the masked LM: a buffer, and the bare encoder's pooler.
 IGNORED = ("roberta.embeddings.position_ids", "roberta.pooler.")
+# The HF class of each fine-tuning task kind (`model.task_heads`), and its head's tensors.
+TASK_ARCHITECTURES = {
+    TOKEN_CLASSIFICATION: "XLMRobertaForTokenClassification",
+    QUESTION_ANSWERING: "XLMRobertaForQuestionAnswering",
+}
+TASK_HEAD_RULES = {
+    TOKEN_CLASSIFICATION: linear_head_rules("classifier"),
+    QUESTION_ANSWERING: linear_head_rules("qa_outputs"),
+}
 
 
 # --- configs --------------------------------------------------------------------------------
@@ -247,6 +264,31 @@ def _with_prefix(tensors: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     return {(n if n.startswith("lm_head.") else "roberta." + n): t for n, t in tensors.items()}
 
 
+def task_rules(kind: str) -> tuple[Rule, ...]:
+    """The tensors of the HF task class of ``kind``: the encoder under ``roberta.``, the head."""
+    return (*encoder_task_rules("roberta.", ENCODER_RULES), *TASK_HEAD_RULES[kind])
+
+
+def task_params_to_hf(params: Params, config: ModelConfig, kind: str) -> dict[str, np.ndarray]:
+    """The HF state dict of a task module's params (``backbone/``, ``head/``)."""
+    params = vocab.with_rows(params, config.vocab_size)
+    return export_tensors(params, [Part("", task_rules(kind), range(config.num_layers))])
+
+
+def task_params_from_hf(
+    tensors: Mapping[str, np.ndarray], config: ModelConfig, kind: str, labels: int
+) -> Params:
+    """A task module's float32 params from the HF task class's state dict."""
+    return import_tensors(
+        tensors,
+        task_rules(kind),
+        config,
+        model=f"an HF {TASK_ARCHITECTURES[kind]}",
+        ignored=IGNORED,
+        abstract=abstract_task_params(config, kind, XLMR.task_head, labels),
+    )
+
+
 # --- folders --------------------------------------------------------------------------------
 
 
@@ -286,3 +328,25 @@ def write_hf(model: Pretrained, path: str | os.PathLike) -> None:
         hf_config = config_to_hf(config, special=special)
         tensors = params_to_hf(model.params, config)
     write_folder(path, hf_config, tensors, model.tokenizer)
+
+
+def write_hf_task(
+    model: Pretrained, head: Params, kind: str, labels: list[str], path: str | os.PathLike
+) -> None:
+    """Writes a fine-tuned model (its encoder in ``model``, its ``head``) as the HF task class
+    of ``kind`` with ``labels`` (token classification's); ``path`` must not exist yet."""
+    model = unpadded(model)
+    config = model.config
+    check_xlmr_tokenizer(config, model.tokenizer)
+    special = export_ids(config, model.tokenizer)
+    hf_config = {
+        **config_to_hf(config, TASK_ARCHITECTURES[kind], special=special),
+        **task_config(kind, labels, config.dropout_rate),
+    }
+    tensors = task_params_to_hf(task_tree(model.params, head), config, kind)
+    write_folder(path, hf_config, tensors, model.tokenizer)
+
+
+def read_hf_task(path: str | os.PathLike) -> TaskModel:
+    """Reads an HF ``XLMRobertaForTokenClassification`` or ``…ForQuestionAnswering`` folder."""
+    return read_task(path, config_from_hf, TASK_ARCHITECTURES, task_params_from_hf)

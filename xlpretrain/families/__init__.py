@@ -13,7 +13,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from xlpretrain.model.config import LAYER_FEATURES, ModelConfig
+from xlpretrain.model.config import LAYER_FEATURES, TASK_HEADS, ModelConfig
 
 
 @dataclasses.dataclass(frozen=True)
@@ -24,16 +24,21 @@ class Family:
     - ``features``: its `LAYER_FEATURES` (layer type, token-type rows, first position row).
     - ``hf_model_types``: the `config.json` `model_type` values its converter reads; exports
       write the first.
+    - ``task_head``: how its fine-tuning heads read the hidden states (`TASK_HEADS`), as its
+      HF task classes do.
     """
 
     name: str
     title: str
     features: Mapping[str, Any]
     hf_model_types: tuple[str, ...]
+    task_head: str
 
     def __post_init__(self) -> None:
         if set(self.features) != set(LAYER_FEATURES):
             raise ValueError(f"backbone {self.name}: features must be {LAYER_FEATURES}")
+        if self.task_head not in TASK_HEADS:
+            raise ValueError(f"backbone {self.name}: task_head must be one of {TASK_HEADS}")
 
     @property
     def hf_model_type(self) -> str:
@@ -51,6 +56,7 @@ XLMR = Family(
     # Post-LN layers, one token type, positions after the padding row: `ModelConfig`'s defaults.
     features={"layer_type": "post_ln", "token_type_rows": 1, "positions_from": 2},
     hf_model_types=("xlm-roberta", "roberta"),
+    task_head="linear",
 )
 MODERNBERT = Family(
     name="modernbert",
@@ -58,6 +64,8 @@ MODERNBERT = Family(
     # Pre-norm layers, no token types, rotary positions from 0.
     features={"layer_type": "pre_ln", "token_type_rows": 0, "positions_from": 0},
     hf_model_types=("modernbert",),
+    # ModernBertForTokenClassification / …ForQuestionAnswering: its prediction head first.
+    task_head="transformed",
 )
 BERT = Family(
     name="bert",
@@ -65,4 +73,5 @@ BERT = Family(
     # Post-LN layers, two token types, positions from the table's first row.
     features={"layer_type": "post_ln", "token_type_rows": 2, "positions_from": 0},
     hf_model_types=("bert",),
+    task_head="linear",
 )

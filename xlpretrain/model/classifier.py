@@ -39,6 +39,7 @@ class PairClassifier(nn.Module):
             mask_fn=masks.mmlm,
             mask_meta={k: batch[k] for k in META_KEYS if k in batch},
             lang_ids=batch.get("lang_ids"),
+            token_types=batch.get("token_types"),
             deterministic=deterministic,
             memory=memory,
             cross_mask_fn=masks.veco_cross,

@@ -20,6 +20,11 @@ LAYER_TYPES = ("post_ln", "pre_ln")
 # reads these, never the backbone's name. Records (model.json, a workdir's model_family.json)
 # hold them, so a reader needs no registry to rebuild the model.
 LAYER_FEATURES = ("layer_type", "token_type_rows", "positions_from")
+# How a family's fine-tuning heads (token classification, extractive QA: `model.task_heads`)
+# read the final hidden states, as its Hugging Face `…ForTokenClassification` and
+# `…ForQuestionAnswering` do: "linear", a linear layer on them (XLM-R's, BERT's); "transformed",
+# first the dense → GELU → norm of a prediction head (ModernBERT's). A family declares its own.
+TASK_HEADS = ("linear", "transformed")
 ATTENTION_IMPLS = ("xla", "cudnn", "pallas", "splash", "auto")
 
 

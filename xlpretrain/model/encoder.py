@@ -136,6 +136,7 @@ class MaskedLM(nn.Module):
         deterministic: bool = True,
         memory: jax.Array | None = None,
         cross_mask_fn: masks.MaskFn | None = None,
+        token_types: jax.Array | None = None,
     ) -> jax.Array:
         """Final hidden states ``[B, L, H]``.
 
@@ -145,11 +146,13 @@ class MaskedLM(nn.Module):
 
         ``positions`` come from the batch, already offset (first real token 2, padding 1).
         ``mask_meta`` holds the ``[B, L]`` metadata ``mask_fn`` reads. ``lang_ids`` is
-        required when ``num_languages > 0`` and ignored otherwise.
+        required when ``num_languages > 0`` and ignored otherwise. ``token_types`` ``[B, L]``
+        (0 or 1) are read by a model with two token-type rows (BERT's); without them every
+        token is type 0.
         """
         if memory is not None and not self.config.cross_attention:
             raise ValueError("a cross-attention memory was given but model.cross_attention=False")
-        x = self.embeddings(input_ids, positions, lang_ids, deterministic)
+        x = self.embeddings(input_ids, positions, lang_ids, deterministic, token_types)
         return self.encoder(
             x,
             mask_meta,

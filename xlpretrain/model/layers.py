@@ -48,12 +48,14 @@ def gelu(x: jax.Array) -> jax.Array:
 
 
 class Embeddings(nn.Module):
-    """word + position (+ token type 0) (+ language) → LayerNorm → dropout; with rotary
+    """word + position (+ token type) (+ language) → LayerNorm → dropout; with rotary
     positions (ModernBERT's) word (+ language) → LayerNorm → dropout.
 
     Lookups and the sum run in float32 (they are O(L·H), precision is free), the LayerNorm
     output is in the compute dtype. Token type 0 (``token_type_rows`` rows: XLM-R's one, BERT's
-    two) is added to every token, so HF checkpoints import exactly.
+    two) is added to every token, so HF checkpoints import exactly; a model with two rows adds
+    the batch's ``token_types`` instead where it has them (BERT's pair inputs: 1 on the second
+    segment, as HF's ``token_type_ids``). A model with one row has no other type to add.
     """
 
     config: ModelConfig
@@ -86,11 +88,14 @@ class Embeddings(nn.Module):
         positions: jax.Array,
         lang_ids: jax.Array | None,
         deterministic: bool,
+        token_types: jax.Array | None = None,
     ) -> jax.Array:
         x = self.word_embeddings(input_ids)
         if self.config.absolute_positions:
             x = x + self.position_embeddings(position_rows(self.config, positions))
-        if self.config.token_type_rows:
+        if self.config.token_type_rows > 1 and token_types is not None:
+            x = x + self.token_type_embeddings(token_types)
+        elif self.config.token_type_rows:
             x = x + self.token_type_embeddings.embedding[0]
         if self.config.num_languages > 0:
             if lang_ids is None:

@@ -1,0 +1,133 @@
+"""The losses of the token-level fine-tuning tasks (`model.task_heads`), as Hugging Face's task
+classes compute them, in the step's convention (`training.step`): `(params, batch, rng, model)
+-> (loss, metrics)`, the loss a mean over `metrics["count"]` items, so that the step, which
+weights each micro-batch by its count, gives accumulated and sharded steps the loss of one full
+batch. Each has its `CountFn`, what the step's totals count.
+
+Token classification (`…ForTokenClassification`): cross-entropy averaged over the labelled
+tokens (`label_weights` `[B, L]`, labels `[B, L]`); HF's -100 labels are weight 0 here.
+
+Extractive QA (`…ForQuestionAnswering`): (CE(start) + CE(end)) / 2 over the batch's real rows
+(`pred_weights` `[B]`; `start_positions`, `end_positions` `[B]`). As HF does, a position is
+clamped to [0, L]: a negative one becomes the first token (`<s>` / `[CLS]`, "no answer"), one at
+or past the row's end (L) is ignored. Two differences, both where HF's result is an accident of
+the batch rather than of the example:
+
+- The softmax runs over the row's tokens (`segment_ids > 0`), not its padding, whose logits
+  depend on how far a batch is padded and on what padded queries compute (and a position on
+  padding is ignored like one past the end). Without padding, HF's loss exactly.
+- The loss is the mean over the kept boundaries, starts and ends together: equal to HF's mean
+  of two means whenever each row keeps both or neither (a row with one boundary in range and
+  the other past the end is the only case where they differ), and, unlike HF's, a sum over
+  items divided by their count, which accumulation and sharding need.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import optax
+
+Params = Any
+Batch = Mapping[str, jax.Array]
+# Stands in for -inf at padding: finite, so a row of padding alone gives no NaN (even in a
+# gradient multiplied by 0).
+_EXCLUDED = float(jnp.finfo(jnp.float32).min)
+
+
+# --- token classification -------------------------------------------------------------------
+
+
+def token_cross_entropy(
+    logits: jax.Array, labels: jax.Array, weights: jax.Array
+) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """(mean cross-entropy, accuracy, count) over the tokens with weight > 0 (weighted):
+    `logits` `[B, L, C]`, `labels` and `weights` `[B, L]`. A weight-0 token's label may be
+    anything (HF's -100)."""
+    weights = weights.astype(jnp.float32)
+    kept = weights > 0
+    safe = jnp.where(kept, labels, 0)
+    nll = jnp.where(kept, optax.softmax_cross_entropy_with_integer_labels(logits, safe), 0.0)
+    hits = (logits.argmax(-1) == safe).astype(jnp.float32)
+    count = weights.sum()
+    return _mean(nll, weights, count), _mean(hits, weights, count), count
+
+
+def labelled_tokens(batch: Batch) -> jax.Array:
+    """What a token-classification loss is a mean over: the batch's labelled tokens."""
+    return batch["label_weights"].astype(jnp.float32).sum()
+
+
+def tagging_loss(params: Params, batch: Batch, rng: jax.Array, model) -> tuple[jax.Array, dict]:
+    """A `TokenClassifier`'s loss (dropout on), the step's `LossFn`."""
+    logits = model.apply({"params": params}, batch, deterministic=False, rngs={"dropout": rng})
+    loss, accuracy, count = token_cross_entropy(logits, batch["labels"], batch["label_weights"])
+    return loss, {"loss": loss, "accuracy": accuracy, "count": count}
+
+
+# --- extractive QA --------------------------------------------------------------------------
+
+
+def clamped_boundaries(
+    positions: jax.Array, real: jax.Array, row_weights: jax.Array
+) -> tuple[jax.Array, jax.Array]:
+    """(target, weight) per row for answer boundaries `positions` `[B]` over rows whose tokens
+    are `real` `[B, L]`: HF's clamp to [0, L], then weight 0 for a target at L or on padding."""
+    length = real.shape[1]
+    target = jnp.clip(positions, 0, length)
+    inside = jnp.take_along_axis(real, jnp.minimum(target, length - 1)[:, None], axis=1)[:, 0]
+    kept = (target < length) & inside
+    return jnp.minimum(target, length - 1), jnp.where(kept, row_weights.astype(jnp.float32), 0.0)
+
+
+def boundary_cross_entropy(
+    logits: jax.Array, target: jax.Array, weights: jax.Array, real: jax.Array
+) -> tuple[jax.Array, jax.Array]:
+    """Per row (nll, hit) of `target` `[B]` under a softmax of `logits` `[B, L]` over the
+    row's `real` tokens; 0 where `weights` is 0."""
+    logits = jnp.where(real, logits, _EXCLUDED)
+    nll = optax.softmax_cross_entropy_with_integer_labels(logits, target)
+    hits = (logits.argmax(-1) == target).astype(jnp.float32)
+    kept = weights > 0
+    return jnp.where(kept, nll, 0.0), jnp.where(kept, hits, 0.0)
+
+
+def span_cross_entropy(
+    start_logits: jax.Array,
+    end_logits: jax.Array,
+    batch: Batch,
+) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """(mean cross-entropy, accuracy, count) over the kept answer boundaries of the batch's
+    real rows, starts and ends alike (see the module docstring)."""
+    real = batch["segment_ids"] > 0
+    nll_sum = hit_sum = count = 0.0
+    for logits, key in ((start_logits, "start_positions"), (end_logits, "end_positions")):
+        target, weights = clamped_boundaries(batch[key], real, batch["pred_weights"])
+        nll, hits = boundary_cross_entropy(logits, target, weights, real)
+        nll_sum = nll_sum + (nll * weights).sum()
+        hit_sum = hit_sum + (hits * weights).sum()
+        count = count + weights.sum()
+    return nll_sum / jnp.maximum(count, 1.0), hit_sum / jnp.maximum(count, 1.0), count
+
+
+def answer_boundaries(batch: Batch) -> jax.Array:
+    """What a QA loss is a mean over: the kept starts and ends of the batch's real rows."""
+    real = batch["segment_ids"] > 0
+    return sum(
+        clamped_boundaries(batch[key], real, batch["pred_weights"])[1].sum()
+        for key in ("start_positions", "end_positions")
+    )
+
+
+def span_loss(params: Params, batch: Batch, rng: jax.Array, model) -> tuple[jax.Array, dict]:
+    """A `SpanExtractor`'s loss (dropout on), the step's `LossFn`."""
+    start, end = model.apply({"params": params}, batch, deterministic=False, rngs={"dropout": rng})
+    loss, accuracy, count = span_cross_entropy(start, end, batch)
+    return loss, {"loss": loss, "accuracy": accuracy, "count": count}
+
+
+def _mean(values: jax.Array, weights: jax.Array, count: jax.Array) -> jax.Array:
+    return (values * weights).sum() / jnp.maximum(count, 1.0)
