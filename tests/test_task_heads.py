@@ -320,10 +320,12 @@ def test_accumulated_micro_batches_match_hugging_faces_full_batch(kind):
     """Micro-batches of unequal counts (labelled tokens; kept answer boundaries) weighted by
     their share of the step's: XLM-R with `grad_accum=2` gives HF's full batch."""
     batches = [make_batch("xlmr", kind, seed) for seed in range(STEPS)]
-    counts = [
-        LOSSES[kind][1]({k: v[i::2] for k, v in b.items()}) for b, _ in batches for i in (0, 1)
-    ]
-    assert len(set(np.asarray(counts).tolist())) >= 3  # the micro-batches' shares differ
+    halves = [{k: v[i::2] for k, v in b.items()} for b, _ in batches for i in (0, 1)]
+    if kind == TOKEN_CLASSIFICATION:
+        counts = [half["label_weights"].sum() for half in halves]
+    else:  # both boundaries of each real row whose answer is not past its end
+        counts = [2 * ((h["start_positions"] < LENGTH) * h["pred_weights"]).sum() for h in halves]
+    assert len(set(counts)) >= 3  # the micro-batches' shares of the step differ
     ours, _ = our_training("xlmr", kind, initial_params("xlmr", kind), batches, grad_accum=2)
     assert_same_training(ours, trained("xlmr", kind).theirs, kind)
 
@@ -420,34 +422,36 @@ def test_token_loss_is_the_mean_over_labelled_tokens():
 
 def test_span_loss_clamps_as_hugging_face_and_leaves_padding_out():
     """Row 0: start 1, end 3. Row 1: start -3 (→ 0, `<s>`), end 2. Row 2: past the end (both
-    ignored). Row 3: a padding row (pred_weights 0). Row 4: on its padding (ignored)."""
+    ignored). Row 3: a padding row (pred_weights 0). Row 4, 4 tokens then padding: start 1,
+    end on its padding (ignored)."""
     rng = np.random.default_rng(0)
     start, end = rng.normal(size=(2, 5, 6)).astype(np.float32)
     segment = np.ones((5, 6), np.int32)
     segment[3] = 0
-    segment[4, 4:] = 0  # row 4 has 4 tokens
+    segment[4, 4:] = 0
     batch = {
         "segment_ids": segment,
-        "start_positions": np.array([1, -3, 6, 0, 5]),
-        "end_positions": np.array([3, 2, 9, 0, 4]),
+        "start_positions": np.array([1, -3, 6, 0, 1]),
+        "end_positions": np.array([3, 2, 9, 0, 5]),
         "pred_weights": np.array([1, 1, 1, 0, 1], np.float32),
     }
-    loss, _, count = task_losses.span_cross_entropy(start, end, batch)
+    # HF's loss of the three whole rows is ours: its clamp, its ignored index.
+    whole = {key: value[:3] for key, value in batch.items()}
+    loss, _, count = task_losses.span_cross_entropy(start[:3], end[:3], whole)
     s, e = log_softmax(start), log_softmax(end)
     nll = -(s[0, 1] + e[0, 3] + s[1, 0] + e[1, 2])
-    assert float(count) == 4 == float(task_losses.answer_boundaries(batch))
+    assert float(count) == 4
     np.testing.assert_allclose(float(loss), nll / 4, rtol=1e-6)
-    # HF's loss of the three whole rows is the same: its clamp, its ignored index.
     hf = ForQuestionAnsweringLoss(
         torch.tensor(start[:3]), torch.tensor(end[:3]),
-        torch.tensor(batch["start_positions"][:3]), torch.tensor(batch["end_positions"][:3]),
+        torch.tensor(whole["start_positions"]), torch.tensor(whole["end_positions"]),
     )  # fmt: skip
     np.testing.assert_allclose(float(loss), float(hf), rtol=1e-6)
-    # Row 4's padding logits take no part: changing them changes nothing.
-    moved = start.copy()
-    moved[4, 4:] += 100.0
-    again, _, _ = task_losses.span_cross_entropy(moved, end, batch)
-    assert float(again) == float(loss)
+    # With rows 3 and 4: row 4's start over its 4 tokens, its padding no candidate.
+    loss, _, count = task_losses.span_cross_entropy(start, end, batch)
+    assert float(count) == 5 == float(task_losses.answer_boundaries(batch))
+    row4 = log_softmax(start[4, :4])[1]
+    np.testing.assert_allclose(float(loss), (nll - row4) / 5, rtol=1e-6)
 
 
 def test_a_row_with_one_boundary_kept_counts_it_once():
