@@ -22,7 +22,6 @@ from xlpretrain.bench.kernel_check import reference_attention
 from xlpretrain.core.errors import ConfigError
 from xlpretrain.model import MaskedLM, ModelConfig, init_params
 from xlpretrain.model.kernels import block_mask
-from xlpretrain.model.layers import layer_norm
 from xlpretrain.model.modern import GLOBAL, ModernLayer, layer_schedule
 from xlpretrain.objectives.flops import attention_scores, encoder_matmuls
 from xlpretrain.training import trainer as trainer_lib
@@ -215,29 +214,6 @@ def test_splash_runs_local_and_global_layers_as_the_reference_does():
             {"params": params}, ids, positions, mask_fn=masks.mmlm, mask_meta=meta
         )
     np.testing.assert_allclose(states["splash"], states["xla"], atol=2e-5)
-
-
-def test_the_python_apis_states_are_the_models_layer_by_layer():
-    """`xlpretrain.load(...).hidden_states` runs ModernBERT's layers one at a time: each with
-    its own window and rotary base, the final norm on the last, which equals the model's
-    output (each layer's, the unrolled model's after that many layers)."""
-    params = nn.unbox(init_params(CONFIG, jax.random.key(3)))
-    ids = jnp.asarray(np.random.default_rng(4).integers(4, 48, (2, 16)), jnp.int32)
-    mask = jnp.ones_like(ids).at[1, 12:].set(0)
-    pad = CONFIG.pad_token_id
-    states = api._hidden(CONFIG, params, ids, mask, None, layer=None, pad_id=pad)
-    positions, meta = api._meta(CONFIG, ids, mask, pad)
-    kwargs = dict(mask_fn=masks.mmlm, mask_meta=meta)
-    output = MaskedLM(CONFIG).apply({"params": params}, ids, positions, **kwargs)
-    assert states.shape == (2, 5, 16, 32)
-    np.testing.assert_allclose(states[:, -1], output, atol=1e-5)
-    two = ModelConfig(**{**CONFIG.__dict__, "num_layers": 2, "global_every": 3})
-    first_two = jax.tree.map(lambda p: p[:2], params["encoder"]["layers"])
-    cut = {**params, "encoder": {**params["encoder"], "layers": first_two}}
-    after_two = MaskedLM(two).apply({"params": cut}, ids, positions, **kwargs)
-    final = {"params": params["encoder"]["final_norm"]}
-    normed = layer_norm(CONFIG, "final_norm").apply(final, states[:, 2])
-    np.testing.assert_allclose(normed, after_two, atol=1e-5)
 
 
 def test_mmbert_phases_resume_exactly_across_a_boundary(udhr_run_config, tmp_path, caplog):

@@ -146,6 +146,27 @@ def test_from_hf_matches_transformers_logits(converted):
     assert_equal_on_real_tokens(got, hf_logits(model, ids, mask), mask)
 
 
+def test_every_layers_state_is_transformers_hidden_states(converted):
+    """``all_layers`` is HF's ``output_hidden_states``: the embeddings' output, then each
+    layer's, the final norm on the last only (transformers ties it to ``last_hidden_state``)."""
+    model, root = converted
+    ours = folder.read(root / "ours")
+    ids, mask, meta = padded_batch(ours.config.vocab_size)
+    got = MaskedLM(ours.config).apply(
+        {"params": ours.params},
+        ids,
+        meta["positions"],
+        mask_fn=masks.mmlm,
+        mask_meta=meta,
+        all_layers=True,
+    )
+    with torch.no_grad():
+        out = model(torch.tensor(ids), attention_mask=torch.tensor(mask), output_hidden_states=True)
+    assert len(got) == len(out.hidden_states) == ours.config.num_layers + 1
+    for state, want in zip(np.asarray(got), out.hidden_states, strict=True):
+        assert_equal_on_real_tokens(state, want.numpy(), mask)
+
+
 @pytest.mark.parametrize("kind", [folder.MASKED_LM, folder.DISCRIMINATOR])
 def test_to_hf_matches_our_outputs(kind, tmp_path):
     config = our_config()

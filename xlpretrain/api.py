@@ -13,9 +13,8 @@ positions the model's own numbering from ``pad_token_id + 1``, as in training.
 An XLM-E workdir serves its discriminator (the encoder it exports): hidden states and
 ``encode`` work, ``mlm_logits`` does not (it has no MLM head; its generator's is not served).
 
-Logits come from ``MaskedLM`` itself. Per-layer hidden states run the model's own modules one
-layer at a time (a ``lax.scan`` over the stacked layer params, each step a one-layer
-``Encoder``), because the encoder's ``nn.scan`` returns the last layer only.
+Logits and hidden states come from ``MaskedLM`` itself, per-layer states from its
+``all_layers`` output (Hugging Face's ``output_hidden_states``, per family).
 """
 
 from __future__ import annotations
@@ -34,9 +33,7 @@ from xlpretrain import masks
 from xlpretrain.convert.folder import DISCRIMINATOR, Pretrained, read
 from xlpretrain.data.tokenizer import Tokenizer
 from xlpretrain.model.config import ModelConfig
-from xlpretrain.model.encoder import Encoder, MaskedLM
-from xlpretrain.model.layers import layer_norm
-from xlpretrain.model.modern import ModernLayer, layer_schedule
+from xlpretrain.model.encoder import MaskedLM
 
 POOLINGS = ("mean", "cls")
 MIN_WIDTH = 16  # the shortest padded length: very short inputs share one program
@@ -269,52 +266,24 @@ def _logits(config: ModelConfig, params, ids, mask, lang_ids, *, pad_id: int) ->
 def _hidden(
     config: ModelConfig, params, ids, mask, lang_ids, *, layer: int | None, pad_id: int
 ) -> jax.Array:
-    """All states ``[B, num_layers + 1, L, H]`` (``layer=None``) or one, ``[B, L, H]``.
-
-    Each layer runs in turn on its slice of the stacked params: XLM-R's through the model's own
-    ``Encoder`` built with one layer (plus the encoder's shared params, e.g. a relative-position
-    table); ModernBERT's as its ``ModernLayer`` with its slice of the layer schedule (window,
-    rotary base), the final norm applied to the last layer's state, which the MLM head reads.
-    """
+    """All states ``[B, num_layers + 1, L, H]`` (``layer=None``) or one, ``[B, L, H]``: the
+    model's own forward pass, every layer's state kept unless only the last is wanted."""
     positions, meta = _meta(config, ids, mask, pad_id)
-    x = MaskedLM(config).apply(
-        {"params": params}, method=lambda m: m.embeddings(ids, positions, lang_ids, True)
+    last = layer == config.num_layers
+    states = MaskedLM(config).apply(
+        {"params": params},
+        ids,
+        positions,
+        mask_fn=masks.mmlm,
+        mask_meta=meta,
+        lang_ids=lang_ids,
+        all_layers=not last,
     )
-    depth = config.num_layers if layer is None else layer
-    stacked = jax.tree.map(lambda p: p[:depth], params["encoder"]["layers"])
-    if config.layer_type == "pre_ln":
-        modern = ModernLayer(config, masks.mmlm, deterministic=True)
-        schedule = {k: v[:depth] for k, v in layer_schedule(config).items()}
-
-        def step(h, inputs):
-            layer_params, at = inputs
-            h = modern.apply({"params": layer_params}, h, meta, None, at)[0]
-            return h, h
-
-        last, states = jax.lax.scan(step, x, (stacked, schedule))
-        if depth == config.num_layers:
-            final = {"params": params["encoder"]["final_norm"]}
-            last = layer_norm(config, "final_norm").apply(final, last)
-            states = states.at[-1].set(last)
-    else:
-        one_layer = Encoder(dataclasses.replace(config, num_layers=1))
-        shared = {k: v for k, v in params["encoder"].items() if k != "layers"}
-
-        def step(h, layer_params):
-            stack_of_one = jax.tree.map(lambda p: p[None], layer_params)
-            h = one_layer.apply(
-                {"params": {**shared, "layers": stack_of_one}},
-                h,
-                meta,
-                mask_fn=masks.mmlm,
-                deterministic=True,
-            )
-            return h, h
-
-        last, states = jax.lax.scan(step, x, stacked)
-    if layer is not None:
-        return last.astype(jnp.float32)
-    return jnp.concatenate([x[:, None], jnp.moveaxis(states, 0, 1)], 1).astype(jnp.float32)
+    if layer is None:
+        states = jnp.moveaxis(states, 0, 1)
+    elif not last:
+        states = states[layer]
+    return states.astype(jnp.float32)
 
 
 _hidden_jit = jax.jit(_hidden, static_argnames=("config", "layer", "pad_id"))

@@ -54,10 +54,28 @@ _REMAT_POLICIES = {
 }
 
 
+@functools.cache
+def _emitting(layer: type[nn.Module]) -> type[nn.Module]:
+    """``layer`` whose output is its state as well as its carry, so ``nn.scan`` stacks every
+    layer's state (the plain layer outputs None: training keeps no stack alive)."""
+
+    class Emitting(layer):
+        def __call__(self, *args) -> tuple[jax.Array, jax.Array]:
+            x, _ = super().__call__(*args)
+            return x, x
+
+    return Emitting
+
+
 class Encoder(nn.Module):
     """``num_layers`` layers — XLM-R's post-LN ones, or ModernBERT's pre-norm ones and the
     final norm (``model.modern``) — under ``nn.scan`` (stacked params, one compiled body) or
-    unrolled, optionally rematerialised."""
+    unrolled, optionally rematerialised.
+
+    Returns the last state ``[B, L, H]``, or with ``all_layers`` every state ``[num_layers +
+    1, B, L, H]`` as Hugging Face's ``output_hidden_states`` gives them: the input (the
+    embeddings' output) first, then each layer's output, ModernBERT's final norm on the last
+    only."""
 
     config: ModelConfig
 
@@ -71,10 +89,13 @@ class Encoder(nn.Module):
         deterministic: bool,
         memory: jax.Array | None = None,
         cross_mask_fn: masks.MaskFn | None = None,
+        all_layers: bool = False,
     ) -> jax.Array:
         cfg = self.config
         modern = cfg.layer_type == "pre_ln"
         layer = ModernLayer if modern else EncoderLayer
+        if all_layers:
+            layer = _emitting(layer)
         if cfg.remat != "none":
             # prevent_cse is unnecessary inside scan and only blocks optimisations there.
             layer = nn.remat(
@@ -89,6 +110,7 @@ class Encoder(nn.Module):
             last, last_axis = None, nn.broadcast
             if cfg.relative_position != "none" and cfg.share_relative_table:
                 last = relative_table_param(self, cfg)
+        embedded = x
         if cfg.scan_layers:
             stack = nn.scan(
                 layer,
@@ -98,16 +120,23 @@ class Encoder(nn.Module):
                 length=cfg.num_layers,
                 metadata_params={nn.PARTITION_NAME: "layers"},
             )
-            x, _ = stack(cfg, mask_fn, deterministic, cross_mask_fn, name="layers")(
+            # ``states``: every layer's output, stacked, with ``all_layers``; else None.
+            x, states = stack(cfg, mask_fn, deterministic, cross_mask_fn, name="layers")(
                 x, meta, memory, last
             )
         else:
+            states = []
             for i in range(cfg.num_layers):
                 mine = {key: value[i] for key, value in last.items()} if modern else last
                 x, _ = layer(cfg, mask_fn, deterministic, cross_mask_fn, name=f"layers_{i}")(
                     x, meta, memory, mine
                 )
-        return layer_norm(cfg, "final_norm")(x) if modern else x
+                states.append(x)
+        if modern:
+            x = layer_norm(cfg, "final_norm")(x)
+        if not all_layers:
+            return x
+        return jnp.concatenate([embedded[None], jnp.asarray(states)[:-1], x[None]])
 
 
 class MaskedLM(nn.Module):
@@ -137,8 +166,10 @@ class MaskedLM(nn.Module):
         memory: jax.Array | None = None,
         cross_mask_fn: masks.MaskFn | None = None,
         token_types: jax.Array | None = None,
+        all_layers: bool = False,
     ) -> jax.Array:
-        """Final hidden states ``[B, L, H]``.
+        """Final hidden states ``[B, L, H]``; with ``all_layers`` every layer's, ``[num_layers +
+        1, B, L, H]``, the embeddings' output first (``Encoder``).
 
         With ``memory`` (``[B, L, H]``, one state per token of the row) every layer also runs
         its cross-attention sub-layer, reading the memory under ``cross_mask_fn`` (VECO's
@@ -160,6 +191,7 @@ class MaskedLM(nn.Module):
             deterministic=deterministic,
             memory=memory,
             cross_mask_fn=cross_mask_fn,
+            all_layers=all_layers,
         )
 
     def mlm_logits(self, hidden_selected: jax.Array) -> jax.Array:
