@@ -78,7 +78,7 @@ CONFIGS = {
         global_every=2,
         rope_theta=500.0,
         local_rope_theta=80.0,
-    ),  # fmt: skip
+    ),
 }
 FAMILIES = tuple(CONFIGS)
 KINDS = (TOKEN_CLASSIFICATION, QUESTION_ANSWERING)
