@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from xlpretrain.backbones.settings import ModelSettings
 from xlpretrain.core.settings import Section
+from xlpretrain.data.task_examples import PairLayout
 from xlpretrain.families import Family
 from xlpretrain.model.config import ModelConfig
 
@@ -73,6 +74,11 @@ class Backbone:
     @property
     def hf_model_types(self) -> tuple[str, ...]:
         return self.family.hf_model_types
+
+    @property
+    def pair_layout(self) -> PairLayout:
+        """How its rows hold two segments (a question and its context, a sentence pair)."""
+        return self.family.pair_layout
 
     @property
     def task_head(self) -> str:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -152,24 +153,43 @@ def encode_pairs(
     plug_in: bool,
     lang_ids: tuple[int, int] = (0, 0),
 ) -> Encoded:
-    """Tokenizes every pair, truncated to `max_length` tokens with the 4 special ones:
-    `<s> x </s></s> y </s>` plugged out, `<s> x </s>` + `<s> y </s>` plugged in."""
+    """Tokenizes every pair of a file (`encode_texts`); a label outside `label_ids` is an error
+    naming the file."""
     unknown = sorted(set(pairs.labels) - set(label_ids))
     if unknown:
         raise DataError(
             f"{pairs.stats.path}: label(s) {unknown} are not among the labels {list(label_ids)}"
         )
+    labels = np.array([label_ids[label] for label in pairs.labels], np.int32)
+    return encode_texts(
+        pairs.premises, pairs.hypotheses, labels, tokenizer,
+        max_length=max_length, plug_in=plug_in, lang_ids=lang_ids,
+    )  # fmt: skip
+
+
+def encode_texts(
+    firsts: Sequence[str],
+    seconds: Sequence[str],
+    label_ids: np.ndarray,
+    tokenizer: Tokenizer,
+    *,
+    max_length: int,
+    plug_in: bool,
+    lang_ids: tuple[int, int] = (0, 0),
+) -> Encoded:
+    """Tokenizes every pair, truncated to `max_length` tokens with the 4 special ones:
+    `<s> x </s></s> y </s>` plugged out, `<s> x </s>` + `<s> y </s>` plugged in."""
     bos, eos = tokenizer.bos_id, tokenizer.eos_id
     rows, splits = [], []
-    xs = tokenizer.encode_batch(pairs.premises)
-    ys = tokenizer.encode_batch(pairs.hypotheses)
+    xs = tokenizer.encode_batch(list(firsts))
+    ys = tokenizer.encode_batch(list(seconds))
     for x, y in zip(xs, ys, strict=True):
         keep_x, keep_y = _truncate(len(x), len(y), max_length - 4)
         first = [bos, *x[:keep_x], eos]
         second = [bos if plug_in else eos, *y[:keep_y], eos]
         rows.append(np.array(first + second, np.int32))
         splits.append(len(first))
-    labels = np.array([label_ids[label] for label in pairs.labels], np.int32)
+    labels = np.asarray(label_ids, np.int32)
     return Encoded(rows, np.array(splits), labels, lang_ids, max_length, plug_in, tokenizer.pad_id)
 
 

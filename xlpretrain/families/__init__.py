@@ -13,6 +13,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
+from xlpretrain.data.task_examples import PairLayout
 from xlpretrain.model.config import LAYER_FEATURES, TASK_HEADS, ModelConfig
 
 
@@ -26,6 +27,7 @@ class Family:
       write the first.
     - ``task_head``: how its fine-tuning heads read the hidden states (`TASK_HEADS`), as its
       HF task classes do.
+    - ``pair_layout``: how it lays two segments into one row, as its HF tokenizer does.
     """
 
     name: str
@@ -33,6 +35,7 @@ class Family:
     features: Mapping[str, Any]
     hf_model_types: tuple[str, ...]
     task_head: str
+    pair_layout: PairLayout
 
     def __post_init__(self) -> None:
         if set(self.features) != set(LAYER_FEATURES):
@@ -57,6 +60,7 @@ XLMR = Family(
     features={"layer_type": "post_ln", "token_type_rows": 1, "positions_from": 2},
     hf_model_types=("xlm-roberta", "roberta"),
     task_head="linear",
+    pair_layout=PairLayout(separators=2, token_types=False),  # <s> A </s></s> B </s>
 )
 MODERNBERT = Family(
     name="modernbert",
@@ -66,6 +70,7 @@ MODERNBERT = Family(
     hf_model_types=("modernbert",),
     # ModernBertForTokenClassification / …ForQuestionAnswering: its prediction head first.
     task_head="transformed",
+    pair_layout=PairLayout(separators=1, token_types=False),  # [CLS] A [SEP] B [SEP]
 )
 BERT = Family(
     name="bert",
@@ -74,4 +79,6 @@ BERT = Family(
     features={"layer_type": "post_ln", "token_type_rows": 2, "positions_from": 0},
     hf_model_types=("bert",),
     task_head="linear",
+    # [CLS] A [SEP] B [SEP], token type 1 on B [SEP]
+    pair_layout=PairLayout(separators=1, token_types=True),
 )

@@ -1,5 +1,5 @@
-"""The losses of the token-level fine-tuning tasks (`model.task_heads`), as Hugging Face's task
-classes compute them, in the step's convention (`training.step`): `(params, batch, rng, model)
+"""The losses of the fine-tuning tasks (`model.classifier`, `model.task_heads`), as Hugging Face's
+task classes compute them, in the step's convention (`training.step`): `(params, batch, rng, model)
 -> (loss, metrics)`, the loss a mean over `metrics["count"]` items, so that the step, which
 weights each micro-batch by its count, gives accumulated and sharded steps the loss of one full
 batch. Each has its `CountFn`, what the step's totals count.
@@ -36,6 +36,22 @@ Batch = Mapping[str, jax.Array]
 # Stands in for -inf at padding: finite, so a row of padding alone gives no NaN (even in a
 # gradient multiplied by 0).
 _EXCLUDED = float(jnp.finfo(jnp.float32).min)
+
+
+# --- sentence(-pair) classification --------------------------------------------------------
+
+
+def classification_loss(params: Params, batch: Batch, rng: jax.Array, model):
+    """Cross-entropy over the batch's real rows (`pred_weights`), the step's `LossFn`: the step
+    weights micro-batches by `count`, so accumulated and sharded steps equal one full batch."""
+    logits = model.apply({"params": params}, batch, deterministic=False, rngs={"dropout": rng})
+    weights = batch["pred_weights"]
+    count = weights.sum()
+    nll = optax.softmax_cross_entropy_with_integer_labels(logits, batch["labels"])
+    hits = (logits.argmax(-1) == batch["labels"]).astype(jnp.float32)
+    loss = (nll * weights).sum() / jnp.maximum(count, 1.0)
+    accuracy = (hits * weights).sum() / jnp.maximum(count, 1.0)
+    return loss, {"loss": loss, "accuracy": accuracy, "count": count}
 
 
 # --- token classification -------------------------------------------------------------------

@@ -101,7 +101,7 @@ def _task_data(data: ml_collections.ConfigDict) -> TaskData:
     )
 
 
-def _model_overrides(model: ml_collections.ConfigDict) -> ModelOverrides:
+def model_overrides(model: ml_collections.ConfigDict) -> ModelOverrides:
     return ModelOverrides(
         plug_in=model.plug_in,
         dropout_rate=model.dropout_rate,
@@ -124,7 +124,7 @@ def resolve_finetuning(cfg: ml_collections.ConfigDict) -> FineTunePlan:
     return FineTunePlan(
         init_path=cfg.init.path,
         data=_task_data(cfg.data),
-        model=_model_overrides(cfg.model),
+        model=model_overrides(cfg.model),
         pipeline=PipelineSettings.of(cfg),
         optim=OptimizerSettings.of(cfg),
         loop=LoopSettings.of(cfg),

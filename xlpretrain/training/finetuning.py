@@ -38,7 +38,6 @@ from xlpretrain.convert import folder
 from xlpretrain.core.errors import ConfigError
 from xlpretrain.data.pairs import (
     TASK,
-    Batch,
     Encoded,
     PairBatches,
     PairSet,
@@ -47,6 +46,7 @@ from xlpretrain.data.pairs import (
 )
 from xlpretrain.data.sources import DataError, format_stats, parse_pair
 from xlpretrain.model.classifier import PairClassifier
+from xlpretrain.objectives.task_losses import classification_loss
 from xlpretrain.parallel.sharding import global_batch, under_mesh
 from xlpretrain.training import loop
 from xlpretrain.training import workdir as workdir_lib
@@ -177,19 +177,6 @@ def resolve_plug_in(setting: str, cross_attention: bool) -> bool:
     if setting == "in" and not cross_attention:
         raise ConfigError("config key 'model.plug_in': 'in' needs a cross-attention (VECO) model")
     return setting == "in" or (setting == "auto" and cross_attention)
-
-
-def classification_loss(params: Params, batch: Batch, rng: jax.Array, model: PairClassifier):
-    """Cross-entropy over the batch's real rows (`pred_weights`), the step's `LossFn`: the step
-    weights micro-batches by `count`, so accumulated and sharded steps equal one full batch."""
-    logits = model.apply({"params": params}, batch, deterministic=False, rngs={"dropout": rng})
-    weights = batch["pred_weights"]
-    count = weights.sum()
-    nll = optax.softmax_cross_entropy_with_integer_labels(logits, batch["labels"])
-    hits = (logits.argmax(-1) == batch["labels"]).astype(jnp.float32)
-    loss = (nll * weights).sum() / jnp.maximum(count, 1.0)
-    accuracy = (hits * weights).sum() / jnp.maximum(count, 1.0)
-    return loss, {"loss": loss, "accuracy": accuracy, "count": count}
 
 
 def with_backbone(training: Training, backbone: Params, source: str) -> Training:

@@ -68,6 +68,9 @@ class Loop:
     staged: bool = False  # log each step's stage
     describe_stage: Callable[[int], str] = lambda stage: f"stage {stage}"  # announced at its start
     evaluate: Callable[[Any, int], dict[str, float]] | None = None  # (params, stage) → scalars
+    # (params, step, the evaluation's scalars): what a run keeps of an evaluated state, e.g. the
+    # parameters that score best on a development set (fine-tuning's checkpoint selection).
+    after_evaluate: Callable[[Any, int, Mapping[str, float]], None] | None = None
     eval_every: int = 0  # and at the last step
     # An `eval/*` key → references by name that need no training, set beside it in the summary.
     baselines: Mapping[str, Mapping[str, float]] = dataclasses.field(default_factory=dict)
@@ -213,7 +216,10 @@ def _run(loop: Loop, new_iterator: Callable[[], grain.DatasetIterator]) -> Train
                     if loop.data_scalars is not None:
                         scalars.update(loop.data_scalars(step))
                     if evaluate:  # its time is not the step's: the next interval starts after
-                        scalars.update(loop.evaluate(state.params, stage))
+                        evaluated = loop.evaluate(state.params, stage)
+                        if loop.after_evaluate is not None:
+                            loop.after_evaluate(state.params, step, evaluated)
+                        scalars.update(evaluated)
                         progress.restart_window()
                     writer.write(step, scalars)
                     history.append({"step": step, **scalars})
