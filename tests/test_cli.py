@@ -39,7 +39,8 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
         (  # a shipped config's name that is not one: the file looked for, the shipped names
             ["--config=nosuch:tiny"],
             f"--config nosuch:tiny: no such file ({REPO / 'nosuch'}) and no shipped config "
-            "'nosuch' (shipped: demo, ernie_m, finetune_pairs, mbert, mmbert, veco, xlm_e, xlmr)",
+            "'nosuch' (shipped: demo, ernie_m, finetune_pairs, mbert, mmbert, veco, xlm_e, xlmr, "
+            "xtreme)",
         ),
         (
             ["--config=nosuch.py:tiny"],
@@ -49,7 +50,7 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
         (
             ["--config=xlmr.py:tiny"],
             "(shipped: demo, ernie_m, finetune_pairs, mbert, mmbert, veco, "
-            "xlm_e, xlmr); did you mean xlmr:tiny?",
+            "xlm_e, xlmr, xtreme); did you mean xlmr:tiny?",
         ),
         (
             ["--config.data.mono_dir=/no/such/corpus"],  # evaluating, as configs/demo.py does

@@ -31,12 +31,18 @@ LAYERS = (
     ),
     ("backbones",),
     ("convert", "api", "eval"),
+    # The kinds of fine-tuning task: reader rows, head, loss, decoding and metric, per kind.
+    ("tasks",),
     ("training",),  # checkpoints, optimizer, metrics, workdir, warm start, preemption, divergence
-    ("training.config", "training.finetune_config", "training.config_files"),
-    ("training.plan", "training.finetune_plan", "training.step"),
+    (
+        "training.config", "training.finetune_config", "training.config_files",
+        "training.task_config",
+    ),
+    ("training.plan", "training.finetune_plan", "training.task_plan", "training.step"),
     ("training.evaluation",),
     ("training.loop",),
-    ("training.trainer", "training.finetuning"),
+    ("training.trainer", "training.finetuning", "training.task_tuning"),
+    ("training.xtreme_run",),
     ("training.cli",),
     ("bench",),
 )  # fmt: skip
@@ -192,6 +198,8 @@ CONFIG_READERS = (
     "training.stages",
     "training.plan",
     "training.finetune_plan",
+    "training.task_config",
+    "training.task_plan",
     "training.config_files",
     "training.cli",
 )

@@ -108,7 +108,7 @@ def without(module: str, program: str, *args: str) -> tuple[str, ...]:
             "xlpretrain.eval.finetune: error: --config configs/finetune_pair.py: no such file "
             f"({REPO / 'configs' / 'finetune_pair.py'}), and shipped configs are named without .py "
             "or a folder (shipped: demo, ernie_m, finetune_pairs, mbert, mmbert, veco, xlm_e, "
-            "xlmr); did you mean configs/finetune_pairs.py?",
+            "xlmr, xtreme); did you mean configs/finetune_pairs.py?",
             id="finetune",
         ),
         pytest.param(

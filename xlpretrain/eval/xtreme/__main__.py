@@ -1,5 +1,12 @@
 """`python -m xlpretrain.eval.xtreme COMMAND [flags]`: the XTREME benchmark.
 
+`run --config configs/xtreme.py[:PRESET] --init WORKDIR --data XTREME_DIR --out OUT
+[--tasks xnli,panx,...]` fine-tunes a pre-trained model on each task, zero-shot from English,
+into `OUT/<task>/` (each a workdir that resumes; a finished task is not redone), writes every test
+language's predictions in XTREME's submission layout (`OUT/predictions/`), scores them into
+`OUT/results.json` (evaluate.py's JSON), `OUT/results.md` and `OUT/results.png`
+(`xlpretrain.training.xtreme_run`).
+
 `score --predictions DIR --labels DIR --output FILE [--version xtreme|xtreme-r]` scores the
 prediction files of any model against the gold labels and writes the JSON that
 google-research/xtreme's evaluate.py writes (`xlpretrain.eval.xtreme.score`), then prints a
@@ -95,9 +102,50 @@ def score_main(argv: Sequence[str]) -> None:
     print(f"wrote {output}")
 
 
+# --- run ------------------------------------------------------------------------------------
+
+
+def define_run_flags() -> None:
+    from ml_collections import config_flags
+
+    config_flags.DEFINE_config_file(
+        "config", None, "Config file (configs/xtreme.py[:PRESET]).", lock_config=True
+    )
+    flags.DEFINE_string("init", None, "The pre-trained model: a training workdir or checkpoint.")
+    flags.DEFINE_string("data", None, "XTREME's folder, as its download script leaves it.")
+    flags.DEFINE_string("out", None, "Output folder: <task>/, predictions/, results.*")
+    flags.DEFINE_string("tasks", "", "Comma-separated tasks to run (default: the config's).")
+    flags.mark_flags_as_required(["config", "init", "data", "out"])
+
+
+def run_main(argv: Sequence[str]) -> None:
+    from xlpretrain.training import cli, xtreme_run
+    from xlpretrain.training.task_plan import resolve_xtreme
+
+    if len(argv) > 1:
+        raise ValueError(f"unexpected arguments: {' '.join(argv[1:])}")
+    programs.setup_logging()
+    out = os.path.abspath(FLAGS.out)
+    cfg = FLAGS.config.unlock()
+    cfg.init.path, cfg.data.dir = FLAGS.init, FLAGS.data
+
+    def run(plan) -> None:
+        finished = xtreme_run.run(plan, out)
+        if finished is None:
+            return
+        xtreme_run.write_tables(finished, out, model=plan.init_path)
+        print(format_table(finished.report))
+        print(f"wrote {os.path.join(out, 'results.json')} (scored against {finished.labels})")
+
+    cli.run_task(
+        out, lambda: resolve_xtreme(cfg, FLAGS.tasks), lambda plan: plan, run, "xtreme.log"
+    )
+
+
 # --- The commands ------------------------------------------------------------------------------
 
 COMMANDS: dict[str, Callable[[], None]] = {
+    "run": lambda: _absl_program(define_run_flags, run_main),
     "score": lambda: _absl_program(define_score_flags, score_main),
 }
 

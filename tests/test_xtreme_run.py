@@ -1,0 +1,166 @@
+"""`python -m xlpretrain.eval.xtreme run`: each task of the demo benchmark (one of each kind:
+pawsx, panx, xquad) fine-tuned on a tiny model, every test language predicted into XTREME's
+submission layout, `results.json` equal to what the scorer (evaluate.py's functions) gives on
+those predictions, a finished task not redone after a kill, and the run's config and data
+errors in one line."""
+
+import json
+import pathlib
+import subprocess
+import sys
+
+import flax.linen as nn
+import jax
+import numpy as np
+import pytest
+
+from configs import xtreme as xtreme_config
+from xlpretrain.convert import folder
+from xlpretrain.core.errors import ConfigError
+from xlpretrain.data import demo_corpus, demo_xtreme
+from xlpretrain.data.tokenizer import Tokenizer
+from xlpretrain.eval.xtreme import score
+from xlpretrain.families import XLMR
+from xlpretrain.model import init_params
+from xlpretrain.training import xtreme_run
+from xlpretrain.training.task_config import check_run_config, task_config
+from xlpretrain.training.task_plan import resolve_xtreme, tasks_of
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+TASKS = ("pawsx", "panx", "xquad")
+
+
+@pytest.fixture(scope="module")
+def xtreme_dir(tmp_path_factory) -> pathlib.Path:
+    corpus = demo_corpus.default_demo_cache_dir()
+    demo_corpus.build_demo_corpus(corpus)
+    out = tmp_path_factory.mktemp("xtreme")
+    demo_xtreme.write_benchmark(corpus, out)
+    return out
+
+
+@pytest.fixture(scope="module")
+def tiny_model(demo_json_tokenizer_path, tmp_path_factory) -> pathlib.Path:
+    """A randomly initialised 2-layer XLM-R with the demo corpus's tokenizer: the plumbing, not
+    transfer, is under test (docs/xtreme.md reports the demo model's figures)."""
+    config = XLMR.config(vocab_size=2002, hidden_size=32, num_layers=2, num_heads=4, mlp_dim=64)
+    params = jax.tree.map(np.asarray, nn.unbox(init_params(config, jax.random.key(0))))
+    path = tmp_path_factory.mktemp("model") / "model"
+    tokenizer = Tokenizer.load(demo_json_tokenizer_path)
+    folder.write(folder.Pretrained(config, params, tokenizer), path)
+    return path
+
+
+def run_config(model, data, **overrides):
+    cfg = xtreme_config.get_config("demo")
+    cfg.init.path, cfg.data.dir = str(model), str(data)
+    cfg.train.update(steps=4, log_every=2, checkpoint_every=2, async_checkpointing=False)
+    cfg.eval.every_steps = 2
+    for task in TASKS:
+        cfg[task].update(batch_size=8, max_length=48)
+    for key, value in overrides.items():
+        section, name = key.split("__")
+        cfg[section][name] = value
+    check_run_config(cfg)
+    return cfg
+
+
+@pytest.fixture(scope="module")
+def finished(tiny_model, xtreme_dir, tmp_path_factory):
+    out = tmp_path_factory.mktemp("out")
+    return out, xtreme_run.run(resolve_xtreme(run_config(tiny_model, xtreme_dir)), out)
+
+
+def test_every_test_language_is_predicted_in_the_submission_layout(finished, xtreme_dir):
+    out, _ = finished
+    tests = {
+        "pawsx": [p.stem.removeprefix("test-") for p in (xtreme_dir / "pawsx").glob("test-*")],
+        "panx": [p.stem.removeprefix("test-") for p in (xtreme_dir / "panx").glob("test-*")],
+        "xquad": [p.stem.removeprefix("xquad.") for p in (xtreme_dir / "xquad").glob("xquad.*")],
+    }
+    for task, languages in tests.items():
+        predicted = [p.stem.removeprefix("test-") for p in (out / "predictions" / task).iterdir()]
+        assert sorted(predicted) == sorted(languages) and len(languages) == 40, task
+        suffixes = {p.suffix for p in (out / "predictions" / task).iterdir()}
+        assert suffixes == ({".json"} if task == "xquad" else {".tsv"})
+        assert (out / task / "results.json").is_file()
+
+
+def test_results_json_is_evaluate_py_on_the_predictions(finished, xtreme_dir):
+    out, result = finished
+    expected = score.score(out / "predictions", xtreme_dir / "labels", "xtreme").results
+    assert json.loads((out / "results.json").read_text()) == expected
+    assert result.labels == xtreme_dir / "labels"
+    assert set(expected) >= set(TASKS)
+
+
+def test_each_task_selects_on_english_dev(finished):
+    out, result = finished
+    for task in TASKS:
+        best = json.loads((out / task / "best" / "best.json").read_text())
+        assert result.tasks[task]["selected_step"] == best["step"] in (2, 4)
+        assert result.tasks[task]["dev"] == pytest.approx(best["score"])
+
+
+def test_a_killed_run_resumes_without_redoing_a_finished_task(
+    tiny_model, xtreme_dir, tmp_path, caplog
+):
+    cfg = run_config(tiny_model, xtreme_dir)
+    cfg.tasks = "pawsx"
+    assert xtreme_run.run(resolve_xtreme(cfg), tmp_path) is not None
+    done = (tmp_path / "pawsx" / "results.json").stat().st_mtime_ns
+    cfg.tasks = "pawsx,panx"
+    cfg.train.stop_at = 2  # panx halts mid-way with a checkpoint, as a kill leaves it
+    assert xtreme_run.run(resolve_xtreme(cfg), tmp_path) is None
+    assert not (tmp_path / "panx" / "results.json").exists()
+    cfg.train.stop_at = -1
+    with caplog.at_level("INFO", logger="xlpretrain"):
+        assert xtreme_run.run(resolve_xtreme(cfg), tmp_path) is not None
+    assert (tmp_path / "pawsx" / "results.json").stat().st_mtime_ns == done
+    assert any("pawsx: done already" in r.getMessage() for r in caplog.records)
+    assert (tmp_path / "panx" / "results.json").is_file()
+
+
+def test_a_task_config_takes_its_epochs_over_its_rows(tiny_model, xtreme_dir):
+    cfg = run_config(tiny_model, xtreme_dir)
+    cfg.train.steps = 0
+    cfg.pawsx.update(epochs=2.5, batch_size=8, learning_rate=1e-3)
+    own = task_config(cfg, "pawsx", train_rows=20)
+    assert own.train.steps == 8  # 3 steps an epoch, 2.5 epochs
+    assert own.eval.every_steps == 2  # as run_config sets it (0: once an epoch, 3)
+    assert own.optim.learning_rate == 1e-3 and own.data.batch_size == 8
+
+
+def test_config_and_data_errors(tiny_model, xtreme_dir, tmp_path):
+    cfg = run_config(tiny_model, xtreme_dir)
+    with pytest.raises(ConfigError, match="'tasks'.*bucc2018.*retrieval"):
+        tasks_of(cfg, "pawsx,bucc2018")
+    with pytest.raises(ConfigError, match="unknown task.*nosuch"):
+        tasks_of(cfg, "nosuch")
+    cfg.pawsx.learnin_rate = 1.0
+    with pytest.raises(ConfigError, match="pawsx.learnin_rate"):
+        check_run_config(cfg)
+    missing = run_config(tiny_model, tmp_path)
+    missing.tasks = "panx"
+    with pytest.raises(Exception, match=r"panx.*AmazonPhotos"):
+        xtreme_run.run(resolve_xtreme(missing), tmp_path / "out")
+
+
+def test_the_command_line_runs_a_task_and_prints_the_table(tiny_model, xtreme_dir, tmp_path):
+    out = tmp_path / "out"
+    command = [
+        sys.executable, "-m", "xlpretrain.eval.xtreme", "run",
+        f"--config={REPO / 'configs' / 'xtreme.py'}:demo", f"--init={tiny_model}",
+        f"--data={xtreme_dir}", f"--out={out}", "--tasks=pawsx", "--config.train.steps=2",
+        "--config.pawsx.batch_size=8", "--config.pawsx.max_length=32",
+    ]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, cwd=REPO, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "pawsx" in done.stdout and "results.json" in done.stdout
+    for name in ("results.json", "results.md", "results.png", "xtreme.log"):
+        assert (out / name).is_file(), name
+    assert "| model | pawsx (Acc.) | avg |" in (out / "results.md").read_text()
+    bad = subprocess.run(
+        [*command[:-3], "--tasks=tatoeba"], capture_output=True, text=True, cwd=REPO, timeout=600
+    )
+    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1, bad.stderr

@@ -1,0 +1,72 @@
+"""Extractive QA (SQuAD → XQuAD, MLQA, TyDiQA-GoldP): the answer's start and end in windows of
+the context, the best span over every window mapped back to the context's characters, scored
+by SQuAD v1.1's F1."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from xlpretrain.data.qa_windows import QAWindows, decode_answers, encode_questions
+from xlpretrain.data.task_examples import QAExample
+from xlpretrain.eval.xtreme import score
+from xlpretrain.model.task_heads import SpanExtractor
+from xlpretrain.objectives.task_losses import answer_boundaries, span_loss
+from xlpretrain.tasks.declaration import Encoding, Head, TaskKind
+
+
+def no_labels(examples: Sequence[QAExample]) -> tuple[str, ...]:
+    return ()
+
+
+def encode(examples: Sequence[QAExample], encoding: Encoding) -> QAWindows:
+    settings = encoding.settings
+    return encode_questions(
+        examples,
+        encoding.tokenizer,
+        layout=encoding.layout,
+        training=encoding.training,
+        max_length=encoding.max_length,
+        doc_stride=settings.doc_stride,
+        max_query_length=settings.max_query_length,
+        lang_id=encoding.lang_id,
+    )
+
+
+def module(head: Head) -> SpanExtractor:
+    return SpanExtractor(head.config, head.task_head)
+
+
+def outputs(model: SpanExtractor, params, batch):
+    return model.apply({"params": params}, batch)
+
+
+def decode(logits, windows: QAWindows, examples, encoding: Encoding) -> list[str]:
+    start, end = logits
+    texts = decode_answers(
+        start[: len(windows)],
+        end[: len(windows)],
+        windows,
+        examples,
+        n_best_size=encoding.settings.n_best_size,
+        max_answer_length=encoding.settings.max_answer_length,
+    )
+    return [texts[e.id] for e in examples]
+
+
+def squad_f1(examples: Sequence[QAExample], predicted: Sequence[str]) -> float:
+    questions = [(e.id, [a.text for a in e.answers]) for e in examples]
+    predictions = dict(zip((e.id for e in examples), predicted, strict=True))
+    return score.squad_em_f1(questions, predictions)["f1"]
+
+
+KIND = TaskKind(
+    name="question_answering",
+    label_names=no_labels,
+    encode=encode,
+    module=module,
+    loss=span_loss,
+    count=answer_boundaries,
+    outputs=outputs,
+    decode=decode,
+    score=squad_f1,
+)

@@ -1,0 +1,216 @@
+"""The XTREME run's config, and the config of each task it fine-tunes, with their defaults and
+the values each key may take.
+
+`configs/xtreme.py` starts from `default_config()`: the pre-trained model, XTREME's folder, the
+tasks and protocol, what every task shares (model dropout, the optimizer but its rate, the loop,
+the mesh, QA's windows) and one section per task (`<task>.epochs`, `learning_rate`,
+`batch_size`, `max_length`). For each task the run derives that task's own config
+(`task_config`: its section in place, `train.steps` from its epochs over its training rows),
+which its workdir records and resumes by, as a fine-tuning run's.
+"""
+
+from __future__ import annotations
+
+import math
+
+import ml_collections
+
+from xlpretrain.training.config import LOOP_RANGES, MESH_RANGES, check_stop_at, loop_section
+from xlpretrain.training.config_keys import Ranges, check_keys
+from xlpretrain.training.finetune_config import RANGES as FINETUNE_RANGES
+from xlpretrain.training.finetune_config import default_config as finetune_defaults
+
+PROTOCOLS = ("zero_shot", "translate_train_all", "in_language")
+VERSIONS = ("xtreme", "xtreme-r")
+# Each task XTREME fine-tunes, and its default settings: XTREME's own baselines for XLM-R base
+# (google-research/xtreme scripts/train_*.sh: 8 rows × 4 accumulated = 32 per step; no warm-up
+# and no weight decay but for QA, whose 500 warm-up steps are about 6% of SQuAD's 3 epochs).
+_SENTENCES = dict(epochs=5.0, learning_rate=2e-5, batch_size=32, max_length=128)
+_TAGS = dict(epochs=10.0, learning_rate=2e-5, batch_size=32, max_length=128)
+_QA = dict(
+    epochs=3.0,
+    learning_rate=3e-5,
+    batch_size=32,
+    max_length=384,
+    warmup_fraction=0.06,
+    weight_decay=1e-4,
+)
+TASKS = {
+    "xnli": _SENTENCES,
+    "pawsx": _SENTENCES,
+    "panx": _TAGS,
+    "udpos": _TAGS,
+    "xquad": _QA,
+    "mlqa": _QA,
+    "tydiqa": _QA,
+}
+# The optimizer's settings each task sets for itself.
+_OWN_OPTIM = ("learning_rate", "warmup_fraction", "weight_decay")
+# Fine-tuning's sections every task shares as they are.
+_SHARED = ("model", "mesh")
+
+
+def task_section(
+    *,
+    epochs: float,
+    learning_rate: float,
+    batch_size: int,
+    max_length: int,
+    warmup_fraction: float = 0.0,
+    weight_decay: float = 0.0,
+) -> ml_collections.ConfigDict:
+    """One task's settings."""
+    section = ml_collections.ConfigDict()
+    section.epochs = float(epochs)  # passes over its training rows (`train.steps` 0)
+    section.learning_rate = float(learning_rate)
+    section.warmup_fraction = float(warmup_fraction)  # of its steps
+    section.weight_decay = float(weight_decay)
+    section.batch_size = batch_size  # global rows per step (and per prediction batch)
+    section.max_length = max_length  # tokens per row, special tokens included
+    return section
+
+
+def qa_section() -> ml_collections.ConfigDict:
+    """QA's windows and decoding: XTREME's (scripts/train_qa.sh, run_squad.py defaults)."""
+    qa = ml_collections.ConfigDict()
+    qa.doc_stride = 128  # tokens between the starts of a context's windows
+    qa.max_query_length = 64  # the question's tokens kept
+    qa.n_best_size = 20  # starts and ends considered per window
+    qa.max_answer_length = 30  # tokens
+    return qa
+
+
+def default_config() -> ml_collections.ConfigDict:
+    """Every key an XTREME run may set; `configs/xtreme.py` starts from this."""
+    base = finetune_defaults()
+    cfg = ml_collections.ConfigDict()
+    cfg.init = base.init  # init.path: a pre-training workdir or checkpoint folder (required)
+    cfg.data = ml_collections.ConfigDict()
+    cfg.data.dir = ""  # XTREME's folder, as its download script leaves it (required)
+    # Folder of labels/<task>/test-<lang>.* scoring the predictions; empty: <data.dir>/labels.
+    cfg.data.labels_dir = ""
+    cfg.data.num_workers = 0
+    cfg.data.prefetch = 2
+    cfg.tasks = ",".join(TASKS)  # the tasks run, in this order
+    cfg.protocol = "zero_shot"  # train on English, select on English dev, test every language
+    cfg.version = "xtreme"  # which languages and groups results.json averages (evaluate.py's)
+    cfg.select_on_dev = True  # predict with the parameters best on the development set
+    for name in _SHARED:
+        cfg[name] = base[name]
+    cfg.optim = base.optim
+    cfg.optim.layer_decay = 1.0  # XTREME's baselines fine-tune every layer at one rate
+    for key in _OWN_OPTIM:  # each task's own
+        del cfg.optim[key]
+    cfg.train = loop_section(steps=0, log_every=100, checkpoint_every=1000, keep=1)
+    cfg.eval = ml_collections.ConfigDict()
+    cfg.eval.every_steps = 0  # the development set's score each this many steps; 0: each epoch
+    cfg.qa = qa_section()
+    for task, settings in TASKS.items():
+        cfg[task] = task_section(**settings)
+    return cfg
+
+
+def _task_ranges(task: str) -> Ranges:
+    return {
+        f"{task}.epochs": (lambda v: v > 0, "must be > 0"),
+        f"{task}.learning_rate": (lambda v: v > 0, "must be > 0"),
+        f"{task}.batch_size": (lambda v: v > 0, "must be > 0"),
+        f"{task}.max_length": (lambda v: v >= 8, "must be >= 8"),
+        f"{task}.warmup_fraction": (lambda v: 0.0 <= v < 1.0, "must be in [0, 1)"),
+        f"{task}.weight_decay": (lambda v: v >= 0, "must be >= 0"),
+    }
+
+
+_QA_RANGES: Ranges = {
+    "qa.doc_stride": (lambda v: v > 0, "must be > 0"),
+    "qa.max_query_length": (lambda v: v > 0, "must be > 0"),
+    "qa.n_best_size": (lambda v: v > 0, "must be > 0"),
+    "qa.max_answer_length": (lambda v: v > 0, "must be > 0"),
+}
+_SHARED_RANGES: Ranges = {
+    key: value
+    for key, value in FINETUNE_RANGES.items()
+    if key.split(".")[0] in ("model", "optim", "train", "mesh", "init")
+    and key.removeprefix("optim.") not in _OWN_OPTIM
+}
+RANGES: Ranges = {
+    **_SHARED_RANGES,
+    "data.dir": (bool, "required: XTREME's folder, as its download script leaves it"),
+    "data.num_workers": (lambda v: v >= 0, "must be >= 0"),
+    "data.prefetch": (lambda v: v >= 0, "must be >= 0"),
+    "tasks": (bool, f"required: comma-separated, of {', '.join(TASKS)}"),
+    "protocol": (lambda v: v in PROTOCOLS, f"must be one of {PROTOCOLS}"),
+    "version": (lambda v: v in VERSIONS, f"must be one of {VERSIONS}"),
+    "eval.every_steps": (lambda v: v >= 0, "must be >= 0 (0: once per epoch)"),
+    **_QA_RANGES,
+    **{key: value for task in TASKS for key, value in _task_ranges(task).items()},
+    **LOOP_RANGES,
+    "train.steps": (lambda v: v >= 0, "must be >= 0 (0: each task's epochs)"),
+    **MESH_RANGES,
+}
+
+
+def task_default_config() -> ml_collections.ConfigDict:
+    """Every key of one task's config (what its workdir records)."""
+    cfg = ml_collections.ConfigDict()
+    cfg.task = ""  # its XTREME name
+    cfg.init = ml_collections.ConfigDict({"path": ""})
+    cfg.data = ml_collections.ConfigDict()
+    cfg.data.max_length = 128
+    cfg.data.batch_size = 32
+    cfg.data.num_workers = 0
+    cfg.data.prefetch = 2
+    base = finetune_defaults()
+    cfg.model = base.model
+    cfg.optim = base.optim
+    cfg.train = base.train
+    cfg.eval = base.eval
+    cfg.mesh = base.mesh
+    cfg.qa = qa_section()
+    cfg.select_on_dev = True
+    return cfg
+
+
+TASK_RANGES: Ranges = {
+    **{key: value for key, value in FINETUNE_RANGES.items() if not key.startswith("data.dir")},
+    "task": (bool, "required"),
+    **_QA_RANGES,
+}
+del TASK_RANGES["data.train_language"]
+
+
+def task_config(
+    cfg: ml_collections.ConfigDict, task: str, train_rows: int
+) -> ml_collections.ConfigDict:
+    """Task `task`'s own config in the run `cfg`: its section's settings, the shared sections,
+    `train.steps` (when 0) `epochs` passes over its `train_rows` rows, and the development set's
+    evaluation (when `eval.every_steps` is 0) once per epoch."""
+    own = cfg[task]
+    out = task_default_config()
+    out.task = task
+    out.init.path = cfg.init.path
+    out.data.update(
+        max_length=own.max_length,
+        batch_size=own.batch_size,
+        num_workers=cfg.data.num_workers,
+        prefetch=cfg.data.prefetch,
+    )
+    out.model = cfg.model
+    out.mesh = cfg.mesh
+    out.qa = cfg.qa
+    out.select_on_dev = cfg.select_on_dev
+    out.optim.update(cfg.optim.to_dict())
+    out.optim.update({key: own[key] for key in _OWN_OPTIM})
+    out.train = ml_collections.ConfigDict(cfg.train.to_dict())
+    per_epoch = max(1, math.ceil(train_rows / own.batch_size))
+    if out.train.steps == 0:
+        out.train.steps = max(1, math.ceil(own.epochs * per_epoch))
+    out.eval.every_steps = cfg.eval.every_steps or per_epoch
+    return out
+
+
+def check_run_config(cfg: ml_collections.ConfigDict) -> None:
+    """`ConfigError` naming the first key of an XTREME run's config that is unknown, mistyped
+    or out of range."""
+    check_keys(cfg, default_config(), RANGES)
+    check_stop_at(cfg.train)

@@ -1,0 +1,317 @@
+"""One fine-tuning task of any kind (`xlpretrain.tasks`) on pre-training's loop: train on one
+language's examples, select the checkpoint on a development set, predict every test language.
+
+`build` a run from its plan — the pre-trained model (`init.path`), the task kind's module sharded
+over the mesh, its optimizer (fine-tuning's layer-wise decay) — and `run` it on
+`xlpretrain.training.loop`: gradient accumulation, checkpoints with exact resume, preemption,
+divergence, metrics. Each `eval.every_steps` steps (and at the end) the kind's own metric on the
+development examples is logged; with `select_on_dev` the best parameters so far are kept in
+`WORKDIR/best/` (XTREME's `--save_only_best_checkpoint`: its zero-shot protocol selects on
+English dev), and the test languages are predicted with them.
+
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import shutil
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import flax.linen as nn
+import jax
+import numpy as np
+import orbax.checkpoint as ocp
+from jax.experimental import multihost_utils
+from jax.sharding import NamedSharding, PartitionSpec
+
+from xlpretrain import backbones
+from xlpretrain.convert import folder
+from xlpretrain.data.pairs import TASK, PairBatches
+from xlpretrain.parallel.sharding import global_batch, under_mesh
+from xlpretrain.tasks import TaskKind
+from xlpretrain.tasks.declaration import Encoding, Head, Rows, TaskSettings
+from xlpretrain.training import loop
+from xlpretrain.training import workdir as workdir_lib
+from xlpretrain.training.checkpoint import abstract_with_shardings
+from xlpretrain.training.finetuning import make_finetune_optimizer, resolve_plug_in, with_backbone
+from xlpretrain.training.step import Training, make_train_step, sharded_training
+from xlpretrain.training.task_plan import TaskPlan, resume_terms
+from xlpretrain.training.workdir import check_workdir, save_config
+
+log = logging.getLogger("xlpretrain")
+BEST = "best"  # WORKDIR/best/: the parameters that scored best on the development set
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskExamples:
+    """A task's examples: the training ones (one language, or translate-train's several), the
+    development ones selection reads, and each test language's."""
+
+    train: Sequence[Any]
+    dev: Sequence[Any]
+    tests: Mapping[str, Sequence[Any]]
+    train_language: str = "en"
+    dev_language: str = "en"
+
+
+@dataclasses.dataclass
+class Predictor:
+    """The kind's outputs for every row of some encoded examples, in batches of the training
+    batch's global rows, sharded like the step; each process gets every row's outputs."""
+
+    outputs: Any  # jitted (params, global batch) → outputs, rows first
+    batch_size: int
+    batch_sharding: NamedSharding
+
+    def __call__(self, params, rows: Rows) -> Any:
+        per_process = self.batch_size // jax.process_count()
+        pieces = []
+        for start in range(0, len(rows), self.batch_size):
+            indices = np.arange(start, min(start + self.batch_size, len(rows)))
+            indices = np.pad(indices, (0, self.batch_size - len(indices)), constant_values=-1)
+            local = indices[jax.process_index() * per_process :][:per_process]
+            batch = global_batch(rows.batch(local), self.batch_sharding)
+            gathered = multihost_utils.process_allgather(self.outputs(params, batch), tiled=True)
+            pieces.append(jax.tree.map(np.asarray, gathered))
+        return jax.tree.map(lambda *parts: np.concatenate(parts)[: len(rows)], *pieces)
+
+
+@dataclasses.dataclass
+class TaskTuning:
+    """Everything a task's run builds before its first step; `run()` drives it."""
+
+    plan: TaskPlan
+    workdir: str
+    kind: TaskKind
+    examples: TaskExamples
+    encoding: Encoding  # the test rows' (no training targets)
+    train_rows: Rows
+    training: Training
+    batches: PairBatches
+    predict: Predictor
+    lang_ids: Mapping[str, int]  # a language's row of the model's language embeddings
+
+
+@dataclasses.dataclass(frozen=True)
+class Prepared:
+    """What a task reads before its plan: the pre-trained model, how its examples are encoded
+    (the test rows' settings) and the training rows, whose count sets the steps of an epoch."""
+
+    pretrained: folder.Pretrained
+    encoding: Encoding
+    train_rows: Rows
+    lang_ids: Mapping[str, int]  # a language's row of the model's language embeddings
+
+
+def prepare(
+    init_path: str,
+    kind: TaskKind,
+    examples: TaskExamples,
+    *,
+    max_length: int,
+    settings: TaskSettings,
+    plug_in: str,
+) -> Prepared:
+    """Reads the pre-trained model at `init_path` and encodes the training examples.
+    `plug_in`: `model.plug_in` (VECO's cross-attention for sentence pairs)."""
+    pretrained = folder.read(init_path)
+    if pretrained.tokenizer is None:
+        raise FileNotFoundError(f"{init_path} has no tokenizer (tokenizer.model or .json)")
+    backbone = backbones.of(pretrained.config)
+    settings = dataclasses.replace(
+        settings, plug_in=resolve_plug_in(plug_in, pretrained.config.cross_attention)
+    )
+    # A language's tokens carry its row of the model's language embeddings (0 without them, or
+    # for a language it was not trained on).
+    lang_ids = {lang: i for i, lang in enumerate(pretrained.languages)}
+    encoding = Encoding(
+        pretrained.tokenizer, kind.label_names(examples.train), backbone.pair_layout,
+        max_length, settings, lang_id=lang_ids.get(examples.train_language, 0),
+    )  # fmt: skip
+    train_rows = kind.encode(examples.train, dataclasses.replace(encoding, training=True))
+    if not len(train_rows):
+        raise ValueError(f"{init_path}: none of the {len(examples.train)} training examples fits")
+    return Prepared(pretrained, encoding, train_rows, lang_ids)
+
+
+def build(
+    plan: TaskPlan,
+    workdir: str,
+    kind: TaskKind,
+    examples: TaskExamples,
+    prepared: Prepared,
+    devices: list[jax.Device] | None = None,
+) -> TaskTuning:
+    """Builds the run of `plan` on `devices` (default: all)."""
+    mesh = plan.mesh.make(devices)
+    plan.check_batch_divides(dict(mesh.shape))
+    workdir = os.path.abspath(workdir)
+    check_workdir(workdir)
+    resume_step = loop.checkpointer(workdir, plan.loop).latest_step()
+    if resume_step is not None:
+        workdir_lib.check_resume(workdir, plan.record, resume_step, resume_terms)
+    config = plan.model.applied_to(prepared.pretrained.config)
+    encoding, train_rows = prepared.encoding, prepared.train_rows
+    labels = encoding.labels
+    head = Head(config, backbones.of(config).task_head, len(labels), encoding.settings)
+    model = kind.module(head)
+    log.info(
+        "fine-tuning %s for %s (%s) on %d %s rows%s",
+        plan.init_path,
+        plan.task,
+        kind.name,
+        len(train_rows),
+        examples.train_language,
+        f", labels {list(labels)}" if labels else "",
+    )
+
+    example = train_rows.batch(np.zeros(1, np.int64))
+
+    def init_params(rng):
+        return model.init(rng, example)["params"]
+
+    abstract = jax.eval_shape(lambda rng: nn.unbox(init_params(rng)), jax.random.key(0))
+    optimizer = make_finetune_optimizer(plan.optim, abstract, config.num_layers)
+    step = make_train_step(
+        model,
+        {TASK: kind.loss},
+        {TASK: 1.0},
+        optimizer,
+        plan.optim.learning_rates(),
+        plan.loop.grad_accum,
+        counts={TASK: kind.count},
+    )
+    rules = plan.mesh.rules
+    training = sharded_training(mesh, rules, init_params, optimizer, [step], plan.loop.seed)
+    training = with_backbone(training, prepared.pretrained.params, plan.init_path)
+    batches = PairBatches(
+        train_rows,
+        plan.batch_size,
+        plan.loop.seed,
+        process_index=jax.process_index(),
+        process_count=jax.process_count(),
+    )
+    jitted = jax.jit(
+        under_mesh(mesh, rules, lambda params, batch: kind.outputs(model, params, batch)),
+        in_shardings=(training.state_shardings.params, training.batch_sharding),
+        out_shardings=NamedSharding(mesh, PartitionSpec()),
+    )
+    predict = Predictor(jitted, plan.batch_size, training.batch_sharding)
+    save_config(workdir, plan.record, resume_step or 0)  # last: a failed start changes none
+    return TaskTuning(
+        plan, workdir, kind, examples, encoding, train_rows, training, batches, predict,
+        prepared.lang_ids,
+    )  # fmt: skip
+
+
+def predictions(tuning: TaskTuning, params, examples: Sequence[Any], language: str) -> list:
+    """One prediction per example of `language`, as the submission file holds it."""
+    encoding = dataclasses.replace(tuning.encoding, lang_id=tuning.lang_ids.get(language, 0))
+    rows = tuning.kind.encode(examples, encoding)
+    return tuning.kind.decode(tuning.predict(params, rows), rows, examples, encoding)
+
+
+class BestParams:
+    """The parameters that scored best on the development set so far, in `WORKDIR/best/`:
+    `step_<n>/` (Orbax) and `best.json` naming it, written after it, so a kill between the two
+    leaves the previous best in force."""
+
+    def __init__(self, workdir: str):
+        self.folder = os.path.join(workdir, BEST)
+        self.record = os.path.join(self.folder, "best.json")
+
+    def read(self) -> dict | None:
+        if not os.path.isfile(self.record):
+            return None
+        with open(self.record) as f:
+            return json.load(f)
+
+    def offer(self, params, step: int, score: float) -> bool:
+        """Keeps `params` if `score` beats the best so far; whether it did."""
+        best = self.read()
+        if best is not None and score <= best["score"]:
+            return False
+        path = os.path.join(self.folder, f"step_{step}")
+        if os.path.exists(path):
+            shutil.rmtree(path)
+        checkpointer = ocp.StandardCheckpointer()
+        checkpointer.save(path, params)
+        checkpointer.wait_until_finished()
+        if jax.process_index() == 0:
+            with open(self.record + ".tmp", "w") as f:
+                json.dump({"step": step, "score": score, "path": os.path.basename(path)}, f)
+            os.replace(self.record + ".tmp", self.record)
+            if best is not None and best["path"] != os.path.basename(path):
+                shutil.rmtree(os.path.join(self.folder, best["path"]), ignore_errors=True)
+        return True
+
+    def restore(self, like, shardings):
+        best = self.read()
+        target = abstract_with_shardings(like, shardings)
+        path = os.path.join(self.folder, best["path"])
+        return ocp.StandardCheckpointer().restore(path, target)
+
+
+def run(tuning: TaskTuning) -> dict | None:
+    """Trains from the newest readable checkpoint (or step 0) to `train.stop_at` or
+    `train.steps`, then predicts every test language with the selected parameters. Returns the
+    results with the predictions (`"predictions"`: language → one per example), or None when it
+    stopped short of `train.steps` (a preemption notice, `train.stop_at`: the checkpoint is
+    saved; run again to resume)."""
+    plan, kind, examples = tuning.plan, tuning.kind, tuning.examples
+    best = BestParams(tuning.workdir)
+
+    def dev_score(params) -> float:
+        return kind.score(examples.dev, predictions(tuning, params, examples.dev, "en"))
+
+    def evaluate(params, _stage: int) -> dict[str, float]:
+        score = dev_score(params)
+        log.info("%s: %.2f on the %s development set", plan.task, score, examples.dev_language)
+        return {"eval/dev": score}
+
+    def keep_best(params, step: int, scalars: Mapping[str, float]) -> None:
+        if best.offer(params, step, scalars["eval/dev"]):
+            log.info("%s: the best on the development set so far (step %d)", plan.task, step)
+
+    evaluates = bool(examples.dev) and plan.loop.eval_every > 0
+    state = loop.run(
+        loop.Loop(
+            tuning.workdir,
+            tuning.training,
+            plan.pipeline.dataset(tuning.batches, plan.loop.steps),
+            loop.checkpointer(tuning.workdir, plan.loop),
+            **loop.settings(plan.loop),
+            evaluate=evaluate if evaluates else None,
+            after_evaluate=keep_best if evaluates and plan.select_on_dev else None,
+            run_config=plan.record.tree(),
+        )
+    )
+    step = int(state.step)
+    if step < plan.loop.steps:  # preempted, or halted at `train.stop_at`: not finished
+        return None
+    params = state.params
+    if evaluates and plan.select_on_dev:  # the loop evaluated the last step too
+        chosen = best.read()
+        if chosen["step"] != step:
+            log.info("%s: predicting with step %d's parameters", plan.task, chosen["step"])
+            params = best.restore(params, tuning.training.state_shardings.params)
+    else:
+        chosen = {"step": step, "score": dev_score(params) if examples.dev else None}
+    predicted = {}
+    for lang, test in examples.tests.items():
+        log.info("%s: predicting %s (%d examples)", plan.task, lang, len(test))
+        predicted[lang] = predictions(tuning, params, test, lang)
+    results = {
+        "task": plan.task,
+        "kind": kind.name,
+        "steps": step,
+        "train_language": examples.train_language,
+        "train_rows": len(tuning.train_rows),
+        "selected_step": chosen["step"],
+        "dev": chosen["score"],
+    }
+    return {**results, "predictions": predicted}

@@ -1,0 +1,198 @@
+"""XTREME's fine-tuning tasks end to end, as a library: `python -m xlpretrain.eval.xtreme run`.
+
+For each task asked (`tasks`), in order: read its files as XTREME's download script leaves them
+(`xlpretrain.data.xtreme`), fine-tune the pre-trained model on them in `OUT/<task>/` (a workdir
+that checkpoints and resumes: `training.task_tuning`), predict every test language present into
+XTREME's submission layout, `OUT/predictions/<task>/test-<lang>.{tsv,json}`, and write
+`OUT/<task>/results.json` last: a task whose folder has it is done and is not redone when the
+run is started again (after a kill, with more tasks). Then the predictions are scored as
+google-research/xtreme's evaluate.py scores them (`eval.xtreme.score`) into `OUT/results.json`,
+with the table in `OUT/results.md` and each task per language in `OUT/results.png`.
+
+Protocols: `zero_shot` (XTREME's cross-lingual transfer: train on English, select on English
+dev, test every language) and `translate_train_all` (English and every translate-train file
+present, XTREME's xtreme_translations placed as `data.xtreme` says). The labels scored against:
+`data.labels_dir`, else `XTREME_DIR/labels` if it exists, else the test files' own labels
+(written to `OUT/labels/`) where they have them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import jax
+
+from xlpretrain import tasks as task_kinds
+from xlpretrain.data.sources import DataError, format_stats
+from xlpretrain.data.xtreme import (
+    LAYOUTS,
+    TaskFiles,
+    find_task,
+    read_split,
+    submission_path,
+    write_label_lines,
+    write_labels,
+    write_qa_predictions,
+    write_tag_lines,
+)
+from xlpretrain.eval.xtreme import score, tables
+from xlpretrain.training import task_tuning
+from xlpretrain.training.task_plan import XtremePlan
+
+log = logging.getLogger("xlpretrain")
+DONE = "results.json"  # in a task's folder, written last
+# The task kind of each reader format (`TaskLayout.kind`) that fine-tunes.
+KIND_OF_FORMAT = {
+    "pairs": "sequence_classification",
+    "tagging": "token_classification",
+    "qa": "question_answering",
+}
+WRITERS = {"pairs": write_label_lines, "tagging": write_tag_lines}
+
+
+def languages_on_disk(root: Path, template: str) -> tuple[str, ...]:
+    """The languages whose file of `template` (a path under `root` with `{lang}`) exists."""
+    pattern = re.escape(template).replace(re.escape("{lang}"), "(?P<lang>[^/]+?)", 1)
+    pattern = pattern.replace(re.escape("{lang}"), "(?P=lang)")
+    glob = template.replace("{lang}", "*")
+    found = set()
+    for path in root.glob(glob):
+        match = re.fullmatch(pattern, path.relative_to(root).as_posix())
+        if match:
+            found.add(match["lang"])
+    return tuple(sorted(found))
+
+
+def _read(files: TaskFiles, split: str, lang: str | None = None) -> list[Any]:
+    examples, stats = read_split(files, split, lang)
+    for line in format_stats({f"{split} {lang or ''}".strip(): stats}):
+        log.info("data: %s: %s", files.layout.name, line)
+    return examples
+
+
+def task_examples(plan: XtremePlan, task: str) -> tuple[task_tuning.TaskExamples, str]:
+    """A task's examples under the run's protocol, and its reader format."""
+    layout = LAYOUTS[task]
+    root = Path(plan.data_dir)
+    languages = languages_on_disk(root, layout.test[0])
+    if not languages:
+        raise DataError(f"{root}: no test file of {task} ({layout.test[0]}; {layout.hint})")
+    files = find_task(root, task, version=plan.version, languages=languages)
+    train = _read(files, "train")
+    if plan.protocol == "translate_train_all":
+        if not files.translate_train:
+            raise DataError(
+                f"{root}: no translate-train file of {task}; the protocol translate_train_all "
+                f"trains on them ({', '.join(layout.translate_train or ('none shipped',))})"
+            )
+        for lang in files.translate_train:
+            train += _read(files, "translate-train", lang)
+    dev = _read(files, "dev") if files.dev else []
+    tests = {lang: _read(files, "test", lang) for lang in languages}
+    return task_tuning.TaskExamples(train, dev, tests), layout.kind
+
+
+def write_predictions(out: Path, task: str, format: str, predicted: dict[str, list]) -> None:
+    for lang, predictions in predicted.items():
+        path = submission_path(out, "predictions", task, lang)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if format == "qa":
+            write_qa_predictions(path, predictions)
+        else:
+            WRITERS[format](path, predictions)
+
+
+def _labelled(example: Any) -> bool:
+    return bool(getattr(example, "answers", None) or getattr(example, "labels", None)) or (
+        getattr(example, "label", None) is not None
+    )
+
+
+def run_task(plan: XtremePlan, task: str, out: Path, devices=None) -> dict[str, Any] | None:
+    """Fine-tunes, predicts and records one task (see the module docstring); its results, or
+    None when a preemption notice stopped it (run again to resume)."""
+    folder = out / task
+    if (folder / DONE).is_file():
+        log.info("%s: done already (%s); not redone", task, folder / DONE)
+        return json.loads((folder / DONE).read_text())
+    log.info("%s: reading %s", task, plan.data_dir)
+    examples, format = task_examples(plan, task)
+    kind = task_kinds.get(KIND_OF_FORMAT[format])
+    prepared = task_tuning.prepare(
+        plan.init_path,
+        kind,
+        examples,
+        max_length=plan.max_lengths[task],
+        settings=plan.settings,
+        plug_in=plan.plug_in,
+    )
+    own = plan.task_plan(task, len(prepared.train_rows))
+    tuning = task_tuning.build(own, str(folder), kind, examples, prepared, devices)
+    result = task_tuning.run(tuning)
+    if result is None:
+        return None
+    predicted = result.pop("predictions")
+    if format == "qa":
+        predicted = {
+            lang: {e.id: p for e, p in zip(examples.tests[lang], answers, strict=True)}
+            for lang, answers in predicted.items()
+        }
+    if jax.process_index() == 0:
+        write_predictions(out, task, format, predicted)
+        for lang, test in examples.tests.items():
+            if all(_labelled(e) for e in test):
+                write_labels(out, task, lang, test)
+        tmp = folder / (DONE + ".tmp")
+        tmp.write_text(json.dumps(result, indent=2))
+        os.replace(tmp, folder / DONE)
+    return result
+
+
+def labels_folder(plan: XtremePlan, out: Path) -> Path:
+    """What the predictions are scored against (see the module docstring)."""
+    if plan.labels_dir:
+        return Path(plan.labels_dir)
+    beside = Path(plan.data_dir) / "labels"
+    return beside if beside.is_dir() else out / "labels"
+
+
+@dataclasses.dataclass(frozen=True)
+class RunResults:
+    """A finished run: each task's fine-tuning results and evaluate.py's report."""
+
+    tasks: dict[str, dict[str, Any]]
+    report: score.Report
+    labels: Path
+
+
+def run(plan: XtremePlan, out: str | os.PathLike, devices=None) -> RunResults | None:
+    """Runs every task of the plan, then scores all of `OUT/predictions`; None when a task
+    stopped short of its steps (a preemption notice, `train.stop_at`)."""
+    out = Path(out)
+    results = {}
+    for number, task in enumerate(plan.tasks, 1):
+        log.info("task %d/%d: %s", number, len(plan.tasks), task)
+        result = run_task(plan, task, out, devices)
+        if result is None:
+            return None
+        results[task] = result
+    labels = labels_folder(plan, out)
+    report = score.score(out / "predictions", labels, plan.version)
+    if jax.process_index() == 0:
+        (out / "results.json").write_text(json.dumps(report.results, indent=2))
+    return RunResults(results, report, labels)
+
+
+def write_tables(finished: RunResults, out: str | os.PathLike, model: str) -> None:
+    """`OUT/results.md` and `OUT/results.png` from the run's report."""
+    if jax.process_index() != 0:
+        return
+    out = Path(out)
+    (out / "results.md").write_text(tables.markdown(finished.report.results, model))
+    tables.plot(finished.report.results, str(out / "results.png"), title=model)
