@@ -23,6 +23,7 @@ from xlpretrain.data.demo_corpus import __main__ as demo_corpus_cli
 from xlpretrain.data.folders import ParallelSource
 from xlpretrain.data.sources import DataError
 from xlpretrain.data.tokenizer import Tokenizer
+from xlpretrain.families import BERT
 from xlpretrain.model import ModelConfig, init_params
 from xlpretrain.training import config as config_lib
 from xlpretrain.training import finetuning
@@ -305,6 +306,17 @@ def test_rows_plugged_in_and_out(udhr_tokenizer_path):
     assert row["segment_ids"][0, :length].tolist() == [1] * first + [2] * second
     assert row["pair_ids"][0].tolist() == [1] * length + [0] * (32 - length)
     assert row["side"][0, :length].tolist() == [0] * first + [1] * second
+
+    # BERT's layout: [CLS] x [SEP] y [SEP], token type 1 on y [SEP]; one token more for text.
+    bert = pairs_lib.encode_pairs(
+        pairs, tokenizer, {"yes": 0}, max_length=32, plug_in=False, layout=BERT.pair_layout
+    )
+    row = bert.batch(np.array([0]))
+    assert row["input_ids"][0, : length - 1].tolist() == [0, *x, 2, *y, 2]
+    assert row["token_types"][0].tolist() == [0] * (len(x) + 2) + [1] * (len(y) + 1) + [0] * (
+        33 - length
+    )
+    assert not out.batch(np.array([0]))["token_types"].any()  # XLM-R's: none
 
     # Truncation to 10 tokens (6 + 4 special): the longer side gives up its tokens first, and
     # when both are longer than half, each keeps half.

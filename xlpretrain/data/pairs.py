@@ -3,11 +3,13 @@
 A file holds one `premise<TAB>hypothesis<TAB>label` per line, no header. Lines that are empty,
 not UTF-8 or not three non-blank fields are skipped and counted, as the pre-training sources do.
 
-A pair is one row. Plugged out (XLM-R): one segment `<s> x </s></s> y </s>`, positions
-continuous from 2. Plugged in (VECO, needs a cross-attention model): two segments `<s> x </s>`
-and `<s> y </s>` of one pair (`pair_ids` 1, `side` 0/1), positions from 2 in each, so each
-side's s stream reads the other side's h stream. Either way each side's tokens carry its own
-language id, as pre-training's TLM rows do (read only by models with language embeddings).
+A pair is one row. Plugged out: one segment as the family's tokenizer lays a pair out (XLM-R's
+`<s> x </s></s> y </s>`, BERT's `[CLS] x [SEP] y [SEP]` with token type 1 on `y [SEP]`),
+positions continuous from 2. Plugged in (VECO, needs a cross-attention model): two segments
+`<s> x </s>` and `<s> y </s>` of one pair (`pair_ids` 1, `side` 0/1), positions from 2 in
+each, so each side's s stream reads the other side's h stream. Either way each side's tokens
+carry its own language id, as pre-training's TLM rows do (read only by models with language
+embeddings).
 
 A training step's rows are a pure function of (seed, step): the pairs are read in a fresh
 permutation each epoch, so a resumed run draws exactly what an uninterrupted one would, and
@@ -24,9 +26,11 @@ import numpy as np
 
 from xlpretrain.data.examples import FIRST_POSITION, PAD_POSITION
 from xlpretrain.data.sources import DataError, FileStats
+from xlpretrain.data.task_examples import PairLayout
 from xlpretrain.data.tokenizer import Tokenizer
 
 Batch = dict[str, np.ndarray]
+XLMR_LAYOUT = PairLayout(separators=2, token_types=False)  # what the pair files were made for
 TASK = "classify"  # the batches' key: the fine-tuning step's one objective
 
 
@@ -98,6 +102,7 @@ class Encoded:
     max_length: int
     plug_in: bool
     pad_id: int  # the tokenizer's
+    token_types: bool = False  # the second side carries token type 1 (BERT)
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -119,6 +124,7 @@ class Encoded:
             "pair_ids": np.zeros(shape, np.int32),
             "side": np.zeros(shape, np.int32),
             "lang_ids": np.full(shape, first_lang, np.int32),
+            "token_types": np.zeros(shape, np.int32),
             "labels": np.zeros(len(indices), np.int32),
             "pred_weights": np.zeros(len(indices), np.float32),
         }
@@ -132,6 +138,8 @@ class Encoded:
             batch["pair_ids"][row, : len(ids)] = 1
             batch["side"][row, : len(ids)] = second
             batch["lang_ids"][row, : len(ids)] = np.where(second, second_lang, first_lang)
+            if self.token_types:
+                batch["token_types"][row, : len(ids)] = second
             if self.plug_in:  # two segments, positions restarting in each
                 batch["segment_ids"][row, : len(ids)] = 1 + second
                 restarted = np.where(second, steps - split, steps)
@@ -152,6 +160,7 @@ def encode_pairs(
     max_length: int,
     plug_in: bool,
     lang_ids: tuple[int, int] = (0, 0),
+    layout: PairLayout = XLMR_LAYOUT,
 ) -> Encoded:
     """Tokenizes every pair of a file (`encode_texts`); a label outside `label_ids` is an error
     naming the file."""
@@ -163,7 +172,7 @@ def encode_pairs(
     labels = np.array([label_ids[label] for label in pairs.labels], np.int32)
     return encode_texts(
         pairs.premises, pairs.hypotheses, labels, tokenizer,
-        max_length=max_length, plug_in=plug_in, lang_ids=lang_ids,
+        max_length=max_length, plug_in=plug_in, lang_ids=lang_ids, layout=layout,
     )  # fmt: skip
 
 
@@ -176,21 +185,28 @@ def encode_texts(
     max_length: int,
     plug_in: bool,
     lang_ids: tuple[int, int] = (0, 0),
+    layout: PairLayout = XLMR_LAYOUT,
 ) -> Encoded:
-    """Tokenizes every pair, truncated to `max_length` tokens with the 4 special ones:
-    `<s> x </s></s> y </s>` plugged out, `<s> x </s>` + `<s> y </s>` plugged in."""
+    """Tokenizes every pair, truncated to `max_length` tokens with the special ones: plugged
+    out, one row as the family's `layout` has it (`<s> x </s></s> y </s>`; `[CLS] x [SEP] y
+    [SEP]`, y's part of token type 1 where the family has token types); plugged in (VECO),
+    `<s> x </s>` + `<s> y </s>`."""
     bos, eos = tokenizer.bos_id, tokenizer.eos_id
+    separators = 1 if plug_in else layout.separators
     rows, splits = [], []
     xs = tokenizer.encode_batch(list(firsts))
     ys = tokenizer.encode_batch(list(seconds))
     for x, y in zip(xs, ys, strict=True):
-        keep_x, keep_y = _truncate(len(x), len(y), max_length - 4)
+        keep_x, keep_y = _truncate(len(x), len(y), max_length - 2 - separators)
         first = [bos, *x[:keep_x], eos]
-        second = [bos if plug_in else eos, *y[:keep_y], eos]
+        second = [*([bos] if plug_in else [eos] * (separators - 1)), *y[:keep_y], eos]
         rows.append(np.array(first + second, np.int32))
         splits.append(len(first))
     labels = np.asarray(label_ids, np.int32)
-    return Encoded(rows, np.array(splits), labels, lang_ids, max_length, plug_in, tokenizer.pad_id)
+    return Encoded(
+        rows, np.array(splits), labels, lang_ids, max_length, plug_in, tokenizer.pad_id,
+        token_types=layout.token_types and not plug_in,
+    )  # fmt: skip
 
 
 @dataclasses.dataclass

@@ -33,6 +33,7 @@ def encode(examples: Sequence[PairExample], encoding: Encoding) -> Encoded:
         max_length=encoding.max_length,
         plug_in=encoding.settings.plug_in,
         lang_ids=(encoding.lang_id, encoding.lang_id),
+        layout=encoding.layout,
     )
 
 

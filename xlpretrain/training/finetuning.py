@@ -34,6 +34,7 @@ import optax
 from flax import traverse_util
 from jax.sharding import NamedSharding, PartitionSpec
 
+from xlpretrain import backbones
 from xlpretrain.convert import folder
 from xlpretrain.core.errors import ConfigError
 from xlpretrain.data.pairs import (
@@ -122,6 +123,7 @@ def load_task(data: TaskData, pretrained: folder.Pretrained, plug_in: bool) -> T
             max_length=data.max_length,
             plug_in=plug_in,
             lang_ids=(lang_index.get(languages[0], 0), lang_index.get(languages[1], 0)),
+            layout=backbones.of(pretrained.config).pair_layout,
         )
 
     return Task(
