@@ -30,17 +30,23 @@ def per_language(scores: Mapping[str, Any]) -> tuple[str, dict[str, float]]:
     return metric, {lang: float(v) for lang, v in scores.get(metric, {}).items()}
 
 
+def headline(scores: Mapping[str, Any]) -> tuple[str, str]:
+    """A task's column in the papers' table: its name and value, F1 / EM for QA (whose
+    `avg_metric` is their mean), else its `avg_metric`."""
+    if "avg_exact_match" in scores and "avg_f1" in scores:
+        return "F1 / EM", f"{scores['avg_f1']:.1f} / {scores['avg_exact_match']:.1f}"
+    metric, _ = per_language(scores)
+    value = f"{scores['avg_metric']:.1f}" if "avg_metric" in scores else "–"
+    return HEADLINES.get(metric, metric), value
+
+
 def markdown(results: Mapping[str, Any], model: str) -> str:
-    """The table of a model's results."""
+    """The table of a model's results; `avg` is the mean of the tasks' `avg_metric`s, the
+    figure evaluate.py averages (QA's the mean of F1 and EM)."""
     tasks = task_results(results)
-    headlines = {name: per_language(scores) for name, scores in tasks.items()}
-    columns = [
-        f"{name} ({HEADLINES.get(metric, metric)})" for name, (metric, _) in headlines.items()
-    ]
-    values = [
-        f"{scores['avg_metric']:.1f}" if "avg_metric" in scores else "–"
-        for scores in tasks.values()
-    ]
+    headlines = {name: headline(scores) for name, scores in tasks.items()}
+    columns = [f"{name} ({label})" for name, (label, _) in headlines.items()]
+    values = [value for _, value in headlines.values()]
     metrics = [s["avg_metric"] for s in tasks.values() if "avg_metric" in s]
     average = f"{sum(metrics) / len(metrics):.1f}" if metrics else "–"
     lines = [
@@ -52,7 +58,8 @@ def markdown(results: Mapping[str, Any], model: str) -> str:
     if groups:
         lines += ["", "| " + " | ".join(groups) + " |", "|" + "---:|" * len(groups)]
         lines.append("| " + " | ".join(f"{value:.1f}" for value in groups.values()) + " |")
-    for name, (metric, scores) in headlines.items():
+    for name, task_scores in tasks.items():
+        metric, scores = per_language(task_scores)
         lines += ["", f"**{name}** ({metric} per language)", ""]
         lines += ["| " + " | ".join(scores) + " |", "|" + "---:|" * len(scores)]
         lines.append("| " + " | ".join(f"{value:.1f}" for value in scores.values()) + " |")
