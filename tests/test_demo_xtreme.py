@@ -16,6 +16,7 @@ import pytest
 from seqeval.metrics import f1_score
 
 from xlpretrain.data import demo_corpus, demo_country_lines, demo_xtreme
+from xlpretrain.data.demo_corpus import __main__ as demo_corpus_program
 
 TYPES = {"LOC", "LANG", "CUR", "TZ"}
 
@@ -31,7 +32,7 @@ def corpus(tmp_path_factory) -> Path:
 def bench(corpus, tmp_path_factory) -> Path:
     """The benchmark as the command line writes it."""
     out = tmp_path_factory.mktemp("xtreme")
-    demo_corpus.main(["--out", str(corpus), "--xtreme", str(out)])
+    demo_corpus_program.main(["--out", str(corpus), "--xtreme", str(out)])
     return out
 
 
