@@ -27,7 +27,7 @@ LAYERS = (
     # name them, then what dispatches by backbone (the package's `from_hf` / `to_hf`).
     (
         "convert.folder", "convert.hf", "convert.xlmr", "convert.modernbert", "convert.bert",
-        "convert.merging", "convert.seq2seq",
+        "convert.merging", "convert.seq2seq", "convert.task_workdir",
     ),
     ("backbones",),
     ("convert", "api", "eval"),

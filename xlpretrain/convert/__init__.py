@@ -5,7 +5,8 @@ xlpretrain.convert {from-hf,to-hf,to-hf-seq2seq,merge}``.
 ``BertForMaskedLM`` folder into an xlpretrain checkpoint folder (``folder.py`` describes it);
 ``to_hf`` turns a checkpoint folder or a training workdir into an HF folder that
 ``transformers`` loads as is (the masked LM of the model's backbone; for an XLM-E run its
-discriminator as ``XLMRobertaModel`` / ``ModernBertModel`` / ``BertModel``); ``to_hf_seq2seq``
+discriminator as ``XLMRobertaModel`` / ``ModernBertModel`` / ``BertModel``; for a fine-tuning
+task's workdir, ``task_workdir.py``, the backbone's class of its task kind); ``to_hf_seq2seq``
 turns a VECO model into an ``EncoderDecoderModel`` whose decoder cross-attention is VECO's
 plug-in (``seq2seq.py``); ``merge`` averages checkpoints of one model into a checkpoint folder
 (``merging.py``).
@@ -16,7 +17,7 @@ from __future__ import annotations
 import os
 
 from xlpretrain import backbones
-from xlpretrain.convert import folder, hf, seq2seq
+from xlpretrain.convert import folder, hf, seq2seq, task_workdir
 from xlpretrain.convert.folder import Params, Pretrained
 from xlpretrain.convert.hf import TaskModel
 from xlpretrain.convert.merging import merge
@@ -37,10 +38,15 @@ def from_hf(
 
 
 def to_hf(src: str | os.PathLike, dst: str | os.PathLike) -> Pretrained:
-    """Checkpoint folder or training workdir ``src`` → new HF folder ``dst``, by the model's
-    backbone (``config.architecture``)."""
+    """Checkpoint folder, training workdir or fine-tuning task workdir ``src`` → new HF folder
+    ``dst``, by the model's backbone (``config.architecture``): a task workdir as the class of
+    its kind, with its selected params and labels."""
     folder.new_folder(dst)  # fail before reading a large checkpoint
     hf.safetensors_writer()
+    if task_workdir.is_task_workdir(src):
+        tuned = task_workdir.read(src)
+        write_hf_task(tuned.model, tuned.head, tuned.kind, list(tuned.labels), dst)
+        return tuned.model
     model = folder.read(src)
     backbones.of(model.config).write_hf(model, dst)
     return model

@@ -52,10 +52,12 @@ def main(argv: list[str] | None = None) -> None:
     )
     push = commands.add_parser(
         "to-hf",
-        help="xlpretrain checkpoint folder or training workdir -> HF folder",
+        help="xlpretrain checkpoint folder, training workdir or task workdir -> HF folder",
         description="SRC: an xlpretrain checkpoint folder, or a training workdir (its latest "
-        "checkpoint). DST: a new HF XLMRobertaForMaskedLM folder (ModernBertForMaskedLM for "
-        "a ModernBERT model, BertForMaskedLM for a BERT one; config.json, model.safetensors, "
+        "checkpoint), or a fine-tuning task's workdir (its selected parameters, exported as "
+        "the backbone's token-classification or question-answering class with its labels). "
+        "DST: a new HF XLMRobertaForMaskedLM folder (ModernBertForMaskedLM for a ModernBERT "
+        "model, BertForMaskedLM for a BERT one; config.json, model.safetensors, "
         "and sentencepiece.bpe.model or tokenizer.json when there is a tokenizer, a ModernBERT "
         "or BERT one's SentencePiece model as both); for an XLM-E workdir, its discriminator "
         "as an XLMRobertaModel (ModernBertModel, BertModel) folder.",

@@ -123,9 +123,7 @@ def write(model: Pretrained, path: str | os.PathLike) -> None:
         )
     path = new_folder(path)
     path.mkdir(parents=True)
-    fields = dataclasses.asdict(model.config)
-    del fields["kernel_platform"]  # the reading host's, not the writer's
-    (path / MODEL_JSON).write_text(json.dumps(fields, indent=2) + "\n")
+    (path / MODEL_JSON).write_text(json.dumps(config_record(model.config), indent=2) + "\n")
     with ocp.PyTreeCheckpointer() as checkpointer:
         checkpointer.save(path / PARAMS_DIR, model.params)
     if model.tokenizer is not None:
@@ -159,14 +157,25 @@ def is_workdir(path: Path) -> bool:
     return (path / "config.json").is_file() and (path / CHECKPOINTS_DIR).is_dir()
 
 
+def config_record(config: ModelConfig) -> dict[str, Any]:
+    """``config`` as ``model.json`` holds it: its fields, less the writing host's kernels."""
+    fields = dataclasses.asdict(config)
+    del fields["kernel_platform"]  # the reading host's, not the writer's
+    return fields
+
+
+def recorded_config(fields: dict[str, Any], source: str | os.PathLike) -> ModelConfig:
+    """The `ModelConfig` of a ``config_record`` read from ``source`` (named in its error)."""
+    try:
+        return ModelConfig(**{**fields, **recorded_features(fields)})
+    except TypeError as error:
+        raise ValueError(f"{source}: {error}") from error
+
+
 def _read_checkpoint_folder(path: Path) -> Pretrained:
     fields = json.loads((path / MODEL_JSON).read_text())
-    try:
-        config = ModelConfig(**{**fields, **recorded_features(fields)})
-    except TypeError as error:
-        raise ValueError(f"{path / MODEL_JSON}: {error}") from error
-    config = dataclasses.replace(config, scan_layers=True)
-    params = _restore(path / PARAMS_DIR, abstract_params(config))
+    config = dataclasses.replace(recorded_config(fields, path / MODEL_JSON), scan_layers=True)
+    params = restore(path / PARAMS_DIR, abstract_params(config))
     languages_file = path / LANGUAGES_FILE
     languages = tuple(json.loads(languages_file.read_text())) if languages_file.is_file() else ()
     if languages and len(languages) != config.num_languages:
@@ -174,7 +183,7 @@ def _read_checkpoint_folder(path: Path) -> Pretrained:
             f"{languages_file}: {len(languages)} languages, but {MODEL_JSON} has "
             f"num_languages={config.num_languages}"
         )
-    return Pretrained(config, params, _tokenizer_or_none(path), languages)
+    return Pretrained(config, params, tokenizer_or_none(path), languages)
 
 
 def _recorded_model(
@@ -223,7 +232,7 @@ def _read_workdir(path: Path, step: int | None = None) -> Pretrained:
             f"{checkpoints / str(step)} is not a finished checkpoint; {checkpoints} holds "
             f"steps {', '.join(map(str, finished))}"
         )
-    state = _restore(
+    state = restore(
         checkpoints / str(step) / "state",
         {"params": abstract_params(config, kind)},
         partial=True,
@@ -232,7 +241,7 @@ def _read_workdir(path: Path, step: int | None = None) -> Pretrained:
     return Pretrained(
         dataclasses.replace(config, scan_layers=True),
         params,
-        _tokenizer_or_none(path),
+        tokenizer_or_none(path),
         languages if config.num_languages else (),
         kind,
     )
@@ -283,7 +292,7 @@ def stack_layers(params: Params, config: ModelConfig) -> Params:
     return {**params, "encoder": {**shared, "layers": stacked}}
 
 
-def _restore(path: Path, target: Params, partial: bool = False) -> Params:
+def restore(path: Path, target: Params, partial: bool = False) -> Params:
     """Restores ``target``'s arrays as float32 NumPy (host memory: no device, no mesh)."""
     restore_args = jax.tree.map(lambda _: ocp.RestoreArgs(restore_type=np.ndarray), target)
     try:
@@ -312,7 +321,7 @@ def _check_shapes(path: Path, restored: Params, target: Params) -> None:
             )
 
 
-def _tokenizer_or_none(folder: Path) -> Tokenizer | None:
+def tokenizer_or_none(folder: Path) -> Tokenizer | None:
     """The tokenizer the folder keeps (either kind), or None."""
     found = tokenizer_file(folder)
     return Tokenizer.load(found) if found else None

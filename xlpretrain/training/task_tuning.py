@@ -29,7 +29,7 @@ from jax.experimental import multihost_utils
 from jax.sharding import NamedSharding, PartitionSpec
 
 from xlpretrain import backbones
-from xlpretrain.convert import folder
+from xlpretrain.convert import folder, task_workdir
 from xlpretrain.data.pairs import TASK, PairBatches
 from xlpretrain.parallel.sharding import global_batch, under_mesh
 from xlpretrain.tasks import TaskKind
@@ -43,7 +43,7 @@ from xlpretrain.training.task_plan import TaskPlan, resume_terms
 from xlpretrain.training.workdir import check_workdir, save_config
 
 log = logging.getLogger("xlpretrain")
-BEST = "best"  # WORKDIR/best/: the parameters that scored best on the development set
+BEST = task_workdir.BEST_DIR  # WORKDIR/best/: the parameters that scored best on dev
 
 
 @dataclasses.dataclass(frozen=True)
@@ -201,6 +201,11 @@ def build(
         out_shardings=NamedSharding(mesh, PartitionSpec()),
     )
     predict = Predictor(jitted, plan.batch_size, training.batch_sharding)
+    if jax.process_index() == 0:  # what an export needs beside the params (`to-hf`)
+        record = task_workdir.TaskRecord(
+            kind.name, labels, head.task_head, config, prepared.pretrained.languages
+        )
+        task_workdir.record_task(workdir, record, prepared.pretrained.tokenizer)
     save_config(workdir, plan.record, resume_step or 0)  # last: a failed start changes none
     return TaskTuning(
         plan, workdir, kind, examples, encoding, train_rows, training, batches, predict,
