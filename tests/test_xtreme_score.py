@@ -295,8 +295,8 @@ def test_the_command_writes_evaluate_py_s_json_and_prints_a_table(tmp_path):
 @pytest.mark.parametrize(
     "arguments, message",
     [
-        ((), "no command: expected one of score"),
-        (("train",), "unknown command 'train': expected one of score"),
+        ((), "no command: expected one of run, score"),
+        (("train",), "unknown command 'train': expected one of run, score"),
         (("score", "--labels", "x", "--output", "y"), "--predictions must have a value"),
         (("score", "--predictions", "x", "--labels", "x", "--output", "y"), "folder x does not"),
     ],

@@ -192,14 +192,14 @@ def encode_texts(
     [SEP]`, y's part of token type 1 where the family has token types); plugged in (VECO),
     `<s> x </s>` + `<s> y </s>`."""
     bos, eos = tokenizer.bos_id, tokenizer.eos_id
-    separators = 1 if plug_in else layout.separators
+    opening = [bos] if plug_in else [eos] * (layout.separators - 1)  # the second side's
     rows, splits = [], []
     xs = tokenizer.encode_batch(list(firsts))
     ys = tokenizer.encode_batch(list(seconds))
     for x, y in zip(xs, ys, strict=True):
-        keep_x, keep_y = _truncate(len(x), len(y), max_length - 2 - separators)
+        keep_x, keep_y = _truncate(len(x), len(y), max_length - 3 - len(opening))
         first = [bos, *x[:keep_x], eos]
-        second = [*([bos] if plug_in else [eos] * (separators - 1)), *y[:keep_y], eos]
+        second = [*opening, *y[:keep_y], eos]
         rows.append(np.array(first + second, np.int32))
         splits.append(len(first))
     labels = np.asarray(label_ids, np.int32)
