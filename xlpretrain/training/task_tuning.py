@@ -213,11 +213,25 @@ def build(
     )  # fmt: skip
 
 
-def predictions(tuning: TaskTuning, params, examples: Sequence[Any], language: str) -> list:
-    """One prediction per example of `language`, as the submission file holds it."""
+@dataclasses.dataclass(frozen=True)
+class Encoded:
+    """Examples of one language with their rows and the encoding that made them."""
+
+    examples: Sequence[Any]
+    rows: Rows
+    encoding: Encoding
+
+
+def encode(tuning: TaskTuning, examples: Sequence[Any], language: str) -> Encoded:
+    """`examples` of `language` as rows to predict (no training targets)."""
     encoding = dataclasses.replace(tuning.encoding, lang_id=tuning.lang_ids.get(language, 0))
-    rows = tuning.kind.encode(examples, encoding)
-    return tuning.kind.decode(tuning.predict(params, rows), rows, examples, encoding)
+    return Encoded(examples, tuning.kind.encode(examples, encoding), encoding)
+
+
+def predictions(tuning: TaskTuning, params, encoded: Encoded) -> list:
+    """One prediction per example, as the submission file holds it."""
+    outputs = tuning.predict(params, encoded.rows)
+    return tuning.kind.decode(outputs, encoded.rows, encoded.examples, encoded.encoding)
 
 
 class BestParams:
@@ -270,8 +284,11 @@ def run(tuning: TaskTuning) -> dict | None:
     plan, kind, examples = tuning.plan, tuning.kind, tuning.examples
     best = BestParams(tuning.workdir)
 
+    # Encoded once, for every evaluation; a task without a development set has none to score.
+    dev = encode(tuning, examples.dev, examples.dev_language) if examples.dev else None
+
     def dev_score(params) -> float:
-        return kind.score(examples.dev, predictions(tuning, params, examples.dev, "en"))
+        return kind.score(examples.dev, predictions(tuning, params, dev))
 
     def evaluate(params, _stage: int) -> dict[str, float]:
         score = dev_score(params)
@@ -309,7 +326,7 @@ def run(tuning: TaskTuning) -> dict | None:
     predicted = {}
     for lang, test in examples.tests.items():
         log.info("%s: predicting %s (%d examples)", plan.task, lang, len(test))
-        predicted[lang] = predictions(tuning, params, test, lang)
+        predicted[lang] = predictions(tuning, params, encode(tuning, test, lang))
     results = {
         "task": plan.task,
         "kind": kind.name,
