@@ -53,7 +53,8 @@ KIND_OF_FORMAT = {
     "tagging": "token_classification",
     "qa": "question_answering",
 }
-WRITERS = {"pairs": write_label_lines, "tagging": write_tag_lines}
+# The submission file's writer of each reader format (QA's takes {question id: answer}).
+WRITERS = {"pairs": write_label_lines, "tagging": write_tag_lines, "qa": write_qa_predictions}
 
 
 def languages_on_disk(root: Path, template: str) -> tuple[str, ...]:
@@ -98,14 +99,9 @@ def task_examples(plan: XtremePlan, task: str) -> tuple[task_tuning.TaskExamples
     return task_tuning.TaskExamples(train, dev, tests), layout.kind
 
 
-def write_predictions(out: Path, task: str, format: str, predicted: dict[str, list]) -> None:
+def write_predictions(out: Path, task: str, format: str, predicted: dict[str, Any]) -> None:
     for lang, predictions in predicted.items():
-        path = submission_path(out, "predictions", task, lang)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        if format == "qa":
-            write_qa_predictions(path, predictions)
-        else:
-            WRITERS[format](path, predictions)
+        WRITERS[format](submission_path(out, "predictions", task, lang), predictions)
 
 
 def _labelled(example: Any) -> bool:
