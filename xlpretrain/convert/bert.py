@@ -227,16 +227,10 @@ def write_hf_task(
 ) -> None:
     """Writes a fine-tuned model (its encoder in ``model``, its ``head``) as the HF task class
     of ``kind`` with ``labels`` (token classification's); ``path`` must not exist yet."""
-    model = unpadded(model)
-    config = model.config
-    special = hf.export_ids(config, model.tokenizer)
-    hf_config = {
-        **config_to_hf(config, TASK_ARCHITECTURES[kind], special),
-        **hf.task_config(kind, labels, config.dropout_rate),
-    }
-    tensors = task_params_to_hf(hf.task_tree(model.params, head), config, kind)
-    files = hf.tokenizer_files(model.tokenizer)  # before writing: a failure leaves no folder
-    hf.write_folder(path, hf_config, tensors, model.tokenizer, files)
+    hf.write_task(
+        model, head, kind, labels, path, config_to_hf=config_to_hf,
+        architectures=TASK_ARCHITECTURES, params_to_hf=task_params_to_hf, tokenizer_json=True,
+    )  # fmt: skip
 
 
 def read_hf_task(path: str | os.PathLike) -> hf.TaskModel:

@@ -39,6 +39,7 @@ from xlpretrain.convert.folder import (
     Pretrained,
     abstract_params,
     new_folder,
+    unpadded,
 )
 from xlpretrain.core.errors import require
 from xlpretrain.data.tokenizer import HFTokenizer, SentencePieceTokenizer, SpecialIds, Tokenizer
@@ -389,6 +390,37 @@ def read_task(
     labels = task_labels(hf_config, kind, source)
     params = params_from_hf(read_tensors(path), config, kind, len(labels))
     return TaskModel(config, params, kind, labels, read_tokenizer(path, config))
+
+
+def write_task(
+    model: Pretrained,
+    head: Params,
+    kind: str,
+    labels: Sequence[str],
+    path: str | os.PathLike,
+    *,
+    config_to_hf: Callable[..., dict],
+    architectures: Mapping[str, str],
+    params_to_hf: Callable[[Params, ModelConfig, str], Mapping[str, np.ndarray]],
+    tokenizer_json: bool,
+) -> None:
+    """A fine-tuned model (its encoder in ``model``, its ``head``) as a family's HF task class
+    of ``kind`` with ``labels`` (token classification's), ``read_task``'s inverse: the family's
+    ``config_to_hf(config, architecture, special=…)``, its task classes and its
+    ``params_to_hf(task tree, config, kind)``; ``tokenizer_json``: a SentencePiece model is
+    also written as the ``tokenizer.json`` transformers converts it to (``tokenizer_files``).
+    ``path`` must not exist yet."""
+    model = unpadded(model)
+    config = model.config
+    special = export_ids(config, model.tokenizer)
+    hf_config = {
+        **config_to_hf(config, architectures[kind], special=special),
+        **task_config(kind, labels, config.dropout_rate),
+    }
+    tensors = params_to_hf(task_tree(model.params, head), config, kind)
+    # Before writing: a failure leaves no folder.
+    files = tokenizer_files(model.tokenizer) if tokenizer_json else None
+    write_folder(path, hf_config, tensors, model.tokenizer, files)
 
 
 # --- folders --------------------------------------------------------------------------------

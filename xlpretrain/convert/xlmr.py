@@ -41,10 +41,9 @@ from xlpretrain.convert.hf import (
     read_tensors,
     read_tokenizer,
     refuse_options,
-    task_config,
-    task_tree,
     untie,
     write_folder,
+    write_task,
 )
 from xlpretrain.data.tokenizer import SpecialIds, Tokenizer
 from xlpretrain.families import XLMR
@@ -335,16 +334,11 @@ def write_hf_task(
 ) -> None:
     """Writes a fine-tuned model (its encoder in ``model``, its ``head``) as the HF task class
     of ``kind`` with ``labels`` (token classification's); ``path`` must not exist yet."""
-    model = unpadded(model)
-    config = model.config
-    check_xlmr_tokenizer(config, model.tokenizer)
-    special = export_ids(config, model.tokenizer)
-    hf_config = {
-        **config_to_hf(config, TASK_ARCHITECTURES[kind], special=special),
-        **task_config(kind, labels, config.dropout_rate),
-    }
-    tensors = task_params_to_hf(task_tree(model.params, head), config, kind)
-    write_folder(path, hf_config, tensors, model.tokenizer)
+    check_xlmr_tokenizer(model.config, model.tokenizer)
+    write_task(
+        model, head, kind, labels, path, config_to_hf=config_to_hf,
+        architectures=TASK_ARCHITECTURES, params_to_hf=task_params_to_hf, tokenizer_json=False,
+    )  # fmt: skip
 
 
 def read_hf_task(path: str | os.PathLike) -> TaskModel:
