@@ -19,7 +19,7 @@ import ml_collections
 from xlpretrain.core.errors import check
 from xlpretrain.model.config import ModelConfig
 from xlpretrain.training.config import check_stop_at
-from xlpretrain.training.config_keys import check_keys
+from xlpretrain.training.config_keys import Ranges, check_keys
 from xlpretrain.training.finetune_config import RANGES, default_config
 from xlpretrain.training.record import ConfigRecord
 from xlpretrain.training.sections import (
@@ -111,16 +111,25 @@ def model_overrides(model: ml_collections.ConfigDict) -> ModelOverrides:
     )
 
 
-def resolve_finetuning(cfg: ml_collections.ConfigDict) -> FineTunePlan:
-    """The plan of a fine-tuning config, or `ConfigError` naming the first key that is unknown,
-    mistyped, out of range (through pre-training's `check_keys`) or at odds with the rest."""
-    check_keys(cfg, default_config(), RANGES)
+def check_fine_tuning(
+    cfg: ml_collections.ConfigDict, defaults: ml_collections.ConfigDict, ranges: Ranges
+) -> None:
+    """A fine-tuning config's keys against `defaults` and `ranges` (pre-training's
+    `check_keys`), its `train.stop_at`, and its batch against its accumulation: what every
+    fine-tuning plan checks before it reads a key."""
+    check_keys(cfg, defaults, ranges)
     check_stop_at(cfg.train)
     check(
         cfg.data.batch_size % cfg.train.grad_accum == 0,
         "train.grad_accum",
         f"data.batch_size={cfg.data.batch_size} is not divisible by {cfg.train.grad_accum}",
     )
+
+
+def resolve_finetuning(cfg: ml_collections.ConfigDict) -> FineTunePlan:
+    """The plan of a fine-tuning config, or `ConfigError` naming the first key that is unknown,
+    mistyped, out of range (through pre-training's `check_keys`) or at odds with the rest."""
+    check_fine_tuning(cfg, default_config(), RANGES)
     return FineTunePlan(
         init_path=cfg.init.path,
         data=_task_data(cfg.data),

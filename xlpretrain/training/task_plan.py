@@ -13,12 +13,15 @@ from collections.abc import Mapping
 
 import ml_collections
 
-from xlpretrain.core.errors import ConfigError, check
+from xlpretrain.core.errors import ConfigError
 from xlpretrain.data.xtreme import LAYOUTS
 from xlpretrain.tasks.declaration import TaskSettings
-from xlpretrain.training.config import check_stop_at
-from xlpretrain.training.config_keys import check_keys
-from xlpretrain.training.finetune_plan import ModelOverrides, model_overrides, resume_terms
+from xlpretrain.training.finetune_plan import (
+    ModelOverrides,
+    check_fine_tuning,
+    model_overrides,
+    resume_terms,
+)
 from xlpretrain.training.record import ConfigRecord
 from xlpretrain.training.sections import (
     LoopSettings,
@@ -63,13 +66,7 @@ class TaskPlan:
 def resolve_task(cfg: ml_collections.ConfigDict) -> TaskPlan:
     """The plan of a task's config, or `ConfigError` naming the first key that is unknown,
     mistyped, out of range or at odds with the rest."""
-    check_keys(cfg, task_default_config(), TASK_RANGES)
-    check_stop_at(cfg.train)
-    check(
-        cfg.data.batch_size % cfg.train.grad_accum == 0,
-        "train.grad_accum",
-        f"data.batch_size={cfg.data.batch_size} is not divisible by {cfg.train.grad_accum}",
-    )
+    check_fine_tuning(cfg, task_default_config(), TASK_RANGES)
     return TaskPlan(
         task=cfg.task,
         init_path=cfg.init.path,
