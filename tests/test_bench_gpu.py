@@ -189,6 +189,37 @@ def test_units_that_finish_early_leave_their_time_to_the_later_ones(monkeypatch,
     assert calls[9][1] == {"model": "mmbert", "attention": "cudnn", "flash_tiles": "", **timing}
 
 
+def test_units_runs_only_the_named_units_and_refuses_an_unknown_one(monkeypatch, tmp_path):
+    """A later call measures what an earlier one did not reach: only the named units run (the
+    pallas steps, with no sweep among them, at the default tiles) and the report and verdict
+    cover those alone; a misspelt unit is refused before anything runs."""
+    clock = FakeClock()
+    calls = fake_units(monkeypatch, clock, share=1 / 3)
+    with pytest.raises(ValueError, match=r"--units: no unit attention_4096; the units: kernel_"):
+        gpu_suite.run_suite(tmp_path, clock=clock, units=["attention_512", "attention_4096"])
+    assert not calls
+    suite = gpu_suite.run_suite(
+        tmp_path, clock=clock, units=["pipeline_workers", "step_xlmr_pallas"]
+    )
+    assert list(suite["steps"]) == ["step_xlmr_pallas", "pipeline_workers"]  # priority order
+    assert calls[0][1]["flash_tiles"] == str(tile_sweep.sweep_default())
+    assert gpu_suite.suite_passed(suite)
+    assert "GPU suite on" in gpu_suite.summary(suite, tmp_path)
+
+
+def test_the_sweep_hands_over_each_compiled_candidate_before_compiling_the_next(monkeypatch):
+    """The suite keeps a unit's records up to its budget: a sweep cut while compiling still
+    reports the candidates it compiled."""
+    first = {"stage": "compile", "kernel": "forward", "tiles": "64x64:w4:s2", "spill_stores": 0}
+
+    def compile_stage(gpu):
+        yield first
+        raise TimeoutError("cut at the unit's budget")
+
+    monkeypatch.setattr(tile_sweep, "_compile_stage", compile_stage)
+    assert next(tile_sweep.tile_sweep("h100")) == first
+
+
 def test_mmbert_is_measured_in_one_stage_of_1024_token_rows_against_modernbert():
     """mmBERT base's pre-training phase alone (the context extension's 8,192-token stage would
     be the one `bench.step` times), both sides masking 30 %; its peer is HF's 307 M-parameter

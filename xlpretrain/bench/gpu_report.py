@@ -303,7 +303,7 @@ def _pipeline_lines(suite: Mapping) -> list[str]:
 def summary(suite: Mapping, out_dir: pathlib.Path) -> str:
     """A few lines for the terminal; the files hold the rest."""
     steps = suite["steps"]
-    check = steps["kernel_check"]["records"]
+    check = steps.get("kernel_check", {}).get("records", [])
     errors = [r["max_abs_error"] for r in check if "max_abs_error" in r]
     lines = [
         f"GPU suite on {suite['device']} ({suite['date']}): {out_dir / 'performance.md'}, "

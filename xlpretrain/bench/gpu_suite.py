@@ -1,10 +1,11 @@
-"""The first GPU session's one command: `python -m xlpretrain.bench --suite gpu --out DIR`.
+"""A GPU session's one command: `python -m xlpretrain.bench --suite gpu --out DIR`.
 
-Until a GPU runs it, the fused kernel is checked only in interpret mode and compiled for sm_90a
-(docs/performance.md), its tiles are the smallest that never spill rather than the fastest, and
-the "Measured → H100" tables are empty. A session lent a GPU has minutes, so one command does
-all of it, each unit in a child process: a hung compile or an out-of-memory is that unit's
-recorded result and the next unit still runs, and each unit's peak memory is its own.
+Without a GPU the fused kernel is checked only in interpret mode and compiled for sm_90a
+(docs/performance.md), and its tiles are the smallest that never spill rather than the fastest.
+A session lent a GPU has minutes, so one command does what it can, each unit in a child
+process: a hung compile or an out-of-memory is that unit's recorded result and the next unit
+still runs, and each unit's peak memory is its own. `--units` names the units an earlier call
+did not reach.
 
 The units, in the order they run (`BUDGETS`), which is their priority:
 
@@ -25,20 +26,21 @@ The units, in the order they run (`BUDGETS`), which is their priority:
    `torch.compile` because it is cheaper and seldom fails.
 5. ``step_{xlmr,mmbert}_xla``, then ``step_{xlmr,mmbert}_cudnn``: the other attentions, XLA's
    first as the baseline the kernel is to beat.
-6. ``peer_{xlmr,mmbert}_compile``: HF under `torch.compile`, the stronger peer but the longest
-   unit (Inductor compiles the model) and the likeliest to fail.
-7. ``attention_512``, ``attention_2048``: the attention micro-benchmark; the steps already hold
+6. ``attention_512``, ``attention_2048``: the attention micro-benchmark; the steps already hold
    attention, so the per-mask ratios come after them.
+7. ``peer_{xlmr,mmbert}_compile``: HF under `torch.compile`, the stronger peer but the longest
+   units (Inductor compiles the model: over 60 s on the first H100 run) and the likeliest to
+   fail.
 8. ``pipeline_workers``: the input pipeline on the host's CPUs, from a synthetic prepared
    store, with 0, 4 and 8 grain workers: whether one host feeds 8 GPUs (5.6 M tokens/s). Last:
    it needs no GPU, and any host with as many cores can measure it.
 
-Nothing has run on a GPU yet, so every budget is a guess. The suite therefore keeps one
-deadline, ``SUITE_S`` from its start, and each unit runs under its budget cut to the time left
-(`unit_cap`); a unit with less than ``START_SHARE`` of its budget left (or under
-``MIN_START_S``) is not started but recorded as skipped, so a later, shorter unit can still
-use the time. Units that finish under their budgets leave it to the later ones; units that
-overrun cost the lowest priorities, never the deadline.
+The budgets are the first H100 run's times where it finished a unit and guesses where not
+(`BUDGETS`). The suite keeps one deadline, ``SUITE_S`` from its start, and each unit runs
+under its budget cut to the time left (`unit_cap`); a unit with less than ``START_SHARE`` of
+its budget left (or under ``MIN_START_S``) is not started but recorded as skipped, so a later,
+shorter unit can still use the time. Units that finish under their budgets leave it to the
+later ones; units that overrun cost the lowest priorities, never the deadline.
 
 DIR gets ``suite.json`` (everything), ``performance.md`` (rows for docs/performance.md;
 `bench.gpu_report`) and ``suite.log`` (the units' output). This module runs the units, each in
@@ -58,7 +60,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 
 import jax
 
@@ -89,23 +91,26 @@ SUITE_S = 520
 # likely be killed before its one record, and a later, shorter unit can use the time instead.
 START_SHARE, MIN_START_S = 0.5, 15
 # Seconds per unit, the child's start-up included, in the order the suite runs them (its
-# priority, the module's docstring says why). Guesses until a GPU runs them: together more than
-# SUITE_S, so a suite whose units all overrun skips the last ones.
+# priority, the module's docstring says why). From the first run, on an H100 on 2026-11-27
+# (docs/performance.md): the kernel check took about 5 s a case (24 cases), each step 20 to
+# 29 s, each eager peer 29 to 31 s; the tile sweep (85 s), the compiled peers (60 and 70 s) and
+# attention at L = 512 (25 s) were cut at their budgets then, so theirs are larger guesses.
+# Together more than SUITE_S: one call measures the first units, and `--units` the rest.
 BUDGETS = {
-    "kernel_check": 70,
-    "tile_sweep": 85,
-    "step_xlmr_pallas": 55,
-    "step_mmbert_pallas": 65,
-    "peer_xlmr_eager": 30,
-    "peer_mmbert_eager": 35,
-    "step_xlmr_xla": 55,
-    "step_mmbert_xla": 65,
-    "step_xlmr_cudnn": 55,
-    "step_mmbert_cudnn": 65,
-    "peer_xlmr_compile": 60,
-    "peer_mmbert_compile": 70,
-    "attention_512": 25,
-    "attention_2048": 30,
+    "kernel_check": 160,
+    "tile_sweep": 150,
+    "step_xlmr_pallas": 40,
+    "step_mmbert_pallas": 40,
+    "peer_xlmr_eager": 45,
+    "peer_mmbert_eager": 45,
+    "step_xlmr_xla": 40,
+    "step_mmbert_xla": 40,
+    "step_xlmr_cudnn": 40,
+    "step_mmbert_cudnn": 40,
+    "attention_512": 50,
+    "attention_2048": 70,
+    "peer_xlmr_compile": 150,
+    "peer_mmbert_compile": 150,
     "pipeline_workers": 60,
 }
 # A unit's process: `child` on its arguments (`python -c`: a library module is no program).
@@ -230,7 +235,7 @@ def skipped(budget_s: int, left_s: float) -> dict:
 def measurement_units(flash_tiles: str, steps: int, warmup: int) -> list[tuple[str, str, dict]]:
     """``(name, unit, params)`` of each unit after the kernel check and the tile sweep, in
     `BUDGETS`' order: the steps with ``pallas`` (``flash_tiles``), the eager peers, the steps
-    with ``xla`` and ``cudnn``, the compiled peers, the attention lengths, the input pipeline."""
+    with ``xla`` and ``cudnn``, the attention lengths, the compiled peers, the input pipeline."""
     timing = {"steps": steps, "warmup": warmup}
 
     def steps_with(attention: str) -> list[tuple[str, str, dict]]:
@@ -251,8 +256,8 @@ def measurement_units(flash_tiles: str, steps: int, warmup: int) -> list[tuple[s
         *peers("eager"),
         *steps_with("xla"),
         *steps_with("cudnn"),
-        *peers("compile"),
         *((f"attention_{length}", "attention", {"length": length}) for length in ATTENTION_LENGTHS),
+        *peers("compile"),
         ("pipeline_workers", "pipeline_workers", pipeline),
     ]
 
@@ -263,16 +268,21 @@ def run_suite(
     warmup: int = 2,
     env: Mapping[str, str] | None = None,
     clock: Callable[[], float] = time.monotonic,
+    units: Collection[str] = (),
 ) -> dict:
-    """Every unit in `BUDGETS`' order, each under its budget cut to the time left before the
-    deadline, ``SUITE_S`` of ``clock`` from now (`unit_cap`); writes ``suite.json`` and
-    ``performance.md``."""
+    """Every unit in `BUDGETS`' order (only ``units``, when given: what an earlier call did not
+    reach), each under its budget cut to the time left before the deadline, ``SUITE_S`` of
+    ``clock`` from now (`unit_cap`); writes ``suite.json`` and ``performance.md``."""
+    if unknown := sorted(set(units) - set(BUDGETS)):
+        raise ValueError(f"--units: no unit {', '.join(unknown)}; the units: {', '.join(BUDGETS)}")
     out_dir.mkdir(parents=True, exist_ok=True)
     suite = {**environment(), "steps": {}}
     results, log = suite["steps"], out_dir / "suite.log"
     deadline = clock() + SUITE_S
 
     def run(name: str, unit: str, params: Mapping) -> dict:
+        if units and name not in units:
+            return {"records": []}  # not asked for: no result (the tiles stay the default)
         budget, left = BUDGETS[name], deadline - clock()
         cap = unit_cap(budget, left)
         if cap is None:
@@ -305,7 +315,7 @@ def suite_passed(suite: Mapping) -> bool:
     """Every unit ran to its end (none failed, timed out or was skipped) and the kernel matched
     the reference in every case."""
     steps = suite["steps"].values()
-    check = suite["steps"]["kernel_check"]["records"]
+    check = suite["steps"].get("kernel_check", {"records": []})["records"]
     return all(s["status"] == "ok" for s in steps) and all(r["passed"] for r in check)
 
 
@@ -321,7 +331,7 @@ def gpu_missing() -> str | None:
     )
 
 
-def main(out_dir: str, steps: int, warmup: int) -> int:
+def main(out_dir: str, steps: int, warmup: int, units: Collection[str] = ()) -> int:
     """``bench --suite gpu``: a ValueError where JAX has no GPU (the program's one-line
     refusal), else the suite and its summary; exit status 1 when a unit did not finish or the
     kernel missed the reference."""
@@ -332,6 +342,6 @@ def main(out_dir: str, steps: int, warmup: int) -> int:
     if missing := gpu_missing():
         raise ValueError(missing)
     out = pathlib.Path(out_dir)
-    suite = run_suite(out, steps, warmup, child_env)
+    suite = run_suite(out, steps, warmup, child_env, units=units)
     print(summary(suite, out))
     return 0 if suite_passed(suite) else 1

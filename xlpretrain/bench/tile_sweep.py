@@ -140,8 +140,10 @@ def time_tiles(tiles: flash.Tiles, args: Sequence, repeats: int) -> float:
 def tile_sweep(gpu: str, repeats: int = 20) -> Iterator[dict]:
     """Compiles every candidate (``_compile_stage``), times the spill-free ones each beside the
     default's other kernels, then the pick."""
-    records = list(_compile_stage(gpu))
-    yield from records
+    records = []
+    for record in _compile_stage(gpu):  # each as it comes: a sweep cut at its budget keeps them
+        records.append(record)
+        yield record
     rng = np.random.default_rng(0)
     meta = bench_attention.row_meta(TIMED_CASE.mask, TIMED_CASE.batch, TIMED_CASE.length, rng)
     args = (*case_inputs(TIMED_CASE, rng), meta)
