@@ -58,7 +58,29 @@ def test_layout_every_language_and_sizes(bench, languages):
         expected |= {f"labels/{task}/test-{lang}.tsv" for lang in languages}
     expected |= {f"xquad/xquad.{lang}.json" for lang in languages}
     expected |= {f"labels/xquad/test-{lang}.json" for lang in languages}
+    for lang in set(languages) - {"en"}:
+        expected |= {f"tatoeba/{lang}-en.{lang}", f"tatoeba/{lang}-en.en"}
+        expected |= {f"labels/tatoeba/test-{lang}.tsv"}
     assert set(tree(bench)) == expected
+
+
+def test_tatoeba_english_sorted_and_gold_the_line_of_its_translation(bench, corpus, languages):
+    """As XTREME's Tatoeba after its preprocessing: the English side sorted, line i's gold the
+    line of the other language holding the same territory's country line."""
+    english = {line.text: line.key for line in demo_country_lines.english_lines(corpus).values()}
+    for lang in set(languages) - {"en"}:
+        source = (bench / "tatoeba" / f"{lang}-en.{lang}").read_text(encoding="utf-8").splitlines()
+        targets = (bench / "tatoeba" / f"{lang}-en.en").read_text(encoding="utf-8").splitlines()
+        gold = [
+            int(x) for x in (bench / "labels" / "tatoeba" / f"test-{lang}.tsv").read_text().split()
+        ]
+        held_out = {
+            line.text: line.key
+            for line in demo_country_lines.country_lines(corpus, lang, held_out=True)
+        }
+        assert targets == sorted(targets) and len(source) == len(targets) == len(gold) >= 10
+        assert sorted(gold) == list(range(len(source)))
+        assert [held_out[source[g]] for g in gold] == [english[t] for t in targets]
 
 
 def pawsx_rows(path: Path) -> list[list[str]]:

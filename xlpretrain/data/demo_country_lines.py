@@ -201,7 +201,7 @@ def country_lines(corpus: Path, lang: str, *, held_out: bool) -> list[CountryLin
     items = parallel_items(corpus, lang)
     keys = {other: english for english, other in items.items()}
     seps = separators(corpus, lang)
-    english = None if lang == "en" else _english_lines(corpus)
+    english = None if lang == "en" else english_lines(corpus)
     names = set(keys)
     folder = corpus / "held_out" / "mono" if held_out else corpus / "mono"
     lines = []
@@ -247,7 +247,9 @@ def _items(
 
 
 @cache
-def _english_lines(corpus: Path) -> dict[str, CountryLine]:
+def english_lines(corpus: Path) -> dict[str, CountryLine]:
+    """Every English country line, of both splits, by its key: the English line of a
+    territory whichever split another language holds it out in."""
     both = [
         *country_lines(corpus, "en", held_out=False),
         *country_lines(corpus, "en", held_out=True),

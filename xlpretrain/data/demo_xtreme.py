@@ -27,6 +27,10 @@ of every language of the corpus (about 24 each), which no pre-training saw as li
   its territory, so it is the same in every language (as in XQuAD); languages that hold out the
   same territories (all but English in the snapshot) also group them into the same contexts.
   XQuAD's scorer is SQuAD's, which takes any language (MLQA's knows only MLQA's).
+* ``tatoeba/``: sentence retrieval, no training data: ``<lang>-en.<lang>`` holds a language's
+  held-out country lines, ``<lang>-en.en`` the English lines of the same territories sorted
+  (as XTREME's preprocessing sorts Tatoeba's, hiding the alignment); each English line is to
+  find its translation. Every language but English.
 
 The test answers are in ``labels/<task>/test-<lang>.{tsv,json}`` as in google-research/xtreme's
 ``mock_test_data/labels``, which its ``evaluate.py`` reads. Formats follow that repository's
@@ -46,7 +50,13 @@ import random
 from collections.abc import Sequence
 from pathlib import Path
 
-from xlpretrain.data.demo_country_lines import CountryLine, Span, country_lines, languages
+from xlpretrain.data.demo_country_lines import (
+    CountryLine,
+    Span,
+    country_lines,
+    english_lines,
+    languages,
+)
 
 DEV_EVERY = 5  # every fifth English training-split country line is dev
 # Country lines per QA context: with 4, neither the demo model nor an untrained one got past
@@ -250,6 +260,23 @@ def _write_json(path: Path, data: dict, indent: int | None = None) -> None:
     path.write_text(text + ("\n" if indent else ""), encoding="utf-8")
 
 
+# --------------------------------------------------------------------------------- Tatoeba
+
+
+def retrieval_lines(
+    lines: Sequence[CountryLine], english: dict[str, CountryLine]
+) -> tuple[list[str], list[str], list[int]]:
+    """A language's lines, the English lines of the same territories sorted, and for each
+    English line the index of its translation among the language's (the gold)."""
+    kept = [line for line in lines if line.key in english]
+    order = sorted(range(len(kept)), key=lambda i: (english[kept[i].key].text, i))
+    return [line.text for line in kept], [english[kept[i].key].text for i in order], order
+
+
+def _write_lines(path: Path, lines: Sequence[str | int]) -> None:
+    path.write_text("".join(f"{line}\n" for line in lines), encoding="utf-8")
+
+
 # ---------------------------------------------------------------------------------- writing
 
 
@@ -257,17 +284,19 @@ def write_benchmark(
     corpus: str | os.PathLike, out: str | os.PathLike, seed: int = 0
 ) -> dict[str, dict[str, int]]:
     """Writes the benchmark of the demo corpus at `corpus` under `out` (``pawsx/``, ``panx/``,
-    ``squad/``, ``xquad/``, ``labels/``); returns the examples per task and file name stem."""
+    ``squad/``, ``xquad/``, ``tatoeba/``, ``labels/``); returns the examples per task and file
+    name stem."""
     corpus, out = Path(corpus), Path(out)
-    for folder in ("pawsx", "panx", "squad", "xquad", "labels/pawsx", "labels/panx"):
-        (out / folder).mkdir(parents=True, exist_ok=True)
-    (out / "labels" / "xquad").mkdir(exist_ok=True)
+    for task in ("pawsx", "panx", "xquad", "tatoeba"):
+        (out / "labels" / task).mkdir(parents=True, exist_ok=True)
+    for folder in ("pawsx", "panx", "squad", "xquad", "tatoeba"):
+        (out / folder).mkdir(exist_ok=True)
     english = country_lines(corpus, "en", held_out=False)
     splits = {
         "train": [x for i, x in enumerate(english) if i % DEV_EVERY != DEV_EVERY - 1],
         "dev": [x for i, x in enumerate(english) if i % DEV_EVERY == DEV_EVERY - 1],
     }
-    counts: dict[str, dict[str, int]] = {"pawsx": {}, "panx": {}, "xquad": {}}
+    counts: dict[str, dict[str, int]] = {"pawsx": {}, "panx": {}, "xquad": {}, "tatoeba": {}}
 
     def rng(*names: str) -> random.Random:
         return random.Random(":".join([str(seed), *names]))
@@ -298,4 +327,10 @@ def write_benchmark(
         _write_json(out / "labels" / "xquad" / f"test-{lang}.json", labels, indent=2)
         counts["pawsx"][f"test-{lang}"], counts["panx"][f"test-{lang}"] = len(pairs), len(sentences)
         counts["xquad"][f"test-{lang}"] = sum(len(p["qas"]) for p in paragraphs)
+        if lang != "en":
+            sources, targets, gold = retrieval_lines(lines, english_lines(corpus))
+            _write_lines(out / "tatoeba" / f"{lang}-en.{lang}", sources)
+            _write_lines(out / "tatoeba" / f"{lang}-en.en", targets)
+            _write_lines(out / "labels" / "tatoeba" / f"test-{lang}.tsv", gold)
+            counts["tatoeba"][f"test-{lang}"] = len(gold)
     return counts

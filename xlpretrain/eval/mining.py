@@ -19,6 +19,7 @@ chooses the one that maximises F1 against the gold pairs.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -154,9 +155,8 @@ def mining_f1(
     `max_lines` keeps the first lines of each side and the gold pairs among them
     (`MiningSet.head`).
 
-    A sentence that occurs more than once on a side is embedded and mined once, under its
-    first ID (LASER and XTREME likewise mine unique sentences), so that its copies do not fill
-    each other's neighbourhoods.
+    A sentence that occurs more than once on a side is mined once, under its first ID
+    (`text_candidates`).
 
     Returns `{"sets": {name: {"precision", "recall", "f1", "threshold", "mined",
     "candidates", "gold", "n_l1", "n_l2"}}, "layer", "pooling", "margin_neighbours",
@@ -169,17 +169,15 @@ def mining_f1(
     for mining_set in sets:
         if max_lines is not None:
             mining_set = mining_set.head(max_lines)
-        unique = [first_rows(texts) for texts in mining_set.texts]
-        embeddings = [
-            embed(model, [texts[row] for row in rows], lang, layer=layer, pooling=pooling)
-            for texts, rows, lang in zip(mining_set.texts, unique, mining_set.pair, strict=True)
-        ]
-        candidates = margin_candidates(*embeddings)
-        l1_rows, l2_rows = unique[0][candidates.l1_rows], unique[1][candidates.l2_rows]
+        candidates = text_candidates(
+            model, mining_set.texts, mining_set.pair, layer=layer, pooling=pooling
+        )
         correct = np.array(
             [
                 (a, b) in mining_set.gold
-                for a, b in zip(l1_rows.tolist(), l2_rows.tolist(), strict=True)
+                for a, b in zip(
+                    candidates.l1_rows.tolist(), candidates.l2_rows.tolist(), strict=True
+                )
             ],
             bool,
         )
@@ -204,7 +202,30 @@ def mining_f1(
     }
 
 
-def first_rows(texts: list[str]) -> np.ndarray:
+def text_candidates(
+    model: Model,
+    texts: tuple[Sequence[str], Sequence[str]],
+    langs: tuple[str, str],
+    *,
+    layer: int,
+    pooling: str,
+) -> Candidates:
+    """`margin_candidates` of two sides' texts embedded by `model` at `layer`, rows indexing
+    `texts`. A sentence that occurs more than once on a side is embedded and mined once, at its
+    first row (LASER and XTREME likewise mine unique sentences), so that its copies do not fill
+    each other's neighbourhoods."""
+    unique = [first_rows(side) for side in texts]
+    embeddings = [
+        embed(model, [side[row] for row in rows], lang, layer=layer, pooling=pooling)
+        for side, rows, lang in zip(texts, unique, langs, strict=True)
+    ]
+    candidates = margin_candidates(*embeddings)
+    return Candidates(
+        unique[0][candidates.l1_rows], unique[1][candidates.l2_rows], candidates.scores
+    )
+
+
+def first_rows(texts: Sequence[str]) -> np.ndarray:
     """The row of each distinct text's first occurrence, in order."""
     first: dict[str, int] = {}
     for row, text in enumerate(texts):

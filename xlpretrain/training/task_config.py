@@ -4,7 +4,8 @@ the values each key may take.
 `configs/xtreme.py` starts from `default_config()`: the pre-trained model, XTREME's folder, the
 tasks and protocol, what every task shares (model dropout, the optimizer but its rate, the loop,
 the mesh, QA's windows) and one section per task (`<task>.epochs`, `learning_rate`,
-`batch_size`, `max_length`). For each task the run derives that task's own config
+`batch_size`, `max_length`; the retrieval tasks, which are not fine-tuned, `<task>.layer`,
+`pooling`, `batch_size`). For each task the run derives that task's own config
 (`task_config`: its section in place, `train.steps` from its epochs over its training rows),
 which its workdir records and resumes by, as a fine-tuning run's.
 """
@@ -44,6 +45,15 @@ TASKS = {
     "mlqa": _QA,
     "tydiqa": _QA,
 }
+# The tasks XTREME scores on the pre-trained encoder's sentence embeddings, without fine-tuning
+# (`eval.xtreme.retrieval`), and their defaults: XTREME's scripts for a 12-layer model
+# (run_bucc2018.sh: the `<s>` state, run_tatoeba.sh: the mean over the row's tokens, both after
+# the 8th layer; batches of 100).
+RETRIEVAL = {
+    "bucc2018": dict(layer=8, pooling="cls", batch_size=100),
+    "tatoeba": dict(layer=8, pooling="mean", batch_size=100),
+}
+POOLINGS = ("mean", "cls")
 # The optimizer's settings each task sets for itself.
 _OWN_OPTIM = ("learning_rate", "warmup_fraction", "weight_decay")
 # Fine-tuning's sections every task shares as they are.
@@ -70,6 +80,15 @@ def task_section(
     return section
 
 
+def retrieval_section(*, layer: int, pooling: str, batch_size: int) -> ml_collections.ConfigDict:
+    """One retrieval task's settings."""
+    section = ml_collections.ConfigDict()
+    section.layer = layer  # the hidden state compared (0: the embeddings' output)
+    section.pooling = pooling  # mean over the row's tokens (specials included) | cls: its first
+    section.batch_size = batch_size  # sentences embedded at once
+    return section
+
+
 def qa_section() -> ml_collections.ConfigDict:
     """QA's windows and decoding: XTREME's (scripts/train_qa.sh, run_squad.py defaults)."""
     qa = ml_collections.ConfigDict()
@@ -91,7 +110,7 @@ def default_config() -> ml_collections.ConfigDict:
     cfg.data.labels_dir = ""
     cfg.data.num_workers = 0
     cfg.data.prefetch = 2
-    cfg.tasks = ",".join(TASKS)  # the tasks run, in this order
+    cfg.tasks = ",".join([*TASKS, *RETRIEVAL])  # the tasks run, in this order
     cfg.protocol = "zero_shot"  # train on English, select on English dev, test every language
     cfg.version = "xtreme"  # which languages and groups results.json averages (evaluate.py's)
     cfg.select_on_dev = True  # predict with the parameters best on the development set
@@ -107,6 +126,8 @@ def default_config() -> ml_collections.ConfigDict:
     cfg.qa = qa_section()
     for task, settings in TASKS.items():
         cfg[task] = task_section(**settings)
+    for task, settings in RETRIEVAL.items():
+        cfg[task] = retrieval_section(**settings)
     return cfg
 
 
@@ -118,6 +139,14 @@ def _task_ranges(task: str) -> Ranges:
         f"{task}.max_length": (lambda v: v >= 8, "must be >= 8"),
         f"{task}.warmup_fraction": (lambda v: 0.0 <= v < 1.0, "must be in [0, 1)"),
         f"{task}.weight_decay": (lambda v: v >= 0, "must be >= 0"),
+    }
+
+
+def _retrieval_ranges(task: str) -> Ranges:
+    return {
+        f"{task}.layer": (lambda v: v >= 0, "must be >= 0 (0: the embeddings' output)"),
+        f"{task}.pooling": (lambda v: v in POOLINGS, f"must be one of {POOLINGS}"),
+        f"{task}.batch_size": (lambda v: v > 0, "must be > 0"),
     }
 
 
@@ -138,12 +167,13 @@ RANGES: Ranges = {
     "data.dir": (bool, "required: XTREME's folder, as its download script leaves it"),
     "data.num_workers": (lambda v: v >= 0, "must be >= 0"),
     "data.prefetch": (lambda v: v >= 0, "must be >= 0"),
-    "tasks": (bool, f"required: comma-separated, of {', '.join(TASKS)}"),
+    "tasks": (bool, f"required: comma-separated, of {', '.join([*TASKS, *RETRIEVAL])}"),
     "protocol": (lambda v: v in PROTOCOLS, f"must be one of {PROTOCOLS}"),
     "version": (lambda v: v in VERSIONS, f"must be one of {VERSIONS}"),
     "eval.every_steps": (lambda v: v >= 0, "must be >= 0 (0: once per epoch)"),
     **_QA_RANGES,
     **{key: value for task in TASKS for key, value in _task_ranges(task).items()},
+    **{key: value for task in RETRIEVAL for key, value in _retrieval_ranges(task).items()},
     **LOOP_RANGES,
     "train.steps": (lambda v: v >= 0, "must be >= 0 (0: each task's epochs)"),
     **MESH_RANGES,

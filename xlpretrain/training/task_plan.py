@@ -14,7 +14,7 @@ from collections.abc import Mapping
 import ml_collections
 
 from xlpretrain.core.errors import ConfigError
-from xlpretrain.data.xtreme import LAYOUTS
+from xlpretrain.eval.xtreme.retrieval import RetrievalSettings
 from xlpretrain.tasks.declaration import TaskSettings
 from xlpretrain.training.finetune_plan import (
     ModelOverrides,
@@ -30,6 +30,7 @@ from xlpretrain.training.sections import (
     PipelineSettings,
 )
 from xlpretrain.training.task_config import (
+    RETRIEVAL,
     TASK_RANGES,
     TASKS,
     check_run_config,
@@ -96,7 +97,9 @@ class XtremePlan:
     version: str  # xtreme | xtreme-r: the languages and groups results.json averages
     settings: TaskSettings  # QA's windows and decoding
     plug_in: str  # `model.plug_in`
-    max_lengths: Mapping[str, int]  # each task's tokens per row
+    max_lengths: Mapping[str, int]  # each fine-tuned task's tokens per row
+    retrieval: Mapping[str, RetrievalSettings]  # each retrieval task's embedding
+    retrieval_batch: Mapping[str, int]  # each retrieval task's sentences embedded at once
     record: ConfigRecord  # the run's config, from which each task's own is derived
 
     def task_plan(self, task: str, train_rows: int) -> TaskPlan:
@@ -108,16 +111,13 @@ class XtremePlan:
 def tasks_of(cfg: ml_collections.ConfigDict, asked: str = "") -> tuple[str, ...]:
     """The tasks a run fine-tunes: `asked` (the `--tasks` flag) or `tasks`, in order."""
     names = tuple(name.strip() for name in (asked or cfg.tasks).split(",") if name.strip())
-    unknown = [name for name in names if name not in TASKS]
+    known = (*TASKS, *RETRIEVAL)
+    unknown = [name for name in names if name not in known]
     if unknown:
-        retrieval = [name for name in unknown if name in LAYOUTS]
-        why = (
-            f"{', '.join(retrieval)} need no fine-tuning (sentence retrieval): "
-            "`python -m xlpretrain.eval.retrieval` scores them"
-            if retrieval
-            else f"unknown task(s) {', '.join(unknown)}"
+        raise ConfigError(
+            f"config key 'tasks': unknown task(s) {', '.join(unknown)}; run knows "
+            f"{', '.join(known)}"
         )
-        raise ConfigError(f"config key 'tasks': {why}; run fine-tunes {', '.join(TASKS)}")
     if not names:
         raise ConfigError("config key 'tasks': no task to run")
     return names
@@ -143,6 +143,12 @@ def resolve_xtreme(cfg: ml_collections.ConfigDict, asked: str = "") -> XtremePla
         version=cfg.version,
         settings=TaskSettings(**cfg.qa.to_dict()),
         plug_in=cfg.model.plug_in,
-        max_lengths={task: cfg[task].max_length for task in tasks},
+        max_lengths={task: cfg[task].max_length for task in tasks if task in TASKS},
+        retrieval={
+            task: RetrievalSettings(cfg[task].layer, cfg[task].pooling)
+            for task in tasks
+            if task in RETRIEVAL
+        },
+        retrieval_batch={task: cfg[task].batch_size for task in tasks if task in RETRIEVAL},
         record=ConfigRecord.of(json.loads(cfg.to_json_best_effort())),
     )

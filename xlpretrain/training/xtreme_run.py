@@ -9,6 +9,10 @@ run is started again (after a kill, with more tasks). Then the predictions are s
 google-research/xtreme's evaluate.py scores them (`eval.xtreme.score`) into `OUT/results.json`,
 with the table in `OUT/results.md` and each task per language in `OUT/results.png`.
 
+The retrieval tasks (BUCC, Tatoeba) are not fine-tuned: the pre-trained model's sentence
+embeddings predict them (`eval.xtreme.retrieval`), into the same layout, and `OUT/<task>/`
+holds only their `results.json` (BUCC's threshold per language, chosen on its dev gold).
+
 Protocols: `zero_shot` (XTREME's cross-lingual transfer: train on English, select on English
 dev, test every language) and `translate_train_all` (English and every translate-train file
 present, XTREME's xtreme_translations placed as `data.xtreme` says). The labels scored against:
@@ -28,20 +32,25 @@ from typing import Any
 
 import jax
 
+from xlpretrain import api
 from xlpretrain import tasks as task_kinds
+from xlpretrain.core.errors import ConfigError
 from xlpretrain.data.sources import DataError, format_stats
 from xlpretrain.data.xtreme import (
     LAYOUTS,
     TaskFiles,
     find_task,
+    read_bucc,
     read_split,
+    read_tatoeba,
     submission_path,
+    write_id_pairs,
     write_label_lines,
     write_labels,
     write_qa_predictions,
     write_tag_lines,
 )
-from xlpretrain.eval.xtreme import score, tables
+from xlpretrain.eval.xtreme import retrieval, score, tables
 from xlpretrain.training import task_tuning
 from xlpretrain.training.task_plan import XtremePlan
 
@@ -104,6 +113,73 @@ def write_predictions(out: Path, task: str, format: str, predicted: dict[str, An
         WRITERS[format](submission_path(out, "predictions", task, lang), predictions)
 
 
+def retrieval_predictions(
+    plan: XtremePlan, task: str, model: api.Model
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A retrieval task's predictions per test language on disk (BUCC: mined id pairs,
+    Tatoeba: indices), and per language what chose them (BUCC's dev threshold and scores)."""
+    layout, root = LAYOUTS[task], Path(plan.data_dir)
+    languages = languages_on_disk(root, layout.test[0])
+    if not languages:
+        raise DataError(f"{root}: no test file of {task} ({layout.test[0]}; {layout.hint})")
+    files = find_task(root, task, version=plan.version, languages=languages)
+    settings = plan.retrieval[task]
+    predicted, chosen = {}, {}
+    for number, lang in enumerate(languages, 1):
+        log.info("%s: %s (%d/%d)", task, lang, number, len(languages))
+        if layout.kind == "tatoeba":
+            split = read_tatoeba(*files.test[lang])
+            predicted[lang] = retrieval.tatoeba_indices(model, split, lang, settings)
+            continue
+        dev_files = files.dev_by_language.get(lang)
+        if dev_files is None:
+            raise DataError(
+                f"{root}: {task} {lang} has no dev split ({', '.join(layout.dev_by_language)}): "
+                "its gold pairs choose the threshold the test split is mined at"
+            )
+        dev, test = read_bucc(*dev_files), read_bucc(*files.test[lang])
+        predicted[lang], chosen[lang] = retrieval.bucc_pairs(model, dev, test, lang, settings)
+        log.info(
+            "%s: %s: threshold %s, dev F1 %.4f, %d test pairs mined",
+            task,
+            lang,
+            chosen[lang]["threshold"],
+            chosen[lang]["f1"],
+            len(predicted[lang]),
+        )
+    return predicted, chosen
+
+
+def run_retrieval_task(plan: XtremePlan, task: str, out: Path) -> dict[str, Any]:
+    """Predicts and records one retrieval task (see the module docstring); its results."""
+    folder = out / task
+    if (folder / DONE).is_file():
+        log.info("%s: done already (%s); not redone", task, folder / DONE)
+        return json.loads((folder / DONE).read_text())
+    model = api.load(plan.init_path, batch_size=plan.retrieval_batch[task])
+    settings = plan.retrieval[task]
+    if not 0 <= settings.layer <= model.config.num_layers:
+        raise ConfigError(
+            f"config key '{task}.layer': {settings.layer}, but the model at {plan.init_path} has "
+            f"states 0 to {model.config.num_layers} (0: the embeddings' output)"
+        )
+    predicted, chosen = retrieval_predictions(plan, task, model)
+    result = {"layer": settings.layer, "pooling": settings.pooling, "dev": chosen}
+    if jax.process_index() == 0:
+        writer = write_label_lines if LAYOUTS[task].kind == "tatoeba" else write_id_pairs
+        for lang, predictions in predicted.items():
+            writer(submission_path(out, "predictions", task, lang), predictions)
+        _write_done(folder, result)
+    return result
+
+
+def _write_done(folder: Path, result: dict[str, Any]) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    tmp = folder / (DONE + ".tmp")
+    tmp.write_text(json.dumps(result, indent=2))
+    os.replace(tmp, folder / DONE)
+
+
 def _labelled(example: Any) -> bool:
     return bool(getattr(example, "answers", None) or getattr(example, "labels", None)) or (
         getattr(example, "label", None) is not None
@@ -113,6 +189,8 @@ def _labelled(example: Any) -> bool:
 def run_task(plan: XtremePlan, task: str, out: Path, devices=None) -> dict[str, Any] | None:
     """Fine-tunes, predicts and records one task (see the module docstring); its results, or
     None when a preemption notice stopped it (run again to resume)."""
+    if task in plan.retrieval:
+        return run_retrieval_task(plan, task, out)
     folder = out / task
     if (folder / DONE).is_file():
         log.info("%s: done already (%s); not redone", task, folder / DONE)
@@ -144,9 +222,7 @@ def run_task(plan: XtremePlan, task: str, out: Path, devices=None) -> dict[str, 
         for lang, test in examples.tests.items():
             if all(_labelled(e) for e in test):
                 write_labels(out, task, lang, test)
-        tmp = folder / (DONE + ".tmp")
-        tmp.write_text(json.dumps(result, indent=2))
-        os.replace(tmp, folder / DONE)
+        _write_done(folder, result)
     return result
 
 

@@ -44,7 +44,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--xtreme",
         help="also write a small XTREME-format benchmark built from it to this folder: "
-        "pawsx/, panx/, squad/ + xquad/ and labels/ (see xlpretrain.data.demo_xtreme)",
+        "pawsx/, panx/, squad/ + xquad/, tatoeba/ and labels/ (see xlpretrain.data.demo_xtreme)",
     )
     parser.add_argument(
         "--snapshot",
@@ -62,8 +62,10 @@ def main(argv: list[str] | None = None) -> None:
         counts = demo_xtreme.write_benchmark(args.out, args.xtreme)
         for task, files in counts.items():
             tests = sum(n for name, n in files.items() if name.startswith("test-"))
-            sizes = ", ".join(f"{n} {name}" for name, n in files.items() if "-en" in name)
-            print(f"{task + ':':<19}{args.xtreme}  ({sizes}, {tests} test examples)")
+            sizes = [f"{n} {name}" for name, n in files.items() if not name.startswith("test-")]
+            print(
+                f"{task + ':':<19}{args.xtreme}  ({', '.join([*sizes, f'{tests} test examples'])})"
+            )
     if args.snapshot:
         digest = write_snapshot(args.out, args.snapshot)
         print(f"{'snapshot:':<19}{args.snapshot}  (sha256 {digest})")

@@ -1,0 +1,95 @@
+"""XTREME's retrieval tasks, BUCC 2018 and Tatoeba, predicted as its scripts do: no fine-tuning,
+the pre-trained encoder's sentence embeddings at one layer (google-research/xtreme
+`scripts/run_bucc2018.sh`, `run_tatoeba.sh`, `third_party/evaluate_retrieval.py`).
+
+- Tatoeba: every English sentence of `{lang}-en.en` retrieves its cosine nearest source
+  sentence of `{lang}-en.{lang}`; the prediction is that sentence's 0-based line (XTREME's
+  `similarity_search` indexes the source side and queries it with the English one).
+- BUCC: candidate pairs by the ratio margin (`eval.mining.text_candidates`, k = 4, both
+  directions, one-to-one); the threshold is the one of best F1 on the dev split's gold, and the
+  test split's candidates scoring at least that are the predicted pairs. (XTREME's released
+  script optimises the threshold on the gold of the split it predicts, and ships no test gold;
+  the dev split is what a threshold can honestly be chosen on.)
+
+XTREME embeds with the hidden state `specific_layer` of the last `num_layers` states, so its
+layer 7 is the state after the 8th layer (`xtreme.layer` here counts states, 0 the embeddings).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from xlpretrain.eval.alignment import embed, normalise
+from xlpretrain.eval.mining import best_threshold, text_candidates
+
+if TYPE_CHECKING:
+    from xlpretrain.api import Model
+    from xlpretrain.data.xtreme import BuccSplit, TatoebaSplit
+
+__all__ = ["RetrievalSettings", "bucc_pairs", "tatoeba_indices"]
+_SIMILARITY_ROWS = 1024  # query rows of the similarity matrix held at once
+
+
+@dataclasses.dataclass(frozen=True)
+class RetrievalSettings:
+    """Which embedding a retrieval task compares: a hidden state (0 the embeddings' output)
+    pooled by `mean` over the row's tokens or its first (`cls`)."""
+
+    layer: int
+    pooling: str
+
+
+def tatoeba_indices(
+    model: Model, split: TatoebaSplit, lang: str, settings: RetrievalSettings
+) -> list[int]:
+    """For each English sentence, in file order, the line of its nearest source sentence."""
+    source = _embed(model, split.source, lang, settings)
+    english = _embed(model, split.english, "en", settings)
+    source, english = normalise(source, np.float32), normalise(english, np.float32)
+    nearest = []
+    for start in range(0, len(english), _SIMILARITY_ROWS):
+        similarity = english[start : start + _SIMILARITY_ROWS] @ source.T
+        nearest.extend(similarity.argmax(axis=1).tolist())
+    return nearest
+
+
+def bucc_pairs(
+    model: Model, dev: BuccSplit, test: BuccSplit, lang: str, settings: RetrievalSettings
+) -> tuple[list[tuple[str, str]], dict[str, Any]]:
+    """The test split's mined `(source id, English id)` pairs, and the dev split's scores at
+    the threshold chosen on its gold (`threshold`, `precision`, `recall`, `f1`, `mined`)."""
+    if dev.gold is None:
+        raise ValueError(f"BUCC {lang}: the dev split has no gold pairs to set a threshold on")
+    dev_ids, dev_candidates = _candidates(model, dev, lang, settings)
+    gold = set(dev.gold)
+    correct = np.array([pair in gold for pair in _id_pairs(dev_ids, dev_candidates)], bool)
+    chosen = best_threshold(dev_candidates.scores, correct, len(gold))
+    if chosen["threshold"] is None:  # no gold pair among the candidates: mine nothing
+        return [], chosen
+    test_ids, test_candidates = _candidates(model, test, lang, settings)
+    pairs = _id_pairs(test_ids, test_candidates)
+    mined = test_candidates.scores >= chosen["threshold"]
+    return [pair for pair, keep in zip(pairs, mined.tolist(), strict=True) if keep], chosen
+
+
+def _embed(model: Model, texts, lang: str, settings: RetrievalSettings) -> np.ndarray:
+    return embed(model, list(texts), lang, layer=settings.layer, pooling=settings.pooling)
+
+
+def _candidates(model: Model, split: BuccSplit, lang: str, settings: RetrievalSettings):
+    ids = (list(split.source), list(split.english))
+    texts = (list(split.source.values()), list(split.english.values()))
+    candidates = text_candidates(
+        model, texts, (lang, "en"), layer=settings.layer, pooling=settings.pooling
+    )
+    return ids, candidates
+
+
+def _id_pairs(ids, candidates) -> list[tuple[str, str]]:
+    return [
+        (ids[0][a], ids[1][b])
+        for a, b in zip(candidates.l1_rows.tolist(), candidates.l2_rows.tolist(), strict=True)
+    ]
