@@ -269,8 +269,12 @@ def test_read_split_picks_the_reader_and_the_rule(root):
     assert "tydiqa has no dev files" in one_line_error(
         lambda: read_split(files(root, "tydiqa"), "dev")
     )
-    with pytest.raises(ValueError, match="training data is English, not 'de'"):
+    with pytest.raises(ValueError, match="xnli training data is English, not 'de'"):
         read_split(xnli, "train", "de")
+    in_language, _ = read_split(panx, "train", "de")  # XTREME ships PAN-X's in every language
+    assert [s.words for s in in_language] == [s[0] for s in fx.TAGGED["panx"]["de"][1:]]
+    message = one_line_error(lambda: read_split(panx, "train", "ar"))
+    assert message == f"{root}: panx has no train files for ar"
     with pytest.raises(ValueError, match="test needs a language"):
         read_split(xnli, "test")
     with pytest.raises(ValueError, match="unknown split 'valid'"):

@@ -234,6 +234,8 @@ def _write_tagged(folder: Path, task: str) -> None:
     for lang in LANGUAGES[task]:
         _text(folder / f"dev-{lang}.tsv", _tagged(sentences[lang], True))
         _text(folder / f"test-{lang}.tsv", _tagged(sentences[lang][::-1], False))
+    for lang in LANGUAGES[task][1:2]:  # in-language training data, here of one language
+        _text(folder / f"train-{lang}.tsv", _tagged(sentences[lang][1:], True))
 
 
 def _write_squad(folder: Path, task: str) -> None:

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 import ml_collections
 
 from xlpretrain.core.errors import ConfigError
+from xlpretrain.data.xtreme import LAYOUTS
 from xlpretrain.eval.xtreme.retrieval import RetrievalSettings
 from xlpretrain.tasks.declaration import TaskSettings
 from xlpretrain.training.finetune_plan import (
@@ -130,10 +131,14 @@ def resolve_xtreme(cfg: ml_collections.ConfigDict, asked: str = "") -> XtremePla
     check_run_config(cfg)
     tasks = tasks_of(cfg, asked)
     if cfg.protocol == "in_language":
-        raise ConfigError(
-            "config key 'protocol': in_language (training on each language's own training "
-            "data) is not run yet; zero_shot and translate_train_all are"
-        )
+        english_only = [t for t in tasks if t in TASKS and LAYOUTS[t].train_by_language is None]
+        if english_only:
+            shipped = [name for name, layout in LAYOUTS.items() if layout.train_by_language]
+            raise ConfigError(
+                f"config key 'protocol': in_language trains on each test language's own "
+                f"training data, which XTREME ships for {', '.join(shipped)}, not for "
+                f"{', '.join(english_only)}"
+            )
     return XtremePlan(
         init_path=cfg.init.path,
         data_dir=cfg.data.dir,

@@ -14,10 +14,13 @@ embeddings predict them (`eval.xtreme.retrieval`), into the same layout, and `OU
 holds only their `results.json` (BUCC's threshold per language, chosen on its dev gold).
 
 Protocols: `zero_shot` (XTREME's cross-lingual transfer: train on English, select on English
-dev, test every language) and `translate_train_all` (English and every translate-train file
-present, XTREME's xtreme_translations placed as `data.xtreme` says). The labels scored against:
-`data.labels_dir`, else `XTREME_DIR/labels` if it exists, else the test files' own labels
-(written to `OUT/labels/`) where they have them.
+dev, test every language), `translate_train_all` (English and every translate-train file
+present, XTREME's xtreme_translations placed as `data.xtreme` says) and `in_language` (one
+fine-tuning per test language with training data of its own, in `OUT/<task>/<lang>/`, on that
+language's training data, selected on its dev, predicting its test: PAN-X, UD-POS and
+TyDiQA-GoldP, where XTREME ships such data; languages without it are not run). The labels
+scored against: `data.labels_dir`, else `XTREME_DIR/labels` if it exists, else the test files'
+own labels (written to `OUT/labels/`) where they have them.
 """
 
 from __future__ import annotations
@@ -86,14 +89,18 @@ def _read(files: TaskFiles, split: str, lang: str | None = None) -> list[Any]:
     return examples
 
 
-def task_examples(plan: XtremePlan, task: str) -> tuple[task_tuning.TaskExamples, str]:
-    """A task's examples under the run's protocol, and its reader format."""
+def task_runs(plan: XtremePlan, task: str) -> dict[str, task_tuning.TaskExamples]:
+    """A task's fine-tuning runs under the run's protocol, by workdir under `OUT/<task>/` (""
+    for that folder itself): one for `zero_shot` and `translate_train_all`, one per test
+    language with training data of its own for `in_language`."""
     layout = LAYOUTS[task]
     root = Path(plan.data_dir)
     languages = languages_on_disk(root, layout.test[0])
     if not languages:
         raise DataError(f"{root}: no test file of {task} ({layout.test[0]}; {layout.hint})")
     files = find_task(root, task, version=plan.version, languages=languages)
+    if plan.protocol == "in_language":
+        return in_language_examples(files, languages)
     train = _read(files, "train")
     if plan.protocol == "translate_train_all":
         if not files.translate_train:
@@ -105,7 +112,34 @@ def task_examples(plan: XtremePlan, task: str) -> tuple[task_tuning.TaskExamples
             train += _read(files, "translate-train", lang)
     dev = _read(files, "dev") if files.dev else []
     tests = {lang: _read(files, "test", lang) for lang in languages}
-    return task_tuning.TaskExamples(train, dev, tests), layout.kind
+    return {"": task_tuning.TaskExamples(train, dev, tests)}
+
+
+def in_language_examples(
+    files: TaskFiles, languages: tuple[str, ...]
+) -> dict[str, task_tuning.TaskExamples]:
+    """Per test language with training data (English's `train`, the others' where XTREME
+    ships them): its own training data, its own dev (where shipped) and its test."""
+    task = files.layout.name
+    trained = [lang for lang in languages if lang == "en" or lang in files.train_by_language]
+    if not trained:
+        raise DataError(
+            f"{files.root}: no test language of {task} has training data of its own, which the "
+            f"protocol in_language trains on ({', '.join(files.layout.train_by_language)})"
+        )
+    if untrained := sorted(set(languages) - set(trained)):
+        log.warning("%s: no training data in %s: not run (in_language)", task, ", ".join(untrained))
+    runs = {}
+    for lang in trained:
+        own_dev = files.dev if lang == "en" else files.dev_by_language.get(lang)
+        runs[lang] = task_tuning.TaskExamples(
+            _read(files, "train", lang),
+            _read(files, "dev", None if lang == "en" else lang) if own_dev else [],
+            {lang: _read(files, "test", lang)},
+            train_language=lang,
+            dev_language=lang,
+        )
+    return runs
 
 
 def write_predictions(out: Path, task: str, format: str, predicted: dict[str, Any]) -> None:
@@ -196,7 +230,36 @@ def run_task(plan: XtremePlan, task: str, out: Path, devices=None) -> dict[str, 
         log.info("%s: done already (%s); not redone", task, folder / DONE)
         return json.loads((folder / DONE).read_text())
     log.info("%s: reading %s", task, plan.data_dir)
-    examples, format = task_examples(plan, task)
+    runs, format = task_runs(plan, task), LAYOUTS[task].kind
+    results, predicted, tests = {}, {}, {}
+    for number, (name, examples) in enumerate(runs.items(), 1):
+        if name:
+            log.info("%s: %s (%d/%d)", task, name, number, len(runs))
+        result = fine_tune(plan, task, folder / name, examples, devices)
+        if result is None:
+            return None
+        predicted |= result.pop("predictions")
+        results[name], tests = result, tests | dict(examples.tests)
+    result = results.pop("") if "" in results else {"languages": results}
+    if jax.process_index() == 0:
+        write_predictions(out, task, format, predicted)
+        for lang, test in tests.items():
+            if all(_labelled(e) for e in test):
+                write_labels(out, task, lang, test)
+        _write_done(folder, result)
+    return result
+
+
+def fine_tune(
+    plan: XtremePlan,
+    task: str,
+    workdir: Path,
+    examples: task_tuning.TaskExamples,
+    devices=None,
+) -> dict[str, Any] | None:
+    """One fine-tuning run of `task` in `workdir`: its results with each test language's
+    predictions (`"predictions"`; QA's by question id), or None when it stopped short."""
+    format = LAYOUTS[task].kind
     kind = task_kinds.get(KIND_OF_FORMAT[format])
     prepared = task_tuning.prepare(
         plan.init_path,
@@ -207,22 +270,14 @@ def run_task(plan: XtremePlan, task: str, out: Path, devices=None) -> dict[str, 
         plug_in=plan.plug_in,
     )
     own = plan.task_plan(task, len(prepared.train_rows))
-    tuning = task_tuning.build(own, str(folder), kind, examples, prepared, devices)
-    result = task_tuning.run(tuning)
-    if result is None:
-        return None
-    predicted = result.pop("predictions")
-    if format == "qa":
-        predicted = {
+    result = task_tuning.run(
+        task_tuning.build(own, str(workdir), kind, examples, prepared, devices)
+    )
+    if result is not None and format == "qa":
+        result["predictions"] = {
             lang: {e.id: p for e, p in zip(examples.tests[lang], answers, strict=True)}
-            for lang, answers in predicted.items()
+            for lang, answers in result["predictions"].items()
         }
-    if jax.process_index() == 0:
-        write_predictions(out, task, format, predicted)
-        for lang, test in examples.tests.items():
-            if all(_labelled(e) for e in test):
-                write_labels(out, task, lang, test)
-        _write_done(folder, result)
     return result
 
 

@@ -69,6 +69,8 @@ class TaskLayout:
     languages_r: tuple[str, ...] | None  # XTREME-R's; None: not an XTREME-R task
     labels: tuple[str, ...] | None = None  # the classes or tags, where fixed
     hint: str = _DOWNLOAD  # what to do when a file is missing
+    # per language where XTREME ships training data in the test languages (in_language)
+    train_by_language: tuple[str, ...] | None = None
 
 
 LAYOUTS: dict[str, TaskLayout] = {
@@ -113,6 +115,7 @@ LAYOUTS: dict[str, TaskLayout] = {
             languages_r=tuple(_PANX + "qu pl uk az lt pa gu ro".split()),
             labels=("B-LOC", "B-ORG", "B-PER", "I-LOC", "I-ORG", "I-PER", "O"),
             hint=_PANX_STEP,
+            train_by_language=("panx/train-{lang}.tsv",),
         ),
         TaskLayout(
             name="udpos",
@@ -126,6 +129,7 @@ LAYOUTS: dict[str, TaskLayout] = {
             languages=tuple(_UDPOS),
             languages_r=tuple(_UDPOS + "lt pl uk wo ro".split()),
             labels=_UPOS,
+            train_by_language=("udpos/train-{lang}.tsv",),
         ),
         TaskLayout(
             name="squad",
@@ -174,6 +178,7 @@ LAYOUTS: dict[str, TaskLayout] = {
             translate_train=("tydiqa/translate-train/tydiqa.translate.train.en-{lang}.json",),
             languages=tuple(_TYDIQA),
             languages_r=tuple(_TYDIQA),
+            train_by_language=("tydiqa/tydiqa-goldp-v1.1-train/tydiqa.goldp.{lang}.train.json",),
         ),
         TaskLayout(
             name="bucc2018",
@@ -228,6 +233,7 @@ class TaskFiles:
     test: dict[str, Files]
     dev_by_language: dict[str, Files]  # only the languages whose dev files are all present
     translate_train: dict[str, Files]  # only the languages whose files are present
+    train_by_language: dict[str, Files]  # likewise (English's is `train`)
 
 
 def task_languages(task: str, version: str = "xtreme") -> tuple[str, ...]:
@@ -278,6 +284,7 @@ def find_task(
         test={lang: required[f"test-{lang}"] for lang in langs},
         dev_by_language=_present(root, layout.dev_by_language),
         translate_train=_present(root, layout.translate_train),
+        train_by_language=_present(root, layout.train_by_language),
     )
 
 

@@ -21,7 +21,8 @@ Examples = list[PairExample] | list[TaggedSentence] | list[QAExample]
 def read_split(files: TaskFiles, split: str, lang: str | None = None) -> tuple[Examples, FileStats]:
     """The examples of `split` ('train', 'translate-train', 'dev', 'test') of a pair, tagging or
     QA task; `lang` is required for translate-train and test, and picks a language's dev
-    (without it, 'dev' is the English dev a checkpoint is selected on)."""
+    (without it, 'dev' is the English dev a checkpoint is selected on) or training data (where
+    XTREME ships it in other languages: PAN-X, UD-POS, TyDiQA-GoldP)."""
     layout = files.layout
     if layout.kind not in ("pairs", "tagging", "qa"):
         raise ValueError(f"{layout.name} has no fine-tuning splits (read_bucc, read_tatoeba)")
@@ -43,9 +44,14 @@ def _paths(files: TaskFiles, split: str, lang: str | None) -> tuple | None:
     if split not in SPLITS:
         raise ValueError(f"unknown split {split!r}: expected one of {SPLITS}")
     if split == "train":
-        if lang not in (None, "en"):
-            raise ValueError(f"XTREME's training data is English, not {lang!r} (translate-train?)")
-        return files.train
+        if lang in (None, "en"):
+            return files.train
+        if files.layout.train_by_language is None:
+            raise ValueError(
+                f"XTREME's {files.layout.name} training data is English, not {lang!r} "
+                "(translate-train?)"
+            )
+        return files.train_by_language.get(lang)
     if split == "dev" and lang is None:
         return files.dev
     if lang is None:
