@@ -34,9 +34,11 @@ from transformers.trainer_pt_utils import get_parameter_names  # noqa: E402
 
 from xlpretrain import backbones, masks  # noqa: E402
 from xlpretrain.convert import Pretrained, read_hf_task, write_hf_task  # noqa: E402
+from xlpretrain.convert.hf import head_of  # noqa: E402
 from xlpretrain.model.encoder import MaskedLM  # noqa: E402
 from xlpretrain.model.task_heads import (  # noqa: E402
     QUESTION_ANSWERING,
+    SEQUENCE_CLASSIFICATION,
     TOKEN_CLASSIFICATION,
     task_model,
 )
@@ -289,7 +291,7 @@ def run(request) -> Run:
 
 def write_task(family: str, kind: str, params: dict, folder) -> None:
     pretrained = Pretrained(our_config(family), params["backbone"])
-    write_hf_task(pretrained, params["head"], kind, LABELS, folder)
+    write_hf_task(pretrained, head_of(params), kind, LABELS, folder)
 
 
 def test_fine_tuning_matches_hugging_face_step_for_step(run):
@@ -375,6 +377,30 @@ def test_a_fine_tuned_model_exports_with_our_logits_and_reads_back(run, tmp_path
     assert_same_weights(run, read_hf_task(tmp_path / "saved").params)
 
 
+@pytest.mark.parametrize("family", FAMILIES)
+def test_a_sequence_classifier_exports_with_our_logits_and_reads_back(family, tmp_path):
+    """XNLI's and PAWS-X's classifier (`PairClassifier`, its family's head on the first token:
+    XLM-R's classification head, BERT's pooler and classifier, ModernBERT's prediction head)
+    as the family's `…ForSequenceClassification`: its logits on padded rows with token types
+    are ours, and it reads back to the same weights. (Not trained here: its encoder is the other
+    kinds', whose training the tests above compare step by step.)"""
+    params = initial_params(family, SEQUENCE_CLASSIFICATION)
+    write_task(family, SEQUENCE_CLASSIFICATION, params, tmp_path / "hf")
+    model = hf_model(family, SEQUENCE_CLASSIFICATION, tmp_path / "hf", train=False)
+    assert model.config.id2label == dict(enumerate(LABELS))
+    ours, inputs = make_batch(family, TOKEN_CLASSIFICATION, seed=7)
+    got = our_outputs(family, SEQUENCE_CLASSIFICATION, params, ours)[:ROWS]
+    want = hf_outputs(model, SEQUENCE_CLASSIFICATION, inputs)
+    assert got.shape == want.shape == (ROWS, len(LABELS))
+    np.testing.assert_allclose(got, want, rtol=0, atol=LOGIT_TOLERANCE * np.abs(want).max())
+    back = read_hf_task(tmp_path / "hf")
+    assert (back.kind, back.labels) == (SEQUENCE_CLASSIFICATION, tuple(LABELS))
+    assert jax.tree.structure(back.params) == jax.tree.structure(params)
+    want = hf_state(family, SEQUENCE_CLASSIFICATION, params)
+    for name, value in hf_state(family, SEQUENCE_CLASSIFICATION, back.params).items():
+        np.testing.assert_array_equal(value, want[name], err_msg=name)
+
+
 def assert_same_weights(run: Run, params: dict) -> None:
     """`params` are the run's final ones: the same tree, and every weight HF has equal (not
     ModernBERT's first attention norm, which HF lacks and its first layer ignores)."""
@@ -389,7 +415,7 @@ def test_a_folder_of_another_task_class_is_refused(tmp_path):
     write_task("xlmr", QUESTION_ANSWERING, params, tmp_path / "hf")
     config = (tmp_path / "hf" / "config.json").read_text()
     (tmp_path / "hf" / "config.json").write_text(
-        config.replace("XLMRobertaForQuestionAnswering", "XLMRobertaForSequenceClassification")
+        config.replace("XLMRobertaForQuestionAnswering", "XLMRobertaForMultipleChoice")
     )
     with pytest.raises(ValueError, match="names no task class this family converts"):
         read_hf_task(tmp_path / "hf")

@@ -227,7 +227,7 @@ def test_configs_match_table_8(size, layers, hidden, heads, ffn, lr, b2):
 
 
 def test_pair_classifier_plugged_in_and_out():
-    from xlpretrain.model.classifier import PairClassifier
+    from xlpretrain.model.task_heads import PairClassifier
 
     pretrained = {k: v for k, v in PARAMS.items() if k != "lm_head"}
     batch = {k: BATCH[k] for k in ("input_ids", "positions", "segment_ids", "pair_ids", "side")}

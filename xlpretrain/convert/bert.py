@@ -37,7 +37,11 @@ from xlpretrain.data.tokenizer import SpecialIds
 from xlpretrain.families import BERT
 from xlpretrain.model import vocab
 from xlpretrain.model.config import ModelConfig
-from xlpretrain.model.task_heads import QUESTION_ANSWERING, TOKEN_CLASSIFICATION
+from xlpretrain.model.task_heads import (
+    QUESTION_ANSWERING,
+    SEQUENCE_CLASSIFICATION,
+    TOKEN_CLASSIFICATION,
+)
 
 MASKED_LM_ARCHITECTURE = "BertForMaskedLM"
 ENCODER_ARCHITECTURE = "BertModel"
@@ -85,10 +89,13 @@ IGNORED = (
 )  # fmt: skip
 # The HF class of each fine-tuning task kind (`model.task_heads`), and its head's tensors.
 TASK_ARCHITECTURES = {
+    SEQUENCE_CLASSIFICATION: "BertForSequenceClassification",
     TOKEN_CLASSIFICATION: "BertForTokenClassification",
     QUESTION_ANSWERING: "BertForQuestionAnswering",
 }
 TASK_HEAD_RULES = {
+    # The pooler (dense, tanh) on [CLS], then the classifier: the pair classifier's linear head.
+    SEQUENCE_CLASSIFICATION: hf.pair_head_rules("bert.pooler.dense", "classifier"),
     TOKEN_CLASSIFICATION: hf.linear_head_rules("classifier"),
     QUESTION_ANSWERING: hf.linear_head_rules("qa_outputs"),
 }

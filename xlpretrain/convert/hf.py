@@ -45,7 +45,7 @@ from xlpretrain.core.errors import require
 from xlpretrain.data.tokenizer import HFTokenizer, SentencePieceTokenizer, SpecialIds, Tokenizer
 from xlpretrain.model.config import ModelConfig
 from xlpretrain.model.heads import LMHead
-from xlpretrain.model.task_heads import QUESTION_ANSWERING, TOKEN_CLASSIFICATION, task_model
+from xlpretrain.model.task_heads import QUESTION_ANSWERING, SEQUENCE_CLASSIFICATION, task_model
 
 log = logging.getLogger(__name__)
 
@@ -289,7 +289,7 @@ def _listing(names: list[str], limit: int = 8) -> str:
 #
 # A fine-tuned model (`model.task_heads`) exports as its family's HF task class: the encoder
 # under the class's prefix, the head by the converter's `TASK_HEAD_RULES`, and a config.json
-# with the labels. Our side is the task module's tree: `backbone/` (the encoder) and `head/`.
+# with the labels. Our side is the task module's tree: `backbone/` (the encoder) and its head.
 
 QA_LABELS = ("LABEL_0", "LABEL_1")  # what HF names a QA class's two outputs (start, end)
 
@@ -297,8 +297,8 @@ QA_LABELS = ("LABEL_0", "LABEL_1")  # what HF names a QA class's two outputs (st
 @dataclasses.dataclass(frozen=True)
 class TaskModel:
     """A fine-tuned model as an HF task folder holds it: ``params`` is the task module's tree
-    (``TokenClassifier``'s, ``SpanExtractor``'s), ``labels`` a token classifier's in id order
-    (QA: none)."""
+    (``PairClassifier``'s, ``TokenClassifier``'s, ``SpanExtractor``'s), ``labels`` a
+    classifier's in id order (QA: none)."""
 
     config: ModelConfig
     params: Params
@@ -308,8 +308,15 @@ class TaskModel:
 
 
 def task_tree(encoder: Params, head: Params) -> Params:
-    """The task module's tree of a pre-trained tree (its LM head, if any, left out) and a head."""
-    return {"backbone": {k: v for k, v in encoder.items() if k != "lm_head"}, "head": head}
+    """The task module's tree of a pre-trained tree (its LM head, if any, left out) and its
+    head's params (every top-level entry but ``backbone``: ``head/``, or the linear pair
+    classifier's ``head_dense/`` and ``head_out/``)."""
+    return {"backbone": {k: v for k, v in encoder.items() if k != "lm_head"}, **head}
+
+
+def head_of(params: Params) -> Params:
+    """A task module's head params: ``task_tree``'s inverse."""
+    return {k: v for k, v in params.items() if k != "backbone"}
 
 
 def encoder_task_rules(prefix: str, encoder_rules: Sequence[Rule]) -> tuple[Rule, ...]:
@@ -326,17 +333,31 @@ def linear_head_rules(name: str) -> tuple[Rule, ...]:
     )
 
 
+def pair_head_rules(dense: str, out: str) -> tuple[Rule, ...]:
+    """HF's ``nn.Linear`` ``dense`` (tanh after it) and ``out`` as the linear pair classifier's
+    ``head_dense`` and ``head_out``."""
+    return (
+        (f"{dense}.weight", "head_dense/kernel", LINEAR),
+        (f"{dense}.bias", "head_dense/bias", COPY),
+        (f"{out}.weight", "head_out/kernel", LINEAR),
+        (f"{out}.bias", "head_out/bias", COPY),
+    )
+
+
 def task_config(kind: str, labels: Sequence[str], dropout: float) -> dict:
     """What a task class's ``config.json`` states beside the encoder's settings: its labels
-    (QA: HF's two defaults, start and end) and the dropout before its linear layer."""
-    names = list(labels) if kind == TOKEN_CLASSIFICATION else list(QA_LABELS)
+    (QA: HF's two defaults, start and end), the dropout before its linear layer, and a
+    sequence classifier's pooling (its first token's state; ModernBERT reads the setting)."""
+    names = list(QA_LABELS) if kind == QUESTION_ANSWERING else list(labels)
     if len(set(names)) != len(names) or not names:
-        raise ValueError(f"labels {names}: a token classifier needs distinct labels")
+        raise ValueError(f"labels {names}: a classifier needs distinct labels")
+    pooling = {"classifier_pooling": "cls"} if kind == SEQUENCE_CLASSIFICATION else {}
     return {
         "id2label": {str(i): name for i, name in enumerate(names)},
         "label2id": {name: i for i, name in enumerate(names)},
         "num_labels": len(names),
         "classifier_dropout": dropout,
+        **pooling,
     }
 
 
@@ -355,7 +376,7 @@ def task_kind(
 
 
 def task_labels(hf_config: Mapping, kind: str, source: str | os.PathLike) -> tuple[str, ...]:
-    """A token classifier's labels in id order (``id2label``); QA has none."""
+    """A classifier's labels in id order (``id2label``); QA has none."""
     if kind == QUESTION_ANSWERING:
         return ()
     id2label = hf_config.get("id2label") or {}
@@ -366,7 +387,7 @@ def task_labels(hf_config: Mapping, kind: str, source: str | os.PathLike) -> tup
 
 
 def abstract_task_params(config: ModelConfig, kind: str, task_head: str, labels: int) -> Params:
-    """Shapes of the task module's params (``backbone/``, ``head/``), without allocating."""
+    """Shapes of the task module's params (``backbone/`` and its head), without allocating."""
     config = dataclasses.replace(config, remat="none", attention_impl="xla")
     module = task_model(kind, config, task_head, labels)
     ids = np.zeros((1, 8), np.int32)
@@ -387,6 +408,12 @@ def read_task(
     source = path / "config.json"
     config = config_from_hf(hf_config, source)
     kind = task_kind(hf_config, architectures, source)
+    pooling = hf_config.get("classifier_pooling", "cls")
+    if kind == SEQUENCE_CLASSIFICATION and pooling != "cls":
+        raise ValueError(
+            f"{source}: classifier_pooling={pooling!r}; xlpretrain's sequence classifier reads "
+            "the first token's state ('cls')"
+        )
     labels = task_labels(hf_config, kind, source)
     params = params_from_hf(read_tensors(path), config, kind, len(labels))
     return TaskModel(config, params, kind, labels, read_tokenizer(path, config))

@@ -39,7 +39,11 @@ from xlpretrain.data.tokenizer import SpecialIds
 from xlpretrain.families import MODERNBERT
 from xlpretrain.model import vocab
 from xlpretrain.model.config import ModelConfig
-from xlpretrain.model.task_heads import QUESTION_ANSWERING, TOKEN_CLASSIFICATION
+from xlpretrain.model.task_heads import (
+    QUESTION_ANSWERING,
+    SEQUENCE_CLASSIFICATION,
+    TOKEN_CLASSIFICATION,
+)
 
 MASKED_LM_ARCHITECTURE = "ModernBertForMaskedLM"
 ENCODER_ARCHITECTURE = "ModernBertModel"
@@ -118,8 +122,9 @@ RULES: tuple[Rule, ...] = (
 )
 TIED = {"decoder.weight": "model.embeddings.tok_embeddings.weight"}
 # The HF class of each fine-tuning task kind (`model.task_heads`), and its head's tensors: the
-# prediction head (`ModernBertPredictionHead`), then the linear layer, for both kinds.
+# prediction head (`ModernBertPredictionHead`), then the linear layer, for every kind.
 TASK_ARCHITECTURES = {
+    SEQUENCE_CLASSIFICATION: "ModernBertForSequenceClassification",
     TOKEN_CLASSIFICATION: "ModernBertForTokenClassification",
     QUESTION_ANSWERING: "ModernBertForQuestionAnswering",
 }

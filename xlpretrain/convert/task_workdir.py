@@ -24,10 +24,10 @@ from pathlib import Path
 
 from xlpretrain.convert import folder
 from xlpretrain.convert.folder import Params, Pretrained
-from xlpretrain.convert.hf import abstract_task_params
+from xlpretrain.convert.hf import abstract_task_params, head_of
 from xlpretrain.data.tokenizer import Tokenizer
 from xlpretrain.model.config import ModelConfig
-from xlpretrain.model.task_heads import TASK_KINDS
+from xlpretrain.model.task_heads import SEQUENCE_CLASSIFICATION, TASK_KINDS
 
 TASK_FILE = "task.json"
 BEST_DIR = "best"  # as `training.task_tuning.BEST`
@@ -104,6 +104,11 @@ def read(workdir: str | os.PathLike) -> FineTuned:
             f"task workdirs of {' or '.join(TASK_KINDS)} export"
         )
     config = record.config
+    if record.kind == SEQUENCE_CLASSIFICATION and config.cross_attention:
+        raise ValueError(
+            f"{workdir}: a VECO model's pair classifier (cross-attention, plugged in or out) "
+            "has no Hugging Face task class: Hugging Face has no VECO encoder"
+        )
     abstract = abstract_task_params(config, record.kind, record.task_head, len(record.labels))
     source = selected_params(workdir)
     if source.parent.name == BEST_DIR:  # best/step_N holds the params tree itself
@@ -119,7 +124,7 @@ def read(workdir: str | os.PathLike) -> FineTuned:
         folder.tokenizer_or_none(workdir),
         record.languages if config.num_languages else (),
     )
-    return FineTuned(model, params["head"], record.kind, record.labels, source)
+    return FineTuned(model, head_of(params), record.kind, record.labels, source)
 
 
 def selected_params(workdir: Path) -> Path:

@@ -36,6 +36,7 @@ from xlpretrain.convert.hf import (
     fresh_pooler,
     import_tensors,
     linear_head_rules,
+    pair_head_rules,
     read_config,
     read_task,
     read_tensors,
@@ -49,7 +50,11 @@ from xlpretrain.data.tokenizer import SpecialIds, Tokenizer
 from xlpretrain.families import XLMR
 from xlpretrain.model import vocab
 from xlpretrain.model.config import ModelConfig
-from xlpretrain.model.task_heads import QUESTION_ANSWERING, TOKEN_CLASSIFICATION
+from xlpretrain.model.task_heads import (
+    QUESTION_ANSWERING,
+    SEQUENCE_CLASSIFICATION,
+    TOKEN_CLASSIFICATION,
+)
 
 log = logging.getLogger(__name__)
 
@@ -151,10 +156,12 @@ TIED = {
 IGNORED = ("roberta.embeddings.position_ids", "roberta.pooler.")
 # The HF class of each fine-tuning task kind (`model.task_heads`), and its head's tensors.
 TASK_ARCHITECTURES = {
+    SEQUENCE_CLASSIFICATION: "XLMRobertaForSequenceClassification",
     TOKEN_CLASSIFICATION: "XLMRobertaForTokenClassification",
     QUESTION_ANSWERING: "XLMRobertaForQuestionAnswering",
 }
 TASK_HEAD_RULES = {
+    SEQUENCE_CLASSIFICATION: pair_head_rules("classifier.dense", "classifier.out_proj"),
     TOKEN_CLASSIFICATION: linear_head_rules("classifier"),
     QUESTION_ANSWERING: linear_head_rules("qa_outputs"),
 }

@@ -1,16 +1,21 @@
-"""Fine-tuning heads that read every token: token classification (PAN-X, UD-POS: a label per
-token) and extractive QA (SQuAD, XQuAD, MLQA, TyDiQA-GoldP: where the answer starts and ends).
+"""Fine-tuning heads on the pre-trained encoder: sentence(-pair) classification (XNLI, PAWS-X:
+a label per row, from its first token), token classification (PAN-X, UD-POS: a label per token)
+and extractive QA (SQuAD, XQuAD, MLQA, TyDiQA-GoldP: where the answer starts and ends).
 
-Like `PairClassifier`, each holds the pre-trained encoder as `backbone` (a `MaskedLM`, whose
-LM head is never run and so has no parameters here), so a pre-trained tree loads into it as it
-is, and a new `head`. The head reads the final hidden states as the family's Hugging Face task
-class does, by the `task_head` the family declares (`model.config.TASK_HEADS`):
+Each holds the pre-trained encoder as `backbone` (a `MaskedLM`, whose LM head is never run and
+so has no parameters here), so a pre-trained tree loads into it as it is, and a new head. The
+head reads the final hidden states as the family's Hugging Face task class does, by the
+`task_head` the family declares (`model.config.TASK_HEADS`):
 
 - "linear" (XLM-R's, BERT's): `…ForTokenClassification` is dropout → Linear(H, C);
-  `…ForQuestionAnswering` is Linear(H, 2), no dropout, split into start and end.
-- "transformed" (ModernBERT's): both are the prediction head (dense → GELU → norm, bias-free
-  as the encoder: `classifier_bias`, `norm_bias` False, `classifier_activation` "gelu"), then
-  dropout (`classifier_dropout`) → Linear (with bias).
+  `…ForQuestionAnswering` is Linear(H, 2), no dropout, split into start and end;
+  `…ForSequenceClassification` reads the first token: dropout → dense(H) → tanh → dropout →
+  Linear(H, C) (XLM-R's `classifier.dense`, `out_proj`; BERT's pooler, then `classifier`,
+  with no dropout before the pooler: the same function at inference).
+- "transformed" (ModernBERT's): all three are the prediction head (dense → GELU → norm,
+  bias-free as the encoder: `classifier_bias`, `norm_bias` False, `classifier_activation`
+  "gelu"), then dropout (`classifier_dropout`) → Linear (with bias); sequence classification
+  on the first token (`classifier_pooling` "cls").
 
 Parameters, beside `backbone/…`::
 
@@ -18,8 +23,12 @@ Parameters, beside `backbone/…`::
     head/layer_norm/scale    [H]      "transformed" only (HF head.norm)
     head/classifier/kernel   [H, C]   C labels, or 2 for QA (start, end)
     head/classifier/bias     [C]
+    head_dense/{kernel,bias} [H, H]   sequence classification, "linear"
+    head_out/{kernel,bias}   [H, C]   sequence classification, "linear"
 
 The dropout rate is the model's `dropout_rate`; an export states it as `classifier_dropout`.
+With VECO's cross-attention plugged in, the pair classifier reads [h_x; s_x; h_y; s_y] (each
+sequence's `<s>` in both streams) instead of the first token: no HF class has that head.
 """
 
 import flax.linen as nn
@@ -31,15 +40,23 @@ from xlpretrain.model.config import TASK_HEADS, ModelConfig
 from xlpretrain.model.encoder import MaskedLM
 from xlpretrain.model.layers import dense, gelu, layer_norm
 
+SEQUENCE_CLASSIFICATION = "sequence_classification"
 TOKEN_CLASSIFICATION = "token_classification"
 QUESTION_ANSWERING = "question_answering"
-TASK_KINDS = (TOKEN_CLASSIFICATION, QUESTION_ANSWERING)
+TASK_KINDS = (SEQUENCE_CLASSIFICATION, TOKEN_CLASSIFICATION, QUESTION_ANSWERING)
 META_KEYS = ("segment_ids", "pair_ids", "side", "positions", "is_masked")
 
 
-def encode(backbone: MaskedLM, batch: dict[str, jax.Array], deterministic: bool) -> jax.Array:
+def encode(
+    backbone: MaskedLM,
+    batch: dict[str, jax.Array],
+    deterministic: bool,
+    memory: jax.Array | None = None,
+) -> jax.Array:
     """The encoder's own forward pass over a batch of rows (`masks.mmlm`: each token attends
-    within its segment), with the batch's `token_types` where it has them: `[B, L, H]`."""
+    within its segment), with the batch's `token_types` where it has them: `[B, L, H]`. With
+    `memory` (VECO's plugged-in stream s), each token also attends to the other sequence's
+    states there (`masks.veco_cross`)."""
     return backbone(
         batch["input_ids"],
         batch["positions"],
@@ -48,6 +65,8 @@ def encode(backbone: MaskedLM, batch: dict[str, jax.Array], deterministic: bool)
         lang_ids=batch.get("lang_ids"),
         token_types=batch.get("token_types"),
         deterministic=deterministic,
+        memory=memory,
+        cross_mask_fn=masks.veco_cross,
     )
 
 
@@ -110,9 +129,61 @@ class SpanExtractor(nn.Module):
         return logits[..., 0], logits[..., 1]
 
 
+class PairClassifier(nn.Module):
+    """A label per row, one sentence or a pair: float32 logits `[B, num_labels]`. Plugged out
+    (XLM-R style) the row is `<s> x </s></s> y </s>` (the family's pair layout) and the class
+    comes from its first token; plugged in (VECO's bilingual fine-tuning) x and y are two
+    segments, stream h runs self-attention only, stream s adds cross-attention to the other
+    sequence's h, and the pair is [h_x; s_x; h_y; s_y] at each sequence's `<s>`."""
+
+    config: ModelConfig
+    num_labels: int
+    plug_in: bool = False
+    task_head: str = "linear"  # the family's (`Family.task_head`)
+
+    def setup(self) -> None:
+        if self.plug_in and not self.config.cross_attention:
+            raise ValueError("plug_in=True needs a model with cross_attention=True")
+        if self.task_head not in TASK_HEADS:
+            raise ValueError(f"task_head={self.task_head!r}; expected one of {TASK_HEADS}")
+        self.backbone = MaskedLM(self.config)
+
+    @nn.compact
+    def __call__(self, batch: dict[str, jax.Array], deterministic: bool = True) -> jax.Array:
+        cfg = self.config
+        h = encode(self.backbone, batch, deterministic)
+        if self.plug_in:
+            s = encode(self.backbone, batch, deterministic, memory=h)
+            starts = [_segment_start(batch["segment_ids"], seg) for seg in (1, 2)]
+            pooled = jnp.concatenate(
+                [_take(stream, start) for start in starts for stream in (h, s)], axis=-1
+            )
+        else:
+            pooled = h[:, 0]
+        if self.task_head == "transformed":
+            head = TokenHead(cfg, self.num_labels, "transformed", dropout=True, name="head")
+            return head(pooled, deterministic)
+        x = nn.Dropout(cfg.dropout_rate)(pooled, deterministic=deterministic)
+        x = jnp.tanh(dense(cfg, cfg.hidden_size, ("mlp", "embed"), "head_dense")(x))
+        x = nn.Dropout(cfg.dropout_rate)(x, deterministic=deterministic)
+        logits = nn.Dense(self.num_labels, dtype=jnp.float32, name="head_out")(x)
+        return logits.astype(jnp.float32)
+
+
+def _segment_start(segment_ids: jax.Array, segment: int) -> jax.Array:
+    """Index of each row's first token of `segment` (its `<s>`)."""
+    return jnp.argmax(segment_ids == segment, axis=1)
+
+
+def _take(hidden: jax.Array, index: jax.Array) -> jax.Array:
+    return jnp.take_along_axis(hidden, index[:, None, None], axis=1)[:, 0]
+
+
 def task_model(kind: str, config: ModelConfig, task_head: str, num_labels: int) -> nn.Module:
-    """The module of a task `kind` (`TASK_KINDS`); `num_labels` counts for token
-    classification only (QA's two outputs are start and end)."""
+    """The module of a task `kind` (`TASK_KINDS`); `num_labels` counts for the classifiers
+    only (QA's two outputs are start and end)."""
+    if kind == SEQUENCE_CLASSIFICATION:
+        return PairClassifier(config, num_labels, task_head=task_head)
     if kind == TOKEN_CLASSIFICATION:
         return TokenClassifier(config, num_labels, task_head)
     if kind == QUESTION_ANSWERING:

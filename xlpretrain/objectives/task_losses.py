@@ -1,5 +1,5 @@
-"""The losses of the fine-tuning tasks (`model.classifier`, `model.task_heads`), as Hugging Face's
-task classes compute them, in the step's convention (`training.step`): `(params, batch, rng, model)
+"""The losses of the fine-tuning tasks (`model.task_heads`), as Hugging Face's task classes
+compute them, in the step's convention (`training.step`): `(params, batch, rng, model)
 -> (loss, metrics)`, the loss a mean over `metrics["count"]` items, so that the step, which
 weights each micro-batch by its count, gives accumulated and sharded steps the loss of one full
 batch. Each has its `CountFn`, what the step's totals count.

@@ -10,7 +10,7 @@ import numpy as np
 from xlpretrain.data.pairs import Encoded, encode_texts
 from xlpretrain.data.task_examples import PairExample
 from xlpretrain.eval.xtreme import score
-from xlpretrain.model.classifier import PairClassifier
+from xlpretrain.model.task_heads import PairClassifier
 from xlpretrain.objectives.declaration import predictions
 from xlpretrain.objectives.task_losses import classification_loss
 from xlpretrain.tasks.declaration import Encoding, Head, TaskKind
@@ -38,7 +38,9 @@ def encode(examples: Sequence[PairExample], encoding: Encoding) -> Encoded:
 
 
 def module(head: Head) -> PairClassifier:
-    return PairClassifier(head.config, head.num_labels, plug_in=head.settings.plug_in)
+    return PairClassifier(
+        head.config, head.num_labels, plug_in=head.settings.plug_in, task_head=head.task_head
+    )
 
 
 def outputs(model: PairClassifier, params, batch):

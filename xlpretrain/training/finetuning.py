@@ -46,7 +46,7 @@ from xlpretrain.data.pairs import (
     read_pairs,
 )
 from xlpretrain.data.sources import DataError, format_stats, parse_pair
-from xlpretrain.model.classifier import PairClassifier
+from xlpretrain.model.task_heads import PairClassifier
 from xlpretrain.objectives.task_losses import classification_loss
 from xlpretrain.parallel.sharding import global_batch, under_mesh
 from xlpretrain.training import loop
@@ -275,7 +275,9 @@ def build(plan: FineTunePlan, workdir: str, devices: list[jax.Device] | None = N
     config = plan.model.applied_to(pretrained.config)
     plug_in = resolve_plug_in(plan.model.plug_in, config.cross_attention)
     task = load_task(plan.data, pretrained, plug_in)
-    classifier = PairClassifier(config, num_labels=len(task.labels), plug_in=plug_in)
+    classifier = PairClassifier(
+        config, len(task.labels), plug_in=plug_in, task_head=backbones.of(config).task_head
+    )
     log.info(
         "fine-tuning %s (cross-attention plugged %s) on %d %s pairs, labels %s",
         plan.init_path,
