@@ -2,9 +2,10 @@
 the values each key may take.
 
 `configs/xtreme.py` starts from `default_config()`: the pre-trained model, XTREME's folder, the
-tasks and protocol, what every task shares (model dropout, the optimizer but its rate, the loop,
-the mesh, QA's windows) and one section per task (`<task>.epochs`, `learning_rate`,
-`batch_size`, `max_length`; the retrieval tasks, which are not fine-tuned, `<task>.layer`,
+tasks and protocol, what every task shares (model dropout, the optimizer's betas, epsilon and
+clipping, the loop, the mesh, QA's windows) and one section per task (`<task>.epochs`,
+`learning_rate`, `batch_size`, `max_length`, `warmup_fraction` or `warmup_steps`,
+`weight_decay`, `layer_decay`; the retrieval tasks, which are not fine-tuned, `<task>.layer`,
 `pooling`, `batch_size`). For each task the run derives that task's own config
 (`task_config`: its section in place, `train.steps` from its epochs over its training rows),
 which its workdir records and resumes by, as a fine-tuning run's.
@@ -16,6 +17,7 @@ import math
 
 import ml_collections
 
+from xlpretrain.core.errors import ConfigError
 from xlpretrain.training.config import LOOP_RANGES, MESH_RANGES, check_stop_at, loop_section
 from xlpretrain.training.config_keys import Ranges, check_keys
 from xlpretrain.training.finetune_config import RANGES as FINETUNE_RANGES
@@ -25,7 +27,7 @@ PROTOCOLS = ("zero_shot", "translate_train_all", "in_language")
 VERSIONS = ("xtreme", "xtreme-r")
 # Each task XTREME fine-tunes, and its default settings: XTREME's own baselines for XLM-R base
 # (google-research/xtreme scripts/train_*.sh: 8 rows × 4 accumulated = 32 per step; no warm-up
-# and no weight decay but for QA, whose 500 warm-up steps are about 6% of SQuAD's 3 epochs).
+# and no weight decay but for QA: 500 warm-up steps, weight decay 1e-4).
 _SENTENCES = dict(epochs=5.0, learning_rate=2e-5, batch_size=32, max_length=128)
 _TAGS = dict(epochs=10.0, learning_rate=2e-5, batch_size=32, max_length=128)
 _QA = dict(
@@ -33,7 +35,7 @@ _QA = dict(
     learning_rate=3e-5,
     batch_size=32,
     max_length=384,
-    warmup_fraction=0.06,
+    warmup_steps=500,
     weight_decay=1e-4,
 )
 TASKS = {
@@ -55,7 +57,7 @@ RETRIEVAL = {
 }
 POOLINGS = ("mean", "cls")
 # The optimizer's settings each task sets for itself.
-_OWN_OPTIM = ("learning_rate", "warmup_fraction", "weight_decay")
+_OWN_OPTIM = ("learning_rate", "warmup_fraction", "weight_decay", "layer_decay")
 # Fine-tuning's sections every task shares as they are.
 _SHARED = ("model", "mesh")
 
@@ -67,14 +69,18 @@ def task_section(
     batch_size: int,
     max_length: int,
     warmup_fraction: float = 0.0,
+    warmup_steps: int = 0,
     weight_decay: float = 0.0,
+    layer_decay: float = 1.0,
 ) -> ml_collections.ConfigDict:
     """One task's settings."""
     section = ml_collections.ConfigDict()
     section.epochs = float(epochs)  # passes over its training rows (`train.steps` 0)
     section.learning_rate = float(learning_rate)
     section.warmup_fraction = float(warmup_fraction)  # of its steps
+    section.warmup_steps = warmup_steps  # > 0: this many steps instead of warmup_fraction
     section.weight_decay = float(weight_decay)
+    section.layer_decay = float(layer_decay)  # layer-wise rate decay; 1: every layer alike
     section.batch_size = batch_size  # global rows per step (and per prediction batch)
     section.max_length = max_length  # tokens per row, special tokens included
     return section
@@ -117,7 +123,6 @@ def default_config() -> ml_collections.ConfigDict:
     for name in _SHARED:
         cfg[name] = base[name]
     cfg.optim = base.optim
-    cfg.optim.layer_decay = 1.0  # XTREME's baselines fine-tune every layer at one rate
     for key in _OWN_OPTIM:  # each task's own
         del cfg.optim[key]
     cfg.train = loop_section(steps=0, log_every=100, checkpoint_every=1000, keep=1)
@@ -138,7 +143,9 @@ def _task_ranges(task: str) -> Ranges:
         f"{task}.batch_size": (lambda v: v > 0, "must be > 0"),
         f"{task}.max_length": (lambda v: v >= 8, "must be >= 8"),
         f"{task}.warmup_fraction": (lambda v: 0.0 <= v < 1.0, "must be in [0, 1)"),
+        f"{task}.warmup_steps": (lambda v: v >= 0, "must be >= 0 (0: warmup_fraction)"),
         f"{task}.weight_decay": (lambda v: v >= 0, "must be >= 0"),
+        f"{task}.layer_decay": (lambda v: 0.0 < v <= 1.0, "must be in (0, 1]"),
     }
 
 
@@ -235,6 +242,8 @@ def task_config(
     per_epoch = max(1, math.ceil(train_rows / own.batch_size))
     if out.train.steps == 0:
         out.train.steps = max(1, math.ceil(own.epochs * per_epoch))
+    if own.warmup_steps:  # as a share of the steps, which rounds back to them
+        out.optim.warmup_fraction = min(own.warmup_steps, out.train.steps - 1) / out.train.steps
     out.eval.every_steps = cfg.eval.every_steps or per_epoch
     return out
 
@@ -244,3 +253,10 @@ def check_run_config(cfg: ml_collections.ConfigDict) -> None:
     or out of range."""
     check_keys(cfg, default_config(), RANGES)
     check_stop_at(cfg.train)
+    for task in TASKS:
+        if cfg[task].warmup_fraction and cfg[task].warmup_steps:
+            raise ConfigError(
+                f"config keys '{task}.warmup_fraction' ({cfg[task].warmup_fraction}) and "
+                f"'{task}.warmup_steps' ({cfg[task].warmup_steps}) are both set; set one, the "
+                "other 0"
+            )
