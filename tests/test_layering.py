@@ -39,7 +39,7 @@ LAYERS = (
         "training.task_config",
     ),
     ("training.plan", "training.finetune_plan", "training.task_plan", "training.step"),
-    ("training.evaluation",),
+    ("training.evaluation", "training.prediction"),
     ("training.loop",),
     ("training.trainer", "training.finetuning", "training.task_tuning"),
     ("training.xtreme_run",),

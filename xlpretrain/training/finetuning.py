@@ -32,7 +32,6 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 from flax import traverse_util
-from jax.sharding import NamedSharding, PartitionSpec
 
 from xlpretrain import backbones
 from xlpretrain.convert import folder
@@ -48,11 +47,11 @@ from xlpretrain.data.pairs import (
 from xlpretrain.data.sources import DataError, format_stats, parse_pair
 from xlpretrain.model.task_heads import PairClassifier
 from xlpretrain.objectives.task_losses import classification_loss
-from xlpretrain.parallel.sharding import global_batch, under_mesh
 from xlpretrain.training import loop
 from xlpretrain.training import workdir as workdir_lib
 from xlpretrain.training.finetune_plan import FineTunePlan, TaskData, resume_terms
 from xlpretrain.training.optim import adamw_from, parameter_path
+from xlpretrain.training.prediction import Predictor, make_predictor
 from xlpretrain.training.sections import OptimizerSettings
 from xlpretrain.training.step import Training, TrainState, make_train_step, sharded_training
 from xlpretrain.training.workdir import check_workdir, save_config
@@ -208,40 +207,21 @@ def with_backbone(training: Training, backbone: Params, source: str) -> Training
 
 @dataclasses.dataclass
 class Accuracy:
-    """Accuracy (argmax class = label, dropout off) of parameters on encoded pairs, in batches
-    of the training batch's global rows, sharded like the step."""
+    """Accuracy (argmax class = label, dropout off) of parameters on encoded pairs."""
 
-    count_hits: Any  # jitted (params, global batch) → (hits, rows)
-    batch_size: int
-    batch_sharding: NamedSharding
+    predict: Predictor  # the argmax class of each row
 
     def __call__(self, params: Params, data: Encoded) -> float:
-        rows = self.batch_size // jax.process_count()
-        hits = total = 0.0
-        for start in range(0, len(data), self.batch_size):
-            indices = np.arange(start, min(start + self.batch_size, len(data)))
-            indices = np.pad(indices, (0, self.batch_size - len(indices)), constant_values=-1)
-            local = indices[jax.process_index() * rows :][:rows]
-            batch = global_batch(data.batch(local), self.batch_sharding)
-            batch_hits, batch_rows = jax.device_get(self.count_hits(params, batch))
-            hits, total = hits + float(batch_hits), total + float(batch_rows)
-        return hits / total
+        return float(np.mean(self.predict(params, data) == data.label_ids))
 
 
 def make_accuracy(
     classifier: PairClassifier, training: Training, rules, batch_size: int
 ) -> Accuracy:
-    def count_hits(params, batch):
-        logits = classifier.apply({"params": params}, batch)
-        hits = (logits.argmax(-1) == batch["labels"]) * batch["pred_weights"]
-        return hits.sum(), batch["pred_weights"].sum()
+    def argmax(params, batch):
+        return classifier.apply({"params": params}, batch).argmax(-1)
 
-    jitted = jax.jit(
-        under_mesh(training.mesh, rules, count_hits),
-        in_shardings=(training.state_shardings.params, training.batch_sharding),
-        out_shardings=NamedSharding(training.mesh, PartitionSpec()),
-    )
-    return Accuracy(jitted, batch_size, training.batch_sharding)
+    return Accuracy(make_predictor(argmax, training, rules, batch_size))
 
 
 # --- the run ----------------------------------------------------------------------------------

@@ -25,19 +25,17 @@ import flax.linen as nn
 import jax
 import numpy as np
 import orbax.checkpoint as ocp
-from jax.experimental import multihost_utils
-from jax.sharding import NamedSharding, PartitionSpec
 
 from xlpretrain import backbones
 from xlpretrain.convert import folder, task_workdir
 from xlpretrain.data.pairs import TASK, PairBatches
-from xlpretrain.parallel.sharding import global_batch, under_mesh
 from xlpretrain.tasks import TaskKind
 from xlpretrain.tasks.declaration import Encoding, Head, Rows, TaskSettings
 from xlpretrain.training import loop
 from xlpretrain.training import workdir as workdir_lib
 from xlpretrain.training.checkpoint import abstract_with_shardings
 from xlpretrain.training.finetuning import make_finetune_optimizer, resolve_plug_in, with_backbone
+from xlpretrain.training.prediction import Predictor, make_predictor
 from xlpretrain.training.step import Training, make_train_step, sharded_training
 from xlpretrain.training.task_plan import TaskPlan, resume_terms
 from xlpretrain.training.workdir import check_workdir, save_config
@@ -56,28 +54,6 @@ class TaskExamples:
     tests: Mapping[str, Sequence[Any]]
     train_language: str = "en"
     dev_language: str = "en"
-
-
-@dataclasses.dataclass
-class Predictor:
-    """The kind's outputs for every row of some encoded examples, in batches of the training
-    batch's global rows, sharded like the step; each process gets every row's outputs."""
-
-    outputs: Any  # jitted (params, global batch) → outputs, rows first
-    batch_size: int
-    batch_sharding: NamedSharding
-
-    def __call__(self, params, rows: Rows) -> Any:
-        per_process = self.batch_size // jax.process_count()
-        pieces = []
-        for start in range(0, len(rows), self.batch_size):
-            indices = np.arange(start, min(start + self.batch_size, len(rows)))
-            indices = np.pad(indices, (0, self.batch_size - len(indices)), constant_values=-1)
-            local = indices[jax.process_index() * per_process :][:per_process]
-            batch = global_batch(rows.batch(local), self.batch_sharding)
-            gathered = multihost_utils.process_allgather(self.outputs(params, batch), tiled=True)
-            pieces.append(jax.tree.map(np.asarray, gathered))
-        return jax.tree.map(lambda *parts: np.concatenate(parts)[: len(rows)], *pieces)
 
 
 @dataclasses.dataclass
@@ -195,12 +171,9 @@ def build(
         process_index=jax.process_index(),
         process_count=jax.process_count(),
     )
-    jitted = jax.jit(
-        under_mesh(mesh, rules, lambda params, batch: kind.outputs(model, params, batch)),
-        in_shardings=(training.state_shardings.params, training.batch_sharding),
-        out_shardings=NamedSharding(mesh, PartitionSpec()),
+    predict = make_predictor(
+        lambda params, batch: kind.outputs(model, params, batch), training, rules, plan.batch_size
     )
-    predict = Predictor(jitted, plan.batch_size, training.batch_sharding)
     if jax.process_index() == 0:  # what an export needs beside the params (`to-hf`)
         record = task_workdir.TaskRecord(
             kind.name, labels, head.task_head, config, prepared.pretrained.languages
