@@ -19,6 +19,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 import pytest
 
+import xlpretrain
 from configs import xtreme as xtreme_config
 from tests import xtreme_fixtures as fx
 from xlpretrain import backbones, tasks
@@ -204,6 +205,9 @@ def test_refusals_are_one_line(out, tmp_path):
     done = run_cli("to-hf", str(half), str(tmp_path / "a"))
     assert done.returncode != 0 and len(done.stderr.strip().splitlines()) == 1, done.stderr
     assert "holds no parameters yet" in done.stderr and not (tmp_path / "a").exists()
+    for path in (out / "panx", out / "panx" / "checkpoints" / str(STEPS)):  # not pre-trained
+        with pytest.raises(ValueError, match=r"panx is a fine-tuned task's workdir.*to-hf"):
+            xlpretrain.load(path)
     (half / "task.json").write_text('{"kind": "token_classification"}')
     with pytest.raises(ValueError, match=r"half/task.json: not a task record"):
         convert_main(["to-hf", str(half), str(tmp_path / "c")])

@@ -44,6 +44,7 @@ MODEL_JSON = "model.json"
 PARAMS_DIR = "params"
 LANGUAGES_FILE = "languages.json"  # in a checkpoint folder as in a workdir
 CHECKPOINTS_DIR = "checkpoints"  # in a training workdir: one folder per finished step
+TASK_FILE = "task.json"  # in a fine-tuned task's workdir (`convert.task_workdir`)
 FAMILY_FILE = "model_family.json"  # in a training workdir: the ModelFamily it trains
 # What a Pretrained holds (its ``kind``): a masked LM (embeddings, encoder, lm_head), or XLM-E's
 # discriminator (embeddings and encoder only: it has no MLM head).
@@ -138,11 +139,13 @@ def read(path: str | os.PathLike) -> Pretrained:
     path = Path(path).absolute()
     # Before the folder must exist: a step that is not there is named with those that are.
     if path.name.isdigit() and path.parent.name == CHECKPOINTS_DIR and is_workdir(path.parents[1]):
+        _refuse_task_workdir(path.parents[1])
         return _read_workdir(path.parents[1], int(path.name))
     if not path.is_dir():
         raise FileNotFoundError(f"no such folder: {path}")
     if (path / MODEL_JSON).is_file():
         return _read_checkpoint_folder(path)
+    _refuse_task_workdir(path)
     if is_workdir(path):
         return _read_workdir(path)
     raise ValueError(
@@ -150,6 +153,17 @@ def read(path: str | os.PathLike) -> Pretrained:
         f"training workdir (config.json + {CHECKPOINTS_DIR}/) nor one of its checkpoints "
         f"(WORKDIR/{CHECKPOINTS_DIR}/N)"
     )
+
+
+def _refuse_task_workdir(path: Path) -> None:
+    """A fine-tuned task's workdir holds an encoder with a task head, not a pre-trained model:
+    say so, and what reads it, rather than what it lacks."""
+    if (path / TASK_FILE).is_file():
+        raise ValueError(
+            f"{path} is a fine-tuned task's workdir ({TASK_FILE}), not a pre-trained model: "
+            f"`python -m xlpretrain.convert to-hf {path} DST` exports it as its transformers "
+            "task class; a pre-training workdir or checkpoint folder is what this reads"
+        )
 
 
 def is_workdir(path: Path) -> bool:

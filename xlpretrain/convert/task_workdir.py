@@ -29,7 +29,7 @@ from xlpretrain.data.tokenizer import Tokenizer
 from xlpretrain.model.config import ModelConfig
 from xlpretrain.model.task_heads import SEQUENCE_CLASSIFICATION, TASK_KINDS
 
-TASK_FILE = "task.json"
+TASK_FILE = folder.TASK_FILE
 BEST_DIR = "best"  # as `training.task_tuning.BEST`
 BEST_RECORD = "best.json"
 
