@@ -55,7 +55,8 @@ def main(argv: list[str] | None = None) -> None:
         help="xlpretrain checkpoint folder, training workdir or task workdir -> HF folder",
         description="SRC: an xlpretrain checkpoint folder, or a training workdir (its latest "
         "checkpoint), or a fine-tuning task's workdir (its selected parameters, exported as "
-        "the backbone's token-classification or question-answering class with its labels). "
+        "the backbone's sequence-classification, token-classification or question-answering "
+        "class with its labels). "
         "DST: a new HF XLMRobertaForMaskedLM folder (ModernBertForMaskedLM for a ModernBERT "
         "model, BertForMaskedLM for a BERT one; config.json, model.safetensors, "
         "and sentencepiece.bpe.model or tokenizer.json when there is a tokenizer, a ModernBERT "

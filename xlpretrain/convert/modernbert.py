@@ -398,7 +398,7 @@ def write_hf_task(
     model: Pretrained, head: Params, kind: str, labels: list[str], path: str | os.PathLike
 ) -> None:
     """Writes a fine-tuned model (its encoder in ``model``, its ``head``) as the HF task class
-    of ``kind`` with ``labels`` (token classification's); ``path`` must not exist yet."""
+    of ``kind`` with ``labels`` (a classifier's); ``path`` must not exist yet."""
     hf.write_task(
         model, head, kind, labels, path, config_to_hf=config_to_hf,
         architectures=TASK_ARCHITECTURES, params_to_hf=task_params_to_hf, tokenizer_json=True,
@@ -406,5 +406,5 @@ def write_hf_task(
 
 
 def read_hf_task(path: str | os.PathLike) -> hf.TaskModel:
-    """Reads an HF ``ModernBertForTokenClassification`` or ``…ForQuestionAnswering`` folder."""
+    """Reads an HF ``ModernBertFor{Sequence,Token}Classification`` or ``…ForQuestionAnswering``."""
     return hf.read_task(path, config_from_hf, TASK_ARCHITECTURES, task_params_from_hf)

@@ -340,7 +340,7 @@ def write_hf_task(
     model: Pretrained, head: Params, kind: str, labels: list[str], path: str | os.PathLike
 ) -> None:
     """Writes a fine-tuned model (its encoder in ``model``, its ``head``) as the HF task class
-    of ``kind`` with ``labels`` (token classification's); ``path`` must not exist yet."""
+    of ``kind`` with ``labels`` (a classifier's); ``path`` must not exist yet."""
     check_xlmr_tokenizer(model.config, model.tokenizer)
     write_task(
         model, head, kind, labels, path, config_to_hf=config_to_hf,
@@ -349,5 +349,5 @@ def write_hf_task(
 
 
 def read_hf_task(path: str | os.PathLike) -> TaskModel:
-    """Reads an HF ``XLMRobertaForTokenClassification`` or ``…ForQuestionAnswering`` folder."""
+    """Reads an HF ``XLMRobertaFor{Sequence,Token}Classification`` or ``…ForQuestionAnswering``."""
     return read_task(path, config_from_hf, TASK_ARCHITECTURES, task_params_from_hf)
