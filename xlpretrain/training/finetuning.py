@@ -46,6 +46,7 @@ from xlpretrain.data.pairs import (
 )
 from xlpretrain.data.sources import DataError, format_stats, parse_pair
 from xlpretrain.model.task_heads import PairClassifier
+from xlpretrain.objectives.declaration import predictions
 from xlpretrain.objectives.task_losses import classification_loss
 from xlpretrain.training import loop
 from xlpretrain.training import workdir as workdir_lib
@@ -227,6 +228,62 @@ def make_accuracy(
 # --- the run ----------------------------------------------------------------------------------
 
 
+def resumable_workdir(workdir: str, plan: FineTunePlan) -> tuple[str, int | None]:
+    """The workdir, absolute and checked, and the step a run resumes from (None: it starts),
+    refused where the recorded config differs in a term that changes the run."""
+    workdir = os.path.abspath(workdir)
+    check_workdir(workdir)
+    resume_step = loop.checkpointer(workdir, plan.loop).latest_step()
+    if resume_step is not None:
+        workdir_lib.check_resume(workdir, plan.record, resume_step, resume_terms)
+    return workdir, resume_step
+
+
+def fine_tuning_training(
+    plan: FineTunePlan,
+    mesh: jax.sharding.Mesh,
+    module: nn.Module,
+    rows: Any,
+    loss: Any,
+    count: Any,
+    pretrained: Params,
+    batch_size: int,
+) -> tuple[Training, PairBatches]:
+    """A fine-tuning run's sharded state, with the pre-trained encoder in `module`'s
+    `backbone` and a new head, its step (`loss`, a mean over `count` items), and its batches
+    of the encoded training `rows`: what every fine-tuning program trains with (`plan` a
+    `FineTunePlan` or a `task_plan.TaskPlan`: their `optim`, `loop`, `mesh`, `init_path`)."""
+    example = rows.batch(np.zeros(1, np.int64))
+
+    def init_params(rng):
+        return module.init(rng, example)["params"]
+
+    abstract = jax.eval_shape(lambda rng: nn.unbox(init_params(rng)), jax.random.key(0))
+    num_layers = module.config.num_layers
+    optimizer = make_finetune_optimizer(plan.optim, abstract, num_layers)
+    step = make_train_step(
+        module,
+        {TASK: loss},
+        {TASK: 1.0},
+        optimizer,
+        plan.optim.learning_rates(),
+        plan.loop.grad_accum,
+        counts={TASK: count},
+    )
+    training = sharded_training(
+        mesh, plan.mesh.rules, init_params, optimizer, [step], plan.loop.seed
+    )
+    training = with_backbone(training, pretrained, plan.init_path)
+    batches = PairBatches(
+        rows,
+        batch_size,
+        plan.loop.seed,
+        process_index=jax.process_index(),
+        process_count=jax.process_count(),
+    )
+    return training, batches
+
+
 @dataclasses.dataclass
 class FineTuning:
     """Everything a fine-tuning run builds before its first step; `run()` drives it."""
@@ -247,11 +304,7 @@ def build(plan: FineTunePlan, workdir: str, devices: list[jax.Device] | None = N
     pretrained = folder.read(plan.init_path)
     if pretrained.tokenizer is None:
         raise FileNotFoundError(f"{plan.init_path} has no tokenizer (tokenizer.model or .json)")
-    workdir = os.path.abspath(workdir)
-    check_workdir(workdir)
-    resume_step = loop.checkpointer(workdir, plan.loop).latest_step()
-    if resume_step is not None:
-        workdir_lib.check_resume(workdir, plan.record, resume_step, resume_terms)
+    workdir, resume_step = resumable_workdir(workdir, plan)
     config = plan.model.applied_to(pretrained.config)
     plug_in = resolve_plug_in(plan.model.plug_in, config.cross_attention)
     task = load_task(plan.data, pretrained, plug_in)
@@ -267,32 +320,11 @@ def build(plan: FineTunePlan, workdir: str, devices: list[jax.Device] | None = N
         task.labels,
     )
 
-    example = task.train.batch(np.zeros(1, np.int64))
-
-    def init_params(rng):
-        return classifier.init(rng, example)["params"]
-
-    abstract = jax.eval_shape(lambda rng: nn.unbox(init_params(rng)), jax.random.key(0))
-    optimizer = make_finetune_optimizer(plan.optim, abstract, config.num_layers)
-    step = make_train_step(
-        classifier,
-        {TASK: classification_loss},
-        {TASK: 1.0},
-        optimizer,
-        plan.optim.learning_rates(),
-        plan.loop.grad_accum,
-    )
-    rules = plan.mesh.rules
-    training = sharded_training(mesh, rules, init_params, optimizer, [step], plan.loop.seed)
-    training = with_backbone(training, pretrained.params, plan.init_path)
-    batches = PairBatches(
-        task.train,
-        plan.data.batch_size,
-        plan.loop.seed,
-        process_index=jax.process_index(),
-        process_count=jax.process_count(),
-    )
-    accuracy = make_accuracy(classifier, training, rules, plan.data.batch_size)
+    training, batches = fine_tuning_training(
+        plan, mesh, classifier, task.train, classification_loss, predictions,
+        pretrained.params, plan.data.batch_size,
+    )  # fmt: skip
+    accuracy = make_accuracy(classifier, training, plan.mesh.rules, plan.data.batch_size)
     save_config(workdir, plan.record, resume_step or 0)  # last: a failed start changes none
     return FineTuning(plan, workdir, task, plug_in, training, batches, accuracy)
 

@@ -21,24 +21,25 @@ import shutil
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import flax.linen as nn
 import jax
-import numpy as np
 import orbax.checkpoint as ocp
 
 from xlpretrain import backbones
 from xlpretrain.convert import folder, task_workdir
-from xlpretrain.data.pairs import TASK, PairBatches
+from xlpretrain.data.pairs import PairBatches
 from xlpretrain.tasks import TaskKind
 from xlpretrain.tasks.declaration import Encoding, Head, Rows, TaskSettings
 from xlpretrain.training import loop
-from xlpretrain.training import workdir as workdir_lib
 from xlpretrain.training.checkpoint import abstract_with_shardings
-from xlpretrain.training.finetuning import make_finetune_optimizer, resolve_plug_in, with_backbone
+from xlpretrain.training.finetuning import (
+    fine_tuning_training,
+    resolve_plug_in,
+    resumable_workdir,
+)
 from xlpretrain.training.prediction import Predictor, make_predictor
-from xlpretrain.training.step import Training, make_train_step, sharded_training
-from xlpretrain.training.task_plan import TaskPlan, resume_terms
-from xlpretrain.training.workdir import check_workdir, save_config
+from xlpretrain.training.step import Training
+from xlpretrain.training.task_plan import TaskPlan
+from xlpretrain.training.workdir import save_config
 
 log = logging.getLogger("xlpretrain")
 BEST = task_workdir.BEST_DIR  # WORKDIR/best/: the parameters that scored best on dev
@@ -125,11 +126,7 @@ def build(
     """Builds the run of `plan` on `devices` (default: all)."""
     mesh = plan.mesh.make(devices)
     plan.check_batch_divides(dict(mesh.shape))
-    workdir = os.path.abspath(workdir)
-    check_workdir(workdir)
-    resume_step = loop.checkpointer(workdir, plan.loop).latest_step()
-    if resume_step is not None:
-        workdir_lib.check_resume(workdir, plan.record, resume_step, resume_terms)
+    workdir, resume_step = resumable_workdir(workdir, plan)
     config = plan.model.applied_to(prepared.pretrained.config)
     encoding, train_rows = prepared.encoding, prepared.train_rows
     labels = encoding.labels
@@ -145,34 +142,15 @@ def build(
         f", labels {list(labels)}" if labels else "",
     )
 
-    example = train_rows.batch(np.zeros(1, np.int64))
-
-    def init_params(rng):
-        return model.init(rng, example)["params"]
-
-    abstract = jax.eval_shape(lambda rng: nn.unbox(init_params(rng)), jax.random.key(0))
-    optimizer = make_finetune_optimizer(plan.optim, abstract, config.num_layers)
-    step = make_train_step(
-        model,
-        {TASK: kind.loss},
-        {TASK: 1.0},
-        optimizer,
-        plan.optim.learning_rates(),
-        plan.loop.grad_accum,
-        counts={TASK: kind.count},
-    )
-    rules = plan.mesh.rules
-    training = sharded_training(mesh, rules, init_params, optimizer, [step], plan.loop.seed)
-    training = with_backbone(training, prepared.pretrained.params, plan.init_path)
-    batches = PairBatches(
-        train_rows,
+    training, batches = fine_tuning_training(
+        plan, mesh, model, train_rows, kind.loss, kind.count, prepared.pretrained.params,
         plan.batch_size,
-        plan.loop.seed,
-        process_index=jax.process_index(),
-        process_count=jax.process_count(),
-    )
+    )  # fmt: skip
     predict = make_predictor(
-        lambda params, batch: kind.outputs(model, params, batch), training, rules, plan.batch_size
+        lambda params, batch: kind.outputs(model, params, batch),
+        training,
+        plan.mesh.rules,
+        plan.batch_size,
     )
     if jax.process_index() == 0:  # what an export needs beside the params (`to-hf`)
         record = task_workdir.TaskRecord(
