@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import ml_collections
 
@@ -124,21 +124,35 @@ def tasks_of(cfg: ml_collections.ConfigDict, asked: str = "") -> tuple[str, ...]
     return names
 
 
+# What each protocol trains on beside English, where XTREME ships it (`data.xtreme.LAYOUTS`).
+PROTOCOL_DATA = {
+    "translate_train_all": ("translate_train", "translate-train data"),
+    "in_language": ("train_by_language", "training data in the test languages"),
+}
+
+
+def check_protocol(protocol: str, tasks: Sequence[str]) -> None:
+    """`ConfigError` before anything runs when `protocol` trains a fine-tuned task on data that
+    XTREME does not ship for it (the retrieval tasks are not fine-tuned: any protocol)."""
+    if protocol not in PROTOCOL_DATA:
+        return
+    field, what = PROTOCOL_DATA[protocol]
+    lacking = [t for t in tasks if t in TASKS and getattr(LAYOUTS[t], field) is None]
+    if lacking:
+        shipped = [name for name in TASKS if getattr(LAYOUTS[name], field)]
+        raise ConfigError(
+            f"config key 'protocol': {protocol} trains on {what}, which XTREME ships for "
+            f"{', '.join(shipped)}, not for {', '.join(lacking)} (--tasks leaves them out)"
+        )
+
+
 def resolve_xtreme(cfg: ml_collections.ConfigDict, asked: str = "") -> XtremePlan:
     """The plan of an XTREME run's config, `asked` (comma-separated) in place of its `tasks`
     when given, or `ConfigError` naming the first key that is unknown, mistyped or out of
     range (a task's own keys are checked again when its plan is resolved)."""
     check_run_config(cfg)
     tasks = tasks_of(cfg, asked)
-    if cfg.protocol == "in_language":
-        english_only = [t for t in tasks if t in TASKS and LAYOUTS[t].train_by_language is None]
-        if english_only:
-            shipped = [name for name, layout in LAYOUTS.items() if layout.train_by_language]
-            raise ConfigError(
-                f"config key 'protocol': in_language trains on each test language's own "
-                f"training data, which XTREME ships for {', '.join(shipped)}, not for "
-                f"{', '.join(english_only)}"
-            )
+    check_protocol(cfg.protocol, tasks)
     return XtremePlan(
         init_path=cfg.init.path,
         data_dir=cfg.data.dir,
