@@ -21,7 +21,7 @@ from xlpretrain.training import xtreme_run
 from xlpretrain.training.task_config import check_run_config
 from xlpretrain.training.task_plan import resolve_xtreme
 
-SETTINGS = RetrievalSettings(layer=1, pooling="mean")
+SETTINGS = RetrievalSettings(layer=1, pooling="mean", batch_size=100)
 
 
 class MeaningModel:

@@ -100,7 +100,6 @@ class XtremePlan:
     plug_in: str  # `model.plug_in`
     max_lengths: Mapping[str, int]  # each fine-tuned task's tokens per row
     retrieval: Mapping[str, RetrievalSettings]  # each retrieval task's embedding
-    retrieval_batch: Mapping[str, int]  # each retrieval task's sentences embedded at once
     record: ConfigRecord  # the run's config, from which each task's own is derived
 
     def task_plan(self, task: str, train_rows: int) -> TaskPlan:
@@ -164,10 +163,9 @@ def resolve_xtreme(cfg: ml_collections.ConfigDict, asked: str = "") -> XtremePla
         plug_in=cfg.model.plug_in,
         max_lengths={task: cfg[task].max_length for task in tasks if task in TASKS},
         retrieval={
-            task: RetrievalSettings(cfg[task].layer, cfg[task].pooling)
+            task: RetrievalSettings(cfg[task].layer, cfg[task].pooling, cfg[task].batch_size)
             for task in tasks
             if task in RETRIEVAL
         },
-        retrieval_batch={task: cfg[task].batch_size for task in tasks if task in RETRIEVAL},
         record=ConfigRecord.of(json.loads(cfg.to_json_best_effort())),
     )

@@ -66,7 +66,13 @@ KIND_OF_FORMAT = {
     "qa": "question_answering",
 }
 # The submission file's writer of each reader format (QA's takes {question id: answer}).
-WRITERS = {"pairs": write_label_lines, "tagging": write_tag_lines, "qa": write_qa_predictions}
+WRITERS = {
+    "pairs": write_label_lines,
+    "tagging": write_tag_lines,
+    "qa": write_qa_predictions,
+    "tatoeba": write_label_lines,
+    "bucc": write_id_pairs,
+}
 
 
 def languages_on_disk(root: Path, template: str) -> tuple[str, ...]:
@@ -89,45 +95,50 @@ def _read(files: TaskFiles, split: str, lang: str | None = None) -> list[Any]:
     return examples
 
 
+def task_files(plan: XtremePlan, task: str) -> TaskFiles:
+    """A task's files under XTREME_DIR, for every language whose test file is there (its
+    `languages`)."""
+    layout, root = LAYOUTS[task], Path(plan.data_dir)
+    languages = languages_on_disk(root, layout.test[0])
+    if not languages:
+        raise DataError(f"{root}: no test file of {task} ({layout.test[0]}; {layout.hint})")
+    return find_task(root, task, version=plan.version, languages=languages)
+
+
 def task_runs(plan: XtremePlan, task: str) -> dict[str, task_tuning.TaskExamples]:
     """A task's fine-tuning runs under the run's protocol, by workdir under `OUT/<task>/` (""
     for that folder itself): one for `zero_shot` and `translate_train_all`, one per test
     language with training data of its own for `in_language`."""
     layout = LAYOUTS[task]
-    root = Path(plan.data_dir)
-    languages = languages_on_disk(root, layout.test[0])
-    if not languages:
-        raise DataError(f"{root}: no test file of {task} ({layout.test[0]}; {layout.hint})")
-    files = find_task(root, task, version=plan.version, languages=languages)
+    files = task_files(plan, task)
     if plan.protocol == "in_language":
-        return in_language_examples(files, languages)
+        return in_language_examples(files)
     train = _read(files, "train")
     if plan.protocol == "translate_train_all":
         if not files.translate_train:
             raise DataError(
-                f"{root}: no translate-train file of {task}; the protocol translate_train_all "
-                f"trains on them ({', '.join(layout.translate_train or ('none shipped',))})"
+                f"{files.root}: no translate-train file of {task}; the protocol "
+                "translate_train_all trains on them "
+                f"({', '.join(layout.translate_train or ('none shipped',))})"
             )
         for lang in files.translate_train:
             train += _read(files, "translate-train", lang)
     dev = _read(files, "dev") if files.dev else []
-    tests = {lang: _read(files, "test", lang) for lang in languages}
+    tests = {lang: _read(files, "test", lang) for lang in files.languages}
     return {"": task_tuning.TaskExamples(train, dev, tests)}
 
 
-def in_language_examples(
-    files: TaskFiles, languages: tuple[str, ...]
-) -> dict[str, task_tuning.TaskExamples]:
+def in_language_examples(files: TaskFiles) -> dict[str, task_tuning.TaskExamples]:
     """Per test language with training data (English's `train`, the others' where XTREME
     ships them): its own training data, its own dev (where shipped) and its test."""
     task = files.layout.name
-    trained = [lang for lang in languages if lang == "en" or lang in files.train_by_language]
+    trained = [lang for lang in files.languages if lang == "en" or lang in files.train_by_language]
     if not trained:
         raise DataError(
             f"{files.root}: no test language of {task} has training data of its own, which the "
             f"protocol in_language trains on ({', '.join(files.layout.train_by_language)})"
         )
-    if untrained := sorted(set(languages) - set(trained)):
+    if untrained := sorted(set(files.languages) - set(trained)):
         log.warning("%s: no training data in %s: not run (in_language)", task, ", ".join(untrained))
     runs = {}
     for lang in trained:
@@ -152,15 +163,12 @@ def retrieval_predictions(
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """A retrieval task's predictions per test language on disk (BUCC: mined id pairs,
     Tatoeba: indices), and per language what chose them (BUCC's dev threshold and scores)."""
-    layout, root = LAYOUTS[task], Path(plan.data_dir)
-    languages = languages_on_disk(root, layout.test[0])
-    if not languages:
-        raise DataError(f"{root}: no test file of {task} ({layout.test[0]}; {layout.hint})")
-    files = find_task(root, task, version=plan.version, languages=languages)
+    layout = LAYOUTS[task]
+    files = task_files(plan, task)
     settings = plan.retrieval[task]
     predicted, chosen = {}, {}
-    for number, lang in enumerate(languages, 1):
-        log.info("%s: %s (%d/%d)", task, lang, number, len(languages))
+    for number, lang in enumerate(files.languages, 1):
+        log.info("%s: %s (%d/%d)", task, lang, number, len(files.languages))
         if layout.kind == "tatoeba":
             split = read_tatoeba(*files.test[lang])
             predicted[lang] = retrieval.tatoeba_indices(model, split, lang, settings)
@@ -168,8 +176,9 @@ def retrieval_predictions(
         dev_files = files.dev_by_language.get(lang)
         if dev_files is None:
             raise DataError(
-                f"{root}: {task} {lang} has no dev split ({', '.join(layout.dev_by_language)}): "
-                "its gold pairs choose the threshold the test split is mined at"
+                f"{files.root}: {task} {lang} has no dev split "
+                f"({', '.join(layout.dev_by_language)}): its gold pairs choose the threshold "
+                "the test split is mined at"
             )
         dev, test = read_bucc(*dev_files), read_bucc(*files.test[lang])
         predicted[lang], chosen[lang] = retrieval.bucc_pairs(model, dev, test, lang, settings)
@@ -186,12 +195,8 @@ def retrieval_predictions(
 
 def run_retrieval_task(plan: XtremePlan, task: str, out: Path) -> dict[str, Any]:
     """Predicts and records one retrieval task (see the module docstring); its results."""
-    folder = out / task
-    if (folder / DONE).is_file():
-        log.info("%s: done already (%s); not redone", task, folder / DONE)
-        return json.loads((folder / DONE).read_text())
-    model = api.load(plan.init_path, batch_size=plan.retrieval_batch[task])
     settings = plan.retrieval[task]
+    model = api.load(plan.init_path, batch_size=settings.batch_size)
     if not 0 <= settings.layer <= model.config.num_layers:
         raise ConfigError(
             f"config key '{task}.layer': {settings.layer}, but the model at {plan.init_path} has "
@@ -200,10 +205,8 @@ def run_retrieval_task(plan: XtremePlan, task: str, out: Path) -> dict[str, Any]
     predicted, chosen = retrieval_predictions(plan, task, model)
     result = {"layer": settings.layer, "pooling": settings.pooling, "dev": chosen}
     if jax.process_index() == 0:
-        writer = write_label_lines if LAYOUTS[task].kind == "tatoeba" else write_id_pairs
-        for lang, predictions in predicted.items():
-            writer(submission_path(out, "predictions", task, lang), predictions)
-        _write_done(folder, result)
+        write_predictions(out, task, LAYOUTS[task].kind, predicted)
+        _write_done(out / task, result)
     return result
 
 
@@ -223,12 +226,12 @@ def _labelled(example: Any) -> bool:
 def run_task(plan: XtremePlan, task: str, out: Path, devices=None) -> dict[str, Any] | None:
     """Fine-tunes, predicts and records one task (see the module docstring); its results, or
     None when a preemption notice stopped it (run again to resume)."""
-    if task in plan.retrieval:
-        return run_retrieval_task(plan, task, out)
     folder = out / task
     if (folder / DONE).is_file():
         log.info("%s: done already (%s); not redone", task, folder / DONE)
         return json.loads((folder / DONE).read_text())
+    if task in plan.retrieval:
+        return run_retrieval_task(plan, task, out)
     log.info("%s: reading %s", task, plan.data_dir)
     runs, format = task_runs(plan, task), LAYOUTS[task].kind
     results, predicted, tests = {}, {}, {}

@@ -36,10 +36,12 @@ _SIMILARITY_ROWS = 1024  # query rows of the similarity matrix held at once
 @dataclasses.dataclass(frozen=True)
 class RetrievalSettings:
     """Which embedding a retrieval task compares: a hidden state (0 the embeddings' output)
-    pooled by `mean` over the row's tokens or its first (`cls`)."""
+    pooled by `mean` over the row's tokens or its first (`cls`), `batch_size` sentences at a
+    time."""
 
     layer: int
     pooling: str
+    batch_size: int
 
 
 def tatoeba_indices(
