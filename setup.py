@@ -66,7 +66,13 @@ setup(
         "gpu": ["jax[cuda12]"],
         # Compile for GPUs without one (tests/test_kernels_sm90.py, aot --topology h100:8): XLA:GPU
         # through the CUDA plugin, whose version must equal jax's, and ptxas; no CUDA libraries.
-        "gpu-compile": ["jax-cuda12-plugin", "nvidia-cuda-nvcc-cu12"],
+        # cuDNN only for its attention (`model.attention=cudnn`, the census's reference), which
+        # jax checks the library for when it traces the call, even for a deviceless compile.
+        "gpu-compile": [
+            "jax-cuda12-plugin",
+            "nvidia-cuda-nvcc-cu12",
+            "nvidia-cudnn-cu12>=9.8,<10",
+        ],
         "tpu": ["jax[tpu]"],
         # importlib-resources: TFDS imports it but declares it for Python < 3.9 only
         # (tensorflow/datasets#11212); building a dataset fails without it.

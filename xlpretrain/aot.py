@@ -36,6 +36,7 @@ import sys
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
+from xlpretrain.bench import lowering
 from xlpretrain.core import programs
 
 if TYPE_CHECKING:  # JAX is imported once the environment names its devices (`main`)
@@ -66,48 +67,15 @@ def _shard_bytes(tree) -> int:
     return total
 
 
-def topology_devices(name: str) -> list:
-    """The devices of topology ``name``, for compiling, not running: a TPU slice ("v5p:2x2x2")
-    or GPUs ("h100:8", "h200:2x8")."""
-    from jax.experimental import topologies
-
-    from xlpretrain.parallel import gpu_targets
-
-    if name.partition(":")[0] in gpu_targets.GPUS:
-        return gpu_targets.topology_devices(name)
-    try:
-        return list(topologies.get_topology_desc(topology_name=name, platform="tpu").devices)
-    except Exception as error:  # noqa: BLE001 - a missing plugin and a bad name both land here
-        raise ValueError(
-            f"--topology {name}: no TPU topology ({type(error).__name__}: {error}); it needs "
-            "libtpu (pip install -e '.[tpu]') and a name like v5p:2x2x2 or v4:2x2x2; GPU "
-            f"topologies are {', '.join(gpu_targets.GPUS)} (e.g. h100:8)"
-        ) from error
-
-
 def size_step(plan: RunPlan, devices: int | list, stage: int | None = None) -> dict:
     """Per-device memory of the train step of the plan's stage `stage` (0-based; default the
-    last) compiled for `devices`: a number of fake CPU devices, or the devices of a TPU
-    topology (`topology_devices`)."""
+    last) compiled for `devices` (`bench.lowering.lower_step`)."""
     import jax
 
-    from xlpretrain import objectives as objectives_lib
-    from xlpretrain.training.step import setup_training
-
+    step = lowering.lower_step(plan, devices, stage)
+    lowered, training, batch, devices = step.lowered, step.training, step.batch, step.devices
+    platform, index, mesh = step.platform, step.index, step.training.mesh
     plan = plan.sized(workdir=None)
-    if isinstance(devices, int):
-        if jax.device_count() < devices:
-            raise ValueError(f"--devices {devices}: only {jax.device_count()} devices are visible")
-        devices = jax.devices()[:devices]
-    platform = devices[0].platform
-    index = len(plan.stages) - 1 if stage is None else stage
-    model, init_params = objectives_lib.build_model(
-        plan.model_config(num_languages=8, kernel_platform=platform), plan.objectives, plan.contexts
-    )
-    mesh = plan.mesh.make(devices)
-    training = setup_training(plan, model, init_params, mesh, materialize=False)
-    batch = plan.abstract_batches(index, training.batch_sharding)
-    lowered = training.step_fns[index].lower(training.state, batch)
     refused, kernels = False, None
     try:
         if platform == "gpu":  # and how ptxas built the fused attention's kernels
@@ -259,7 +227,7 @@ def main(argv: list[str] | None = None) -> None:
     plan = resolve(cfg)
     if args.stage is not None and not 1 <= args.stage <= len(plan.stages):
         parser.error(f"--stage {args.stage}: the run has {len(plan.stages)} stage(s), from 1")
-    devices = topology_devices(args.topology) if args.topology else args.devices
+    devices = lowering.topology_devices(args.topology) if args.topology else args.devices
     report = size_step(plan, devices, None if args.stage is None else args.stage - 1)
     print(json.dumps(report) if args.json else format_report(report))
 

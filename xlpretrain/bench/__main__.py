@@ -32,6 +32,8 @@ from xlpretrain.training.plan import resolve
 def main(argv: list[str]) -> None:
     del argv
     programs.quiet_libraries()
+    if FLAGS.census:
+        sys.exit(run_census())
     if FLAGS.suite:
         from xlpretrain.bench import gpu_suite
 
@@ -101,6 +103,18 @@ def main(argv: list[str]) -> None:
         print(format_peer(result["tokens_per_s"], result["peer"]))
 
 
+def run_census() -> int:
+    """`--census TARGET`: both steps compiled for TARGET on this host, counted and printed."""
+    from xlpretrain.bench import census
+
+    # The target is compiled for, not run on: XLA's CPU backend is the host, whatever the GPU.
+    jax.config.update("jax_platforms", "cpu")
+    report = census.census(resolve(FLAGS.config), FLAGS.census)
+    census.write(report, FLAGS.out or None, FLAGS.hlo or None)
+    print(json.dumps(report) if FLAGS.json else census.format_census(report))
+    return 0
+
+
 def default_attention_impls() -> list[str]:
     """Every implementation this backend runs for real (a CPU runs the kernel only interpreted)."""
     native = {"gpu": ["xla", "cudnn", "pallas"], "tpu": ["xla", "splash"]}
@@ -153,7 +167,19 @@ def define_flags() -> None:
         "timings on configs/xlmr.py:base and configs/mmbert.py:base, under 9 minutes; "
         "xlpretrain/bench/gpu_suite.py).",
     )
-    flags.DEFINE_string("out", "", "--suite: the folder for suite.json, performance.md, suite.log.")
+    flags.DEFINE_string(
+        "out",
+        "",
+        "--suite: the folder for suite.json, performance.md, suite.log; --census: for census.json.",
+    )
+    flags.DEFINE_string(
+        "census",
+        None,
+        "Instead of timing: compile the step for this target (h100, h100:8, v5p:2x2x2, cpu:N) "
+        "without it, beside a plain reference step, and count FLOPs, memory traffic, kernel "
+        "launches and memory (xlpretrain/bench/census.py).",
+    )
+    flags.DEFINE_string("hlo", "", "--census: also write each step's optimized HLO to DIR.")
     flags.DEFINE_list(
         "units",
         [],
