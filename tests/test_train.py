@@ -151,6 +151,26 @@ def test_stop_and_resume_on_the_same_mesh_is_exact(reference, udhr_run_config, t
     )
 
 
+def test_dropout_from_rbg_resumes_exactly_and_sharded_equals_one_device(
+    reference, udhr_run_config, tmp_path
+):
+    """`train.prng_impl=rbg` draws other dropout masks than threefry (the losses differ from the
+    reference's), and its run stopped halfway on one device and resumed on data=2 × fsdp=4 logs
+    the losses of one device straight through (XLA:CPU generates a sharded RngBitGenerator's
+    bits whole; docs/performance.md says what a GPU does). An unknown implementation is a
+    config error."""
+    rbg = dict(train__prng_impl="rbg")
+    run(udhr_run_config(**rbg), tmp_path / "straight", jax.devices()[:1])
+    run(udhr_run_config(train__stop_at=STEPS // 2, **rbg), tmp_path / "resumed", jax.devices()[:1])
+    run(udhr_run_config(mesh__data=2, mesh__fsdp=4, **rbg), tmp_path / "resumed")
+    straight, resumed = losses(tmp_path / "straight"), losses(tmp_path / "resumed")
+    assert not np.allclose(straight[1], reference[1], rtol=1e-4)
+    for step in range(1, STEPS + 1):
+        np.testing.assert_allclose(resumed[step], straight[step], rtol=1e-5, atol=1e-5)
+    with pytest.raises(ConfigError, match="train.prng_impl"):
+        resolve(udhr_run_config(train__prng_impl="philox4x32"))
+
+
 def test_gradient_accumulation_matches_the_full_batch(udhr_run_config, tmp_path):
     options = dict(model__dropout_rate=0.0, model__attention_dropout_rate=0.0, train__steps=3)
     devices = jax.devices()[:2]

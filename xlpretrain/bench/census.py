@@ -3,7 +3,8 @@ counted on a CPU from the program compiled for TARGET, beside a plain reference 
 
 TARGET is what `xlpretrain.aot` compiles for (`bench.lowering`): a GPU topology (`h100`,
 `h100:8`; XLA:GPU deviceless, which needs the `gpu-compile` extra), a TPU topology
-(`v5p:2x2x2`; libtpu), or `cpu[:N]` (XLA:CPU on N fake devices: the tests' target; its fusion differs from a GPU's).
+(`v5p:2x2x2`; libtpu), or `cpu[:N]` (XLA:CPU on N fake devices: the tests' target; its
+fusion differs from a GPU's).
 The framework's step (the config's last stage) and the reference (`bench.reference_step`: the
 same rows, predictions, attention implementation and hidden dropout, as a plain script) are
 compiled for the same devices; each is counted from its optimized HLO (`bench.hlo_count`):

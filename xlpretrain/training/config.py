@@ -29,7 +29,7 @@ from xlpretrain.training.config_keys import (
     positive,
     type_ok,
 )
-from xlpretrain.training.sections import DECAY_SHAPES, SCHEDULES
+from xlpretrain.training.sections import DECAY_SHAPES, PRNG_IMPLS, SCHEDULES
 from xlpretrain.training.stages import start_step
 
 # Objectives a config may name: each objective's declaration is the one place that says so.
@@ -67,6 +67,11 @@ def loop_section(
     train.keep_checkpoints = keep
     train.async_checkpointing = True
     train.seed = 0
+    # Dropout's random bits: a jax.random implementation (threefry2x32, JAX's default, the
+    # same bits however the batch is sharded; threefry4x32; rbg or unsafe_rbg, XLA's
+    # RngBitGenerator). Parameters are initialised with threefry2x32 whatever this says; what
+    # each costs: docs/performance.md.
+    train.prng_impl = "threefry2x32"
     train.grad_accum = 1  # micro-batches per step; gradients equal the full batch's
     # A step whose loss or gradient norm is not finite skips its update; this many in a row stop
     # the run with an error, leaving the last checkpoint (0: never stop).
@@ -285,6 +290,10 @@ LOOP_RANGES: Ranges = {
     "train.max_bad_steps": (lambda v: v >= 0, "must be >= 0 (0: never stop)"),
     "train.grad_accum": (positive, "must be > 0"),
     "train.seed": (non_negative, "must be >= 0"),
+    "train.prng_impl": (
+        lambda v: v in PRNG_IMPLS,
+        f"must be one of {', '.join(PRNG_IMPLS)}",
+    ),
 }
 MESH_RANGES: Ranges = {
     "mesh.data": (lambda v: v == -1 or v > 0, "must be > 0 or -1"),

@@ -271,7 +271,13 @@ def fine_tuning_training(
         counts={TASK: count},
     )
     training = sharded_training(
-        mesh, plan.mesh.rules, init_params, optimizer, [step], plan.loop.seed
+        mesh,
+        plan.mesh.rules,
+        init_params,
+        optimizer,
+        [step],
+        plan.loop.seed,
+        prng_impl=plan.loop.prng_impl,
     )
     training = with_backbone(training, pretrained, plan.init_path)
     batches = PairBatches(

@@ -26,6 +26,9 @@ from xlpretrain.parallel.rules import Rules, as_rules, data_parallel_axes
 
 SCHEDULES = ("linear", "wsd")
 DECAY_SHAPES = ("linear", "cosine", "1-sqrt")
+# jax.random's key implementations a run may draw dropout from (its philox ones do not lower
+# on XLA:CPU in JAX 0.10).
+PRNG_IMPLS = ("threefry2x32", "threefry4x32", "rbg", "unsafe_rbg")
 
 
 def warmup_stable_decay(
@@ -106,6 +109,7 @@ class LoopSettings:
     keep_checkpoints: int
     async_checkpointing: bool
     seed: int
+    prng_impl: str  # dropout's random bits (`PRNG_IMPLS`)
     grad_accum: int
     max_bad_steps: int
     allow_fresh_start: bool

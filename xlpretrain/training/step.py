@@ -189,6 +189,7 @@ def setup_training(
         steps,
         plan.loop.seed,
         materialize=materialize,
+        prng_impl=plan.loop.prng_impl,
     )
 
 
@@ -200,20 +201,24 @@ def sharded_training(
     steps: Sequence[Callable[[TrainState, Batches], tuple[TrainState, dict[str, jax.Array]]]],
     seed: int,
     materialize: bool = True,
+    prng_impl: str = "threefry2x32",
 ) -> Training:
     """Any task's `Training` on `mesh`: the state initialised directly into the shardings the
     `rules` give its logical axes (no host copy of the parameters), and each of `steps`
     (`make_train_step`'s, whose optimizers share `optimizer`'s state) jitted with explicit
     in/out shardings and a donated state.
 
-    `init_params(rng)` returns the model's parameters boxed with logical axis names.
+    `init_params(rng)` returns the model's parameters boxed with logical axis names, from a
+    threefry key of `seed`; the state's key for dropout is `prng_impl`'s key of the same seed
+    (for threefry2x32 the same key, folded in once).
     `materialize=False` leaves the state abstract (shapes, dtypes, shardings): enough to
     lower and compile the steps ahead of time (`xlpretrain.aot`) without the memory.
     """
 
     def init_fn(rng):
         params = nn.unbox(init_params(rng))
-        return init_state(params, optimizer, jax.random.fold_in(rng, 1))
+        dropout_key = jax.random.key(seed, impl=prng_impl)
+        return init_state(params, optimizer, jax.random.fold_in(dropout_key, 1))
 
     rng = jax.random.key(seed)
     boxed = jax.eval_shape(init_params, rng)
