@@ -92,7 +92,7 @@ def test_in_language_runs_each_language_on_its_own_data(data, runs, tmp_path):
     assert predicted == ["test-de.tsv", "test-en.tsv"]  # ar has no training data: not run
     done = json.loads((tmp_path / "panx" / "results.json").read_text())
     assert set(done["languages"]) == {"de", "en"}
-    assert set(finished.report.results["panx"]["f1"]) == {"de", "en"}
+    assert set(finished.test.results["panx"]["f1"]) == {"de", "en"}
 
 
 def test_in_language_refuses_tasks_trained_in_english_only(data):

@@ -85,8 +85,9 @@ def test_bucc_mines_the_test_split_at_the_threshold_chosen_on_dev_gold():
     hidden = _bucc("de", [(2, 6), (5, 1)], size=9, split="t")
     model = MeaningModel(_meanings(dev, hidden))
     test = BuccSplit(hidden.source, hidden.english, None)  # XTREME ships no test gold
-    mined, chosen = retrieval.bucc_pairs(model, dev, test, "de", SETTINGS)
+    mined, dev_mined, chosen = retrieval.bucc_pairs(model, dev, test, "de", SETTINGS)
     assert sorted(mined) == sorted(hidden.gold)
+    assert sorted(dev_mined) == sorted(dev.gold)  # what the dev table scores: F1 1.0 here
     assert chosen["f1"] == 1.0 and chosen["mined"] == 3 and chosen["threshold"] > 1.0
     with pytest.raises(ValueError, match="dev split has no gold"):
         retrieval.bucc_pairs(model, test, test, "de", SETTINGS)
@@ -123,11 +124,12 @@ def test_run_predicts_both_tasks_into_the_submission_layout(tmp_path, monkeypatc
     for task in ("bucc2018", "tatoeba"):
         for lang in xtreme_fixtures.LANGUAGES[task]:
             assert (out / "predictions" / task / f"test-{lang}.tsv").is_file()
-    assert finished.report.results == score.score(out / "predictions", data / "labels").results
-    assert json.loads((out / "results.json").read_text()) == finished.report.results
-    results = finished.report.results
+    assert finished.test.results == score.score(out / "predictions", data / "labels").results
+    assert json.loads((out / "results.json").read_text())["test"] == finished.test.results
+    results = finished.test.results
     assert results["tatoeba"]["accuracy"] == {"de": 100.0, "zh": 100.0}
     assert results["bucc2018"]["f1"] == {"de": 100.0, "zh": 100.0}
+    assert finished.dev.results["bucc2018"]["f1"] == {"de": 100.0, "zh": 100.0}  # its threshold's
     bucc = json.loads((out / "bucc2018" / "results.json").read_text())
     assert bucc["layer"] == 2 and bucc["pooling"] == "cls" and set(bucc["dev"]) == {"de", "zh"}
     # done: not redone, nothing loaded

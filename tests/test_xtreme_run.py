@@ -16,11 +16,13 @@ import numpy as np
 import pytest
 
 from configs import xtreme as xtreme_config
+from tests import xtreme_fixtures as fx
 from xlpretrain.convert import folder
 from xlpretrain.core.errors import ConfigError
 from xlpretrain.data import demo_corpus, demo_xtreme
+from xlpretrain.data.sources import DataError
 from xlpretrain.data.tokenizer import Tokenizer
-from xlpretrain.eval.xtreme import score
+from xlpretrain.eval.xtreme import score, tables
 from xlpretrain.families import XLMR
 from xlpretrain.model import init_params
 from xlpretrain.training import xtreme_run
@@ -94,7 +96,7 @@ def test_every_test_language_is_predicted_in_the_submission_layout(finished, xtr
 def test_results_json_is_evaluate_py_on_the_predictions(finished, xtreme_dir):
     out, result = finished
     expected = score.score(out / "predictions", xtreme_dir / "labels", "xtreme").results
-    assert json.loads((out / "results.json").read_text()) == expected
+    assert json.loads((out / "results.json").read_text())["test"] == expected
     assert result.labels == xtreme_dir / "labels"
     assert set(expected) >= {*TASKS, "tatoeba"}
 
@@ -164,7 +166,102 @@ def test_the_command_line_runs_a_task_and_prints_the_table(tiny_model, xtreme_di
     for name in ("results.json", "results.md", "results.png", "xtreme.log"):
         assert (out / name).is_file(), name
     assert "| model | pawsx (Acc.) | avg |" in (out / "results.md").read_text()
+    assert "test (against" in done.stdout and "dev (every language" in done.stdout
     bad = subprocess.run(
         [*command[:-3], "--tasks=nosuch"], capture_output=True, text=True, cwd=REPO, timeout=600
     )
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1, bad.stderr
+
+
+# --- A real download: XTREME's utils_preprocess.py leaves no test labels. ----------------------
+
+EVERY_TASK = ("xnli", "pawsx", "panx", "udpos", "xquad", "mlqa", "tydiqa", "bucc2018", "tatoeba")
+FINE_TUNED = EVERY_TASK[:7]
+# The tasks whose every language XTREME ships a dev set of (BUCC's chose its threshold).
+DEV_TABLE = ("xnli", "pawsx", "panx", "udpos", "mlqa", "bucc2018")
+
+
+@pytest.fixture(scope="module")
+def download(tiny_model, tmp_path_factory):
+    """All nine tasks run on `tests/xtreme_fixtures`' XTREME_DIR: written as utils_preprocess.py
+    writes it, test files without labels, QA test answers its placeholder."""
+    data = fx.write_xtreme_dir(tmp_path_factory.mktemp("download"))
+    cfg = xtreme_config.get_config("demo")
+    cfg.init.path, cfg.data.dir, cfg.tasks = str(tiny_model), str(data), ",".join(EVERY_TASK)
+    cfg.train.update(steps=2, log_every=2, checkpoint_every=2, async_checkpointing=False)
+    cfg.eval.every_steps = 2
+    for task in FINE_TUNED:
+        cfg[task].update(batch_size=8, max_length=48)
+    cfg.bucc2018.layer = 1
+    out = tmp_path_factory.mktemp("out")
+    finished = xtreme_run.run(resolve_xtreme(cfg), out)
+    xtreme_run.write_tables(finished, out, model="tiny")
+    return cfg, out, finished
+
+
+def test_a_download_without_test_labels_reports_every_dev_language(download):
+    _, out, finished = download
+    for task in EVERY_TASK:
+        predicted = sorted(
+            p.stem.removeprefix("test-") for p in (out / "predictions" / task).iterdir()
+        )
+        assert predicted == sorted(fx.LANGUAGES[task]), task
+    assert finished.test is None and finished.labels is None and not (out / "labels").exists()
+    dev = finished.dev.results
+    assert sorted(dev) == sorted(DEV_TABLE)  # xquad, tydiqa, tatoeba: no dev set shipped
+    for task in DEV_TABLE:
+        assert set(tables.per_language(dev[task])[1]) == set(fx.LANGUAGES[task]), task
+    for lang, chosen in finished.tasks["bucc2018"]["dev"].items():
+        assert dev["bucc2018"]["f1"][lang] == pytest.approx(100 * chosen["f1"])
+    assert sorted(finished.selected) == sorted(FINE_TUNED)
+    for task in FINE_TUNED:
+        assert finished.selected[task]["en"]["score"] == finished.tasks[task]["dev"], task
+    assert finished.selected["tydiqa"]["en"]["score"] is None  # no English dev: the last step
+    assert json.loads((out / "results.json").read_text()) == {
+        "selected": finished.selected,
+        "dev": dev,
+    }
+    report = (out / "results.md").read_text()
+    assert tables.NO_TEST in report and "## Dev" in report and "| mlqa | en |" in report
+    assert (out / "results.png").is_file()
+
+
+def test_the_test_table_with_the_original_test_answers(download, tmp_path):
+    """`--labels DIR` (`data.labels_dir`): the finished tasks are not redone, test is scored."""
+    cfg, out, _ = download
+    answers = fx.write_labels_dir(tmp_path) / "labels"
+    cfg = cfg.copy_and_resolve_references()
+    cfg.data.labels_dir = str(answers)
+    finished = xtreme_run.run(resolve_xtreme(cfg), out)
+    expected = score.score(out / "predictions", answers, "xtreme").results
+    assert finished.test.results == expected and sorted(tables.task_results(expected)) == sorted(
+        EVERY_TASK
+    )
+    written = json.loads((out / "results.json").read_text())
+    assert written["test"] == expected and written["dev"] == finished.dev.results
+    cfg.data.labels_dir = str(tmp_path / "nosuch")
+    with pytest.raises(DataError, match="labels folder .*nosuch.* does not exist"):
+        xtreme_run.run(resolve_xtreme(cfg), out)
+
+
+def test_the_command_line_says_which_table_is_which(download, tiny_model, tmp_path):
+    cfg, out, _ = download
+    command = [
+        sys.executable, "-m", "xlpretrain.eval.xtreme", "run",
+        f"--config={REPO / 'configs' / 'xtreme.py'}:demo", f"--init={tiny_model}",
+        f"--data={cfg.data.dir}", f"--out={out}", f"--tasks={','.join(EVERY_TASK)}",
+    ]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, cwd=REPO, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "dev (every language's dev set" in done.stdout and "XTREME leaderboard" in done.stdout
+    answers = fx.write_labels_dir(tmp_path) / "labels"
+    done = subprocess.run(
+        [*command, f"--labels={answers}"], capture_output=True, text=True, cwd=REPO, timeout=600
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert f"test (against {answers})" in done.stdout
+    bad = subprocess.run(
+        [*command, f"--labels={tmp_path / 'nosuch'}"], capture_output=True, text=True, cwd=REPO
+    )
+    assert bad.returncode == 2 and "nosuch" in bad.stderr
+    assert len(bad.stderr.strip().splitlines()) == 1, bad.stderr

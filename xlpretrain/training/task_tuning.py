@@ -48,13 +48,15 @@ BEST = task_workdir.BEST_DIR  # WORKDIR/best/: the parameters that scored best o
 @dataclasses.dataclass(frozen=True)
 class TaskExamples:
     """A task's examples: the training ones (one language, or translate-train's several), the
-    development ones selection reads, and each test language's."""
+    development ones selection reads, each test language's, and each language's dev set
+    (`devs`), predicted like a test for the dev table a run reports beside (or without) test."""
 
     train: Sequence[Any]
     dev: Sequence[Any]
     tests: Mapping[str, Sequence[Any]]
     train_language: str = "en"
     dev_language: str = "en"
+    devs: Mapping[str, Sequence[Any]] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass
@@ -228,10 +230,11 @@ class BestParams:
 
 def run(tuning: TaskTuning) -> dict | None:
     """Trains from the newest readable checkpoint (or step 0) to `train.stop_at` or
-    `train.steps`, then predicts every test language with the selected parameters. Returns the
-    results with the predictions (`"predictions"`: language → one per example), or None when it
-    stopped short of `train.steps` (a preemption notice, `train.stop_at`: the checkpoint is
-    saved; run again to resume)."""
+    `train.steps`, then predicts every test language (and each of `examples.devs`) with the
+    selected parameters. Returns the results with the predictions (`"predictions"`: language →
+    one per example; `"dev_predictions"` likewise), or None when it stopped short of
+    `train.steps` (a preemption notice, `train.stop_at`: the checkpoint is saved; run again to
+    resume)."""
     plan, kind, examples = tuning.plan, tuning.kind, tuning.examples
     best = BestParams(tuning.workdir)
 
@@ -274,10 +277,13 @@ def run(tuning: TaskTuning) -> dict | None:
             params = best.restore(params, tuning.training.state_shardings.params)
     else:
         chosen = {"step": step, "score": dev_score(params) if examples.dev else None}
-    predicted = {}
+    predicted, dev_predicted = {}, {}
     for lang, test in examples.tests.items():
         log.info("%s: predicting %s (%d examples)", plan.task, lang, len(test))
         predicted[lang] = predictions(tuning, params, encode(tuning, test, lang))
+    for lang, dev_set in examples.devs.items():
+        log.info("%s: predicting %s dev (%d examples)", plan.task, lang, len(dev_set))
+        dev_predicted[lang] = predictions(tuning, params, encode(tuning, dev_set, lang))
     results = {
         "task": plan.task,
         "kind": kind.name,
@@ -287,4 +293,4 @@ def run(tuning: TaskTuning) -> dict | None:
         "selected_step": chosen["step"],
         "dev": chosen["score"],
     }
-    return {**results, "predictions": predicted}
+    return {**results, "predictions": predicted, "dev_predictions": dev_predicted}

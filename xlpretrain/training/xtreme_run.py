@@ -3,24 +3,32 @@
 For each task asked (`tasks`), in order: read its files as XTREME's download script leaves them
 (`xlpretrain.data.xtreme`), fine-tune the pre-trained model on them in `OUT/<task>/` (a workdir
 that checkpoints and resumes: `training.task_tuning`), predict every test language present into
-XTREME's submission layout, `OUT/predictions/<task>/test-<lang>.{tsv,json}`, and write
+XTREME's submission layout, `OUT/predictions/<task>/test-<lang>.{tsv,json}`, and every
+language's dev set where XTREME ships one (XNLI, PAWS-X, PAN-X, UD-POS, MLQA) into
+`OUT/dev_predictions/` with its gold in `OUT/dev_labels/` (the same layout), and write
 `OUT/<task>/results.json` last: a task whose folder has it is done and is not redone when the
 run is started again (after a kill, with more tasks). Then the predictions are scored as
-google-research/xtreme's evaluate.py scores them (`eval.xtreme.score`) into `OUT/results.json`,
-with the table in `OUT/results.md` and each task per language in `OUT/results.png`.
+google-research/xtreme's evaluate.py scores them (`eval.xtreme.score`) into `OUT/results.json`:
+`dev` (every language's dev set: the zero-shot dev table papers print beside test), `selected`
+(the dev score each fine-tuning selected its checkpoint on, by dev language) and, where test
+labels are found, `test`; the tables in `OUT/results.md`, each task per language in
+`OUT/results.png`. A real download has no test labels (XTREME's utils_preprocess.py removes
+them): the run then reports dev alone, and `OUT/predictions` is what the leaderboard takes.
 
 The retrieval tasks (BUCC, Tatoeba) are not fine-tuned: the pre-trained model's sentence
 embeddings predict them (`eval.xtreme.retrieval`), into the same layout, and `OUT/<task>/`
-holds only their `results.json` (BUCC's threshold per language, chosen on its dev gold).
+holds only their `results.json` (BUCC's threshold per language, chosen on its dev gold; the
+dev pairs mined at it go to the dev table).
 
 Protocols: `zero_shot` (XTREME's cross-lingual transfer: train on English, select on English
 dev, test every language), `translate_train_all` (English and every translate-train file
 present, XTREME's xtreme_translations placed as `data.xtreme` says) and `in_language` (one
 fine-tuning per test language with training data of its own, in `OUT/<task>/<lang>/`, on that
 language's training data, selected on its dev, predicting its test: PAN-X, UD-POS and
-TyDiQA-GoldP, where XTREME ships such data; languages without it are not run). The labels
-scored against: `data.labels_dir`, else `XTREME_DIR/labels` if it exists, else the test files'
-own labels (written to `OUT/labels/`) where they have them.
+TyDiQA-GoldP, where XTREME ships such data; languages without it are not run). The test labels
+scored against: `data.labels_dir` (`--labels`), else `XTREME_DIR/labels` if it exists, else the
+test files' own labels (written to `OUT/labels/`) where they have them; none of these: no test
+table.
 """
 
 from __future__ import annotations
@@ -41,6 +49,7 @@ from xlpretrain.core.errors import ConfigError
 from xlpretrain.data.sources import DataError, format_stats
 from xlpretrain.data.xtreme import (
     LAYOUTS,
+    BuccSplit,
     TaskFiles,
     find_task,
     read_bucc,
@@ -125,7 +134,14 @@ def task_runs(plan: XtremePlan, task: str) -> dict[str, task_tuning.TaskExamples
             train += _read(files, "translate-train", lang)
     dev = _read(files, "dev") if files.dev else []
     tests = {lang: _read(files, "test", lang) for lang in files.languages}
-    return {"": task_tuning.TaskExamples(train, dev, tests)}
+    devs = dev_sets(files, sorted(files.dev_by_language))
+    return {"": task_tuning.TaskExamples(train, dev, tests, devs=devs)}
+
+
+def dev_sets(files: TaskFiles, languages: list[str]) -> dict[str, list[Any]]:
+    """The dev set of each of `languages` that has one: what the dev table scores (a real
+    download's test files have no labels, its dev files do)."""
+    return {lang: _read(files, "dev", lang) for lang in languages if lang in files.dev_by_language}
 
 
 def in_language_examples(files: TaskFiles) -> dict[str, task_tuning.TaskExamples]:
@@ -149,29 +165,49 @@ def in_language_examples(files: TaskFiles) -> dict[str, task_tuning.TaskExamples
             {lang: _read(files, "test", lang)},
             train_language=lang,
             dev_language=lang,
+            devs=dev_sets(files, [lang]),
         )
     return runs
 
 
-def write_predictions(out: Path, task: str, format: str, predicted: dict[str, Any]) -> None:
+def write_predictions(
+    out: Path, task: str, format: str, predicted: dict[str, Any], folder: str = "predictions"
+) -> None:
     for lang, predictions in predicted.items():
-        WRITERS[format](submission_path(out, "predictions", task, lang), predictions)
+        WRITERS[format](submission_path(out, folder, task, lang), predictions)
 
 
-def retrieval_predictions(
-    plan: XtremePlan, task: str, model: api.Model
-) -> tuple[dict[str, Any], dict[str, Any]]:
+def write_gold(out: Path, task: str, gold: dict[str, Any], folder: str) -> None:
+    """Each language's gold under `out/folder/` where it has one: a real download's test files
+    have none, so nothing is written for them."""
+    for lang, examples in gold.items():
+        if isinstance(examples, BuccSplit) or all(_labelled(e) for e in examples):
+            write_labels(out, task, lang, examples, folder)
+
+
+@dataclasses.dataclass(frozen=True)
+class Retrieved:
     """A retrieval task's predictions per test language on disk (BUCC: mined id pairs,
-    Tatoeba: indices), and per language what chose them (BUCC's dev threshold and scores)."""
+    Tatoeba: indices); BUCC's dev pairs mined at its threshold, their gold, and per language
+    what chose the threshold (its dev scores)."""
+
+    test: dict[str, Any]
+    dev: dict[str, Any]
+    dev_gold: dict[str, Any]
+    chosen: dict[str, Any]
+
+
+def retrieval_predictions(plan: XtremePlan, task: str, model: api.Model) -> Retrieved:
+    """A retrieval task's predictions (`Retrieved`), language by language."""
     layout = LAYOUTS[task]
     files = task_files(plan, task)
     settings = plan.retrieval[task]
-    predicted, chosen = {}, {}
+    found = Retrieved({}, {}, {}, {})
     for number, lang in enumerate(files.languages, 1):
         log.info("%s: %s (%d/%d)", task, lang, number, len(files.languages))
         if layout.kind == "tatoeba":
             split = read_tatoeba(*files.test[lang])
-            predicted[lang] = retrieval.tatoeba_indices(model, split, lang, settings)
+            found.test[lang] = retrieval.tatoeba_indices(model, split, lang, settings)
             continue
         dev_files = files.dev_by_language.get(lang)
         if dev_files is None:
@@ -181,16 +217,19 @@ def retrieval_predictions(
                 "the test split is mined at"
             )
         dev, test = read_bucc(*dev_files), read_bucc(*files.test[lang])
-        predicted[lang], chosen[lang] = retrieval.bucc_pairs(model, dev, test, lang, settings)
+        found.test[lang], found.dev[lang], chosen = retrieval.bucc_pairs(
+            model, dev, test, lang, settings
+        )
+        found.dev_gold[lang], found.chosen[lang] = dev, chosen
         log.info(
             "%s: %s: threshold %s, dev F1 %.4f, %d test pairs mined",
             task,
             lang,
-            chosen[lang]["threshold"],
-            chosen[lang]["f1"],
-            len(predicted[lang]),
+            chosen["threshold"],
+            chosen["f1"],
+            len(found.test[lang]),
         )
-    return predicted, chosen
+    return found
 
 
 def run_retrieval_task(plan: XtremePlan, task: str, out: Path) -> dict[str, Any]:
@@ -202,10 +241,12 @@ def run_retrieval_task(plan: XtremePlan, task: str, out: Path) -> dict[str, Any]
             f"config key '{task}.layer': {settings.layer}, but the model at {plan.init_path} has "
             f"states 0 to {model.config.num_layers} (0: the embeddings' output)"
         )
-    predicted, chosen = retrieval_predictions(plan, task, model)
-    result = {"layer": settings.layer, "pooling": settings.pooling, "dev": chosen}
+    found = retrieval_predictions(plan, task, model)
+    result = {"layer": settings.layer, "pooling": settings.pooling, "dev": found.chosen}
     if jax.process_index() == 0:
-        write_predictions(out, task, LAYOUTS[task].kind, predicted)
+        write_predictions(out, task, LAYOUTS[task].kind, found.test)
+        write_predictions(out, task, LAYOUTS[task].kind, found.dev, "dev_predictions")
+        write_gold(out, task, found.dev_gold, "dev_labels")
         _write_done(out / task, result)
     return result
 
@@ -234,7 +275,7 @@ def run_task(plan: XtremePlan, task: str, out: Path, devices=None) -> dict[str, 
         return run_retrieval_task(plan, task, out)
     log.info("%s: reading %s", task, plan.data_dir)
     runs, format = task_runs(plan, task), LAYOUTS[task].kind
-    results, predicted, tests = {}, {}, {}
+    results, predicted, dev_predicted, tests, devs = {}, {}, {}, {}, {}
     for number, (name, examples) in enumerate(runs.items(), 1):
         if name:
             log.info("%s: %s (%d/%d)", task, name, number, len(runs))
@@ -242,13 +283,15 @@ def run_task(plan: XtremePlan, task: str, out: Path, devices=None) -> dict[str, 
         if result is None:
             return None
         predicted |= result.pop("predictions")
+        dev_predicted |= result.pop("dev_predictions")
         results[name], tests = result, tests | dict(examples.tests)
+        devs |= examples.devs
     result = results.pop("") if "" in results else {"languages": results}
     if jax.process_index() == 0:
         write_predictions(out, task, format, predicted)
-        for lang, test in tests.items():
-            if all(_labelled(e) for e in test):
-                write_labels(out, task, lang, test)
+        write_gold(out, task, tests, "labels")
+        write_predictions(out, task, format, dev_predicted, "dev_predictions")
+        write_gold(out, task, devs, "dev_labels")
         _write_done(folder, result)
     return result
 
@@ -277,33 +320,75 @@ def fine_tune(
         task_tuning.build(own, str(workdir), kind, examples, prepared, devices)
     )
     if result is not None and format == "qa":
-        result["predictions"] = {
-            lang: {e.id: p for e, p in zip(examples.tests[lang], answers, strict=True)}
-            for lang, answers in result["predictions"].items()
-        }
+        for key, sets in (("predictions", examples.tests), ("dev_predictions", examples.devs)):
+            result[key] = {
+                lang: {e.id: p for e, p in zip(sets[lang], answers, strict=True)}
+                for lang, answers in result[key].items()
+            }
     return result
 
 
-def labels_folder(plan: XtremePlan, out: Path) -> Path:
-    """What the predictions are scored against (see the module docstring)."""
+def labels_folder(plan: XtremePlan, out: Path) -> Path | None:
+    """What the test predictions are scored against (see the module docstring); None where no
+    test labels are found (a real download)."""
     if plan.labels_dir:
         return Path(plan.labels_dir)
-    beside = Path(plan.data_dir) / "labels"
-    return beside if beside.is_dir() else out / "labels"
+    for folder in (Path(plan.data_dir) / "labels", out / "labels"):
+        if folder.is_dir():
+            return folder
+    return None
+
+
+def check_labels(plan: XtremePlan) -> None:
+    """`DataError` before any task runs when `data.labels_dir` (`--labels`) is not a folder."""
+    if plan.labels_dir and not Path(plan.labels_dir).is_dir():
+        raise DataError(
+            f"labels folder {plan.labels_dir} (data.labels_dir, --labels) does not exist or is "
+            "not a folder: expected <task>/test-<lang>.<tsv|json>, as evaluate.py's --label_folder"
+        )
+
+
+def selection(tasks: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Each fine-tuned task's checkpoint selection by dev language: the step kept and its dev
+    score (None: no dev set, the last step). A run's dev language is its training language:
+    English but for in_language, which selects on each language's own dev."""
+    selected = {}
+    for task, result in tasks.items():
+        runs = result.get("languages", {"": result})
+        chosen = {
+            run["train_language"]: {"step": run["selected_step"], "score": run["dev"]}
+            for run in runs.values()
+            if "selected_step" in run
+        }
+        if chosen:
+            selected[task] = chosen
+    return selected
 
 
 @dataclasses.dataclass(frozen=True)
 class RunResults:
-    """A finished run: each task's fine-tuning results and evaluate.py's report."""
+    """A finished run: each task's fine-tuning results, evaluate.py's report on every
+    language's dev set (None if no task has one) and on test (None without test labels), the
+    test labels' folder, and each task's selection (`selection`)."""
 
     tasks: dict[str, dict[str, Any]]
-    report: score.Report
-    labels: Path
+    dev: score.Report | None
+    test: score.Report | None
+    labels: Path | None
+    selected: dict[str, dict[str, Any]]
+
+    def json(self) -> dict[str, Any]:
+        """`OUT/results.json`: `selected`, `dev` and, where test labels were found, `test`."""
+        tables = {"dev": self.dev, "test": self.test}
+        found = {name: report.results for name, report in tables.items() if report is not None}
+        return {"selected": self.selected, **found}
 
 
 def run(plan: XtremePlan, out: str | os.PathLike, devices=None) -> RunResults | None:
-    """Runs every task of the plan, then scores all of `OUT/predictions`; None when a task
-    stopped short of its steps (a preemption notice, `train.stop_at`)."""
+    """Runs every task of the plan, then scores every language's dev set and, where test
+    labels are found, `OUT/predictions`; None when a task stopped short of its steps (a
+    preemption notice, `train.stop_at`)."""
+    check_labels(plan)
     out = Path(out)
     results = {}
     for number, task in enumerate(plan.tasks, 1):
@@ -312,17 +397,21 @@ def run(plan: XtremePlan, out: str | os.PathLike, devices=None) -> RunResults | 
         if result is None:
             return None
         results[task] = result
+    dev, dev_gold = out / "dev_predictions", out / "dev_labels"
+    has_dev = dev.is_dir() and dev_gold.is_dir()
+    dev_report = score.score(dev, dev_gold, plan.version) if has_dev else None
     labels = labels_folder(plan, out)
-    report = score.score(out / "predictions", labels, plan.version)
+    test = score.score(out / "predictions", labels, plan.version) if labels else None
+    finished = RunResults(results, dev_report, test, labels, selection(results))
     if jax.process_index() == 0:
-        (out / "results.json").write_text(json.dumps(report.results, indent=2))
-    return RunResults(results, report, labels)
+        (out / "results.json").write_text(json.dumps(finished.json(), indent=2))
+    return finished
 
 
 def write_tables(finished: RunResults, out: str | os.PathLike, model: str) -> None:
-    """`OUT/results.md` and `OUT/results.png` from the run's report."""
+    """`OUT/results.md` and `OUT/results.png` from the run's results."""
     if jax.process_index() != 0:
         return
     out = Path(out)
-    (out / "results.md").write_text(tables.markdown(finished.report.results, model))
-    tables.plot(finished.report.results, str(out / "results.png"), title=model)
+    (out / "results.md").write_text(tables.report_markdown(finished.json(), model))
+    tables.plot(finished.json(), str(out / "results.png"), title=model)

@@ -13,6 +13,9 @@ the same layout under `OUT/labels/`, each file as google-research/xtreme's evalu
 
 evaluate.py compares the line-per-example files line by line, so a prediction file must follow
 its test file's order and hold exactly its number of examples.
+
+`OUT/dev_predictions/` and `OUT/dev_labels/` hold each language's dev set in the same layout
+(file names included, `test-<lang>`), so that the same scorer scores the dev table.
 """
 
 from __future__ import annotations
@@ -37,12 +40,12 @@ __all__ = [
     "write_tag_lines",
 ]
 
-FOLDERS = ("predictions", "labels")
+FOLDERS = ("predictions", "labels", "dev_predictions", "dev_labels")
 
 
 def submission_path(out: str | os.PathLike, folder: str, task: str, lang: str) -> Path:
-    """`out/<folder>/<task>/test-<lang>.<json for QA, else tsv>`; `folder` is 'predictions' or
-    'labels'."""
+    """`out/<folder>/<task>/test-<lang>.<json for QA, else tsv>`; `folder` is one of
+    `FOLDERS`."""
     if folder not in FOLDERS:
         raise ValueError(f"folder must be one of {FOLDERS}, not {folder!r}")
     suffix = "json" if LAYOUTS[task].kind == "qa" else "tsv"
@@ -82,11 +85,12 @@ def write_labels(
     task: str,
     lang: str,
     gold: Sequence[PairExample | TaggedSentence | QAExample | int] | BuccSplit,
+    folder: str = "labels",
 ) -> Path:
-    """Writes one language's gold into `out/labels/<task>/`: `gold` is the labelled examples
-    (pairs, tagged sentences, answered questions), the `BuccSplit` with its gold pairs, or
-    Tatoeba's gold indices. Returns the file's path."""
-    path = submission_path(out, "labels", task, lang)
+    """Writes one language's gold into `out/<folder>/<task>/` (`dev_labels` for a dev set):
+    `gold` is the labelled examples (pairs, tagged sentences, answered questions), the
+    `BuccSplit` with its gold pairs, or Tatoeba's gold indices. Returns the file's path."""
+    path = submission_path(out, folder, task, lang)
     kind = LAYOUTS[task].kind
     if kind == "bucc":
         if not isinstance(gold, BuccSplit) or gold.gold is None:

@@ -1,11 +1,13 @@
 """`python -m xlpretrain.eval.xtreme COMMAND [flags]`: the XTREME benchmark.
 
 `run --config configs/xtreme.py[:PRESET] --init WORKDIR --data XTREME_DIR --out OUT
-[--tasks xnli,panx,...]` fine-tunes a pre-trained model on each task, zero-shot from English,
-into `OUT/<task>/` (each a workdir that resumes; a finished task is not redone), writes every test
-language's predictions in XTREME's submission layout (`OUT/predictions/`), scores them into
-`OUT/results.json` (evaluate.py's JSON), `OUT/results.md` and `OUT/results.png`
-(`xlpretrain.training.xtreme_run`).
+[--tasks xnli,panx,...] [--labels DIR]` fine-tunes a pre-trained model on each task, zero-shot
+from English, into `OUT/<task>/` (each a workdir that resumes; a finished task is not redone),
+writes every test language's predictions in XTREME's submission layout (`OUT/predictions/`) and
+every language's dev set's (`OUT/dev_predictions/`), scores them into `OUT/results.json`
+(evaluate.py's JSON of dev, and of test where test labels are found: `--labels`),
+`OUT/results.md` and `OUT/results.png` (`xlpretrain.training.xtreme_run`), and prints which
+table is which and where the test predictions go.
 
 `score --predictions DIR --labels DIR --output FILE [--version xtreme|xtreme-r]` scores the
 prediction files of any model against the gold labels and writes the JSON that
@@ -115,7 +117,36 @@ def define_run_flags() -> None:
     flags.DEFINE_string("data", None, "XTREME's folder, as its download script leaves it.")
     flags.DEFINE_string("out", None, "Output folder: <task>/, predictions/, results.*")
     flags.DEFINE_string("tasks", "", "Comma-separated tasks to run (default: the config's).")
+    flags.DEFINE_string(
+        "labels",
+        "",
+        "The test answers, laid out as evaluate.py's --label_folder (<task>/test-<lang>.*): "
+        "scored into the test table (default: data.labels_dir, else XTREME_DIR/labels).",
+    )
     flags.mark_flags_as_required(["config", "init", "data", "out"])
+
+
+def summary(finished, out: str) -> str:
+    """What `run` prints: the dev table, the dev score each task selected on, then the test
+    table, or where the test predictions go without test labels."""
+    from xlpretrain.eval.xtreme import tables
+
+    lines = []
+    if finished.dev is not None:
+        title = "dev (every language's dev set where XTREME ships one):"
+        lines += [title, format_table(finished.dev)]
+    if finished.selected:
+        lines += ["", "selected on dev:", tables.selection_markdown(finished.selected).rstrip()]
+    if finished.test is None:
+        lines += ["", f"test: {tables.NO_TEST}"]
+    else:
+        lines += ["", f"test (against {finished.labels}):", format_table(finished.test)]
+    lines += [
+        "",
+        f"test predictions: {os.path.join(out, 'predictions')}",
+        f"wrote {os.path.join(out, 'results.json')}, results.md, results.png",
+    ]
+    return "\n".join(lines)
 
 
 def run_main(argv: Sequence[str]) -> None:
@@ -128,14 +159,15 @@ def run_main(argv: Sequence[str]) -> None:
     out = os.path.abspath(FLAGS.out)
     cfg = FLAGS.config.unlock()
     cfg.init.path, cfg.data.dir = FLAGS.init, FLAGS.data
+    if FLAGS.labels:
+        cfg.data.labels_dir = os.path.abspath(FLAGS.labels)
 
     def run(plan) -> None:
         finished = xtreme_run.run(plan, out)
         if finished is None:
             return
         xtreme_run.write_tables(finished, out, model=plan.init_path)
-        print(format_table(finished.report))
-        print(f"wrote {os.path.join(out, 'results.json')} (scored against {finished.labels})")
+        print(summary(finished, out))
 
     cli.run_task(
         out, lambda: resolve_xtreme(cfg, FLAGS.tasks), lambda plan: plan, run, "xtreme.log"

@@ -60,21 +60,29 @@ def tatoeba_indices(
 
 def bucc_pairs(
     model: Model, dev: BuccSplit, test: BuccSplit, lang: str, settings: RetrievalSettings
-) -> tuple[list[tuple[str, str]], dict[str, Any]]:
-    """The test split's mined `(source id, English id)` pairs, and the dev split's scores at
-    the threshold chosen on its gold (`threshold`, `precision`, `recall`, `f1`, `mined`)."""
+) -> tuple[list[tuple[str, str]], list[tuple[str, str]], dict[str, Any]]:
+    """The test split's mined `(source id, English id)` pairs, the dev split's mined at the
+    same threshold (what the dev table scores), and the dev split's scores at the threshold
+    chosen on its gold (`threshold`, `precision`, `recall`, `f1`, `mined`)."""
     if dev.gold is None:
         raise ValueError(f"BUCC {lang}: the dev split has no gold pairs to set a threshold on")
     dev_ids, dev_candidates = _candidates(model, dev, lang, settings)
     gold = set(dev.gold)
-    correct = np.array([pair in gold for pair in _id_pairs(dev_ids, dev_candidates)], bool)
+    dev_pairs = _id_pairs(dev_ids, dev_candidates)
+    correct = np.array([pair in gold for pair in dev_pairs], bool)
     chosen = best_threshold(dev_candidates.scores, correct, len(gold))
     if chosen["threshold"] is None:  # no gold pair among the candidates: mine nothing
-        return [], chosen
+        return [], [], chosen
     test_ids, test_candidates = _candidates(model, test, lang, settings)
-    pairs = _id_pairs(test_ids, test_candidates)
-    mined = test_candidates.scores >= chosen["threshold"]
-    return [pair for pair, keep in zip(pairs, mined.tolist(), strict=True) if keep], chosen
+    return (
+        _mined(_id_pairs(test_ids, test_candidates), test_candidates.scores, chosen["threshold"]),
+        _mined(dev_pairs, dev_candidates.scores, chosen["threshold"]),
+        chosen,
+    )
+
+
+def _mined(pairs: list[tuple[str, str]], scores: np.ndarray, threshold: float) -> list:
+    return [pair for pair, keep in zip(pairs, (scores >= threshold).tolist(), strict=True) if keep]
 
 
 def _embed(model: Model, texts, lang: str, settings: RetrievalSettings) -> np.ndarray:

@@ -2,8 +2,10 @@
 per model, a column per task with its headline metric, then the average), each task's languages
 below it; and `results.png`, each task's score per language.
 
-Both are drawn from evaluate.py's JSON (`score.Report.results`), nothing else, so they say what
-`results.json` says.
+`markdown` draws one evaluate.py JSON (`score.Report.results`); `report_markdown` and `plot` a
+run's `results.json` (`xtreme_run.RunResults.json`): its test table where test labels were
+found, its dev table (every language's dev set) and the dev score each task selected on, so
+they say what `results.json` says.
 """
 
 from __future__ import annotations
@@ -13,6 +15,18 @@ from typing import Any
 
 # The metric a task's headline is, as the papers' tables name it.
 HEADLINES = {"f1": "F1", "accuracy": "Acc.", "exact_match": "EM", "map@20": "MAP@20"}
+# Each table of a run's results.json, as results.md titles it, in the order it is drawn.
+TABLES = {
+    "test": "Test",
+    "dev": "Dev: every language's dev set where XTREME ships one (zero-shot: the table papers "
+    "print beside test)",
+}
+NO_TEST = (
+    "No test labels (a download made by XTREME's scripts has none): submit the test "
+    "predictions, `predictions/`, to the XTREME leaderboard as google-research/xtreme's README "
+    "says (Leaderboard Submission), or score them with the original test answers: `run` again "
+    "with `--labels DIR`, or `python -m xlpretrain.eval.xtreme score`."
+)
 
 
 def task_results(results: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
@@ -66,24 +80,63 @@ def markdown(results: Mapping[str, Any], model: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def plot(results: Mapping[str, Any], path: str, title: str) -> None:
-    """`path` (PNG): a panel per task, its headline metric per language."""
+def selection_markdown(selected: Mapping[str, Mapping[str, Any]]) -> str:
+    """The dev score each task's checkpoint was selected on, by dev language (English for
+    zero-shot; "–": no dev set, the last step predicts)."""
+    lines = ["| task | dev language | step | score |", "|---|---|---:|---:|"]
+    for task, languages in selected.items():
+        for lang, chosen in languages.items():
+            value = "–" if chosen["score"] is None else f"{chosen['score']:.1f}"
+            lines.append(f"| {task} | {lang} | {chosen['step']} | {value} |")
+    return "\n".join(lines) + "\n"
+
+
+def report_markdown(report: Mapping[str, Any], model: str) -> str:
+    """A run's `results.json` as markdown: test (or how to get it scored), dev, then what each
+    task selected on."""
+    parts = [f"# XTREME: {model}"]
+    for name, title in TABLES.items():
+        body = markdown(report[name], model) if name in report else None
+        if name == "test" and body is None:
+            body = NO_TEST + "\n"
+        if body is not None:
+            parts.append(f"## {title}\n\n{body}")
+    if report.get("selected"):
+        title = "## The dev score each task selected its checkpoint on"
+        parts.append(f"{title}\n\n{selection_markdown(report['selected'])}")
+    return "\n".join(parts)
+
+
+def plot(report: Mapping[str, Any], path: str, title: str) -> None:
+    """`path` (PNG): a panel per task, its headline metric per language, test and dev side by
+    side where both are scored."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    tasks = task_results(results)
-    figure = Figure(figsize=(12, 2.6 * max(1, len(tasks))), layout="constrained")
+    drawn = {name: task_results(report[name]) for name in TABLES if name in report}
+    names = list(dict.fromkeys(task for tasks in drawn.values() for task in tasks))
+    figure = Figure(figsize=(12, 2.6 * max(1, len(names))), layout="constrained")
     figure.suptitle(title)
-    for axes, (name, scores) in zip(
-        figure.subplots(max(1, len(tasks)), 1, squeeze=False)[:, 0], tasks.items(), strict=False
-    ):
-        metric, values = per_language(scores)
-        axes.bar(list(values), list(values.values()), color="tab:blue")
-        if "avg_metric" in scores:
-            axes.axhline(scores["avg_metric"], color="tab:red", linestyle="--", label="average")
-            axes.legend(loc="upper right")
-        axes.set_ylabel(HEADLINES.get(metric, metric))
-        axes.set_title(name)
-        axes.set_ylim(0, 100)
-        axes.tick_params(axis="x", labelsize=7, rotation=90)
+    panels = figure.subplots(max(1, len(names)), 1, squeeze=False)[:, 0]
+    for axes, name in zip(panels, names, strict=False):
+        _panel(axes, name, {table: tasks[name] for table, tasks in drawn.items() if name in tasks})
     FigureCanvasAgg(figure).print_png(path)
+
+
+def _panel(axes: Any, name: str, scores: Mapping[str, Mapping[str, Any]]) -> None:
+    """One task's bars per language, one colour per table (test, dev)."""
+    values = {table: per_language(task_scores) for table, task_scores in scores.items()}
+    languages = list(dict.fromkeys(lang for _, v in values.values() for lang in v))
+    width = 0.8 / len(values)
+    colours = {"test": "tab:blue", "dev": "tab:orange"}
+    for offset, (table, (metric, by_language)) in enumerate(values.items()):
+        x = [languages.index(lang) + offset * width for lang in by_language]
+        axes.bar(x, list(by_language.values()), width, color=colours[table], label=table)
+        if "avg_metric" in scores[table]:
+            axes.axhline(scores[table]["avg_metric"], color=colours[table], linestyle="--")
+        axes.set_ylabel(HEADLINES.get(metric, metric))
+    axes.set_xticks([i + 0.4 - width / 2 for i in range(len(languages))], languages)
+    axes.legend(loc="upper right")
+    axes.set_title(name)
+    axes.set_ylim(0, 100)
+    axes.tick_params(axis="x", labelsize=7, rotation=90)
