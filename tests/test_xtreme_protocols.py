@@ -43,7 +43,9 @@ def runs(monkeypatch):
             "pawsx": lambda e: "0",
         }[task]
         tests = {lang: [predict(e) for e in test] for lang, test in examples.tests.items()}
-        return {"selected_step": 1, "predictions": tests}
+        devs = {lang: [predict(e) for e in dev] for lang, dev in examples.devs.items()}
+        chosen = {"selected_step": 1, "dev": None, "train_language": examples.train_language}
+        return {**chosen, "predictions": tests, "dev_predictions": devs}
 
     monkeypatch.setattr(xtreme_run, "fine_tune", fine_tune)
     return seen
@@ -93,6 +95,8 @@ def test_in_language_runs_each_language_on_its_own_data(data, runs, tmp_path):
     done = json.loads((tmp_path / "panx" / "results.json").read_text())
     assert set(done["languages"]) == {"de", "en"}
     assert set(finished.test.results["panx"]["f1"]) == {"de", "en"}
+    assert set(finished.dev.results["panx"]["f1"]) == {"de", "en"}  # each run's own dev
+    assert set(finished.selected["panx"]) == {"de", "en"}
 
 
 def test_in_language_refuses_tasks_trained_in_english_only(data):
