@@ -42,8 +42,9 @@ class ModelSettings:
     # The fused kernel's launch shape per kernel, e.g. "forward=64x64:w4:s2 dq=64x32:w4:s2"
     # (KERNEL=BQxBK[:wWARPS][:sSTAGES]; unnamed kernels keep the default); empty: the default.
     flash_tiles: str = ""
-    # MLM loss: the [predictions, vocab] logits are built this many predictions at a time
-    # (recomputed in the backward pass); 0 = all at once.
+    # MLM loss: the forward pass builds the float32 [predictions, vocab] logits this many
+    # predictions at a time (nothing is recomputed in the backward pass, which keeps every
+    # prediction's softmax − one-hot in the compute dtype); 0 = all at once.
     loss_chunk: int = 1024
 
     def model_fields(self) -> dict[str, Any]:

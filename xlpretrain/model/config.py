@@ -83,7 +83,7 @@ class ModelConfig:
     # The fused kernel's tiles, warps and stages per kernel (``flash.Tiles.parse``); empty:
     # ``flash.default_tiles(dtype, head_dim)``.
     flash_tiles: str = ""
-    loss_chunk: int = 1024  # predictions per vocabulary-projection chunk of the MLM loss
+    loss_chunk: int = 1024  # predictions per float32-logits chunk of the MLM loss's forward pass
     initializer_range: float = 0.02
     # modernbert: every `global_every`-th layer (from the first) attends globally, the others
     # within a window of `local_window` tokens (`local_window // 2` each side); rotary bases.
