@@ -64,9 +64,11 @@ class _Layout:
     """What the loss's custom gradient needs to know besides its arrays: this device holds
     ``shard`` rows of the table (from ``axis_index(axis) · shard`` when ``axis`` names the
     vocabulary-parallel mesh axes), the ids from ``size`` on are padding, the forward pass
-    reads ``chunk`` predictions' logits at a time, the table's gradient is ``table_dtype``."""
+    reads ``chunk`` predictions' logits at a time, the table's gradient is ``table_dtype``;
+    under ``shard_map`` the predictions are split over ``batch_axes``."""
 
     axis: str | tuple[str, ...] | None
+    batch_axes: str | tuple[str, ...] | None
     shard: int
     size: int
     chunk: int
@@ -180,8 +182,7 @@ def _cross_entropy_backward(
 ) -> tuple[jax.Array, jax.Array, jax.Array, None]:
     """``dh = g·dlogits @ W``, ``dW = dlogitsᵀ @ g·h``, ``dbias = Σ g·dlogits``, one pair of
     matmuls per piece of rows (the full chunks, the remainder). Vocabulary-parallel, ``dW`` and
-    ``dbias`` are local to the device's rows and ``dh`` is summed over the vocabulary axis
-    (``_summed_over_copies``)."""
+    ``dbias`` are local to the device's rows and ``dh`` is summed over the vocabulary axis."""
     h, table, bias, dlogits = residuals
     g = cotangents[0]
     starts = [0, *itertools.accumulate(d.shape[0] for d in dlogits)]
@@ -197,18 +198,14 @@ def _cross_entropy_backward(
         dtable.astype(layout.table_dtype),
         dbias.astype(bias.dtype),
     )
-    primals = h, table, bias
-    return *(_summed_over_copies(d, x) for d, x in zip(grads, primals, strict=True)), None
-
-
-def _summed_over_copies(cotangent: jax.Array, primal: jax.Array) -> jax.Array:
-    """Under ``shard_map``: the cotangent summed over the mesh axes it varies along and its
-    primal does not, as shard_map's own autodiff would: ``dh`` over the vocabulary axis (each
-    device's rows give one share of it), the table's and bias's over the batch axes (they are
-    copies there, each device's predictions giving one share)."""
-    varying = lambda x: jax.typeof(x).manual_axis_type.varying  # noqa: E731
-    axes = tuple(sorted(varying(cotangent) - varying(primal)))
-    return jax.lax.psum(cotangent, axes) if axes else cotangent
+    dh, dtable, dbias = grads
+    # Under shard_map, as its own autodiff would: each device's vocabulary rows give one share
+    # of ``dh``, each device's predictions one share of the table's and bias's gradients.
+    if layout.axis is not None:
+        dh = jax.lax.psum(dh, layout.axis)
+    if layout.batch_axes is not None:
+        dtable, dbias = jax.lax.psum((dtable, dbias), layout.batch_axes)
+    return dh, dtable, dbias, None
 
 
 _cross_entropy.defvjp(_cross_entropy_forward, _cross_entropy_backward)
@@ -222,6 +219,7 @@ def chunked_cross_entropy(
     chunk: int,
     vocab_size: int,
     vocab_axis: str | tuple[str, ...] | None = None,
+    batch_axes: str | tuple[str, ...] | None = None,
 ) -> tuple[jax.Array, jax.Array]:
     """Per-prediction (negative log-likelihood, correct) for transformed states ``h``
     ``[N, H]`` and integer ``labels`` ``[N]``, the forward pass reading ``chunk`` predictions'
@@ -239,9 +237,13 @@ def chunked_cross_entropy(
     the softmax normaliser and the label's logit are reduced over the axis (Megatron's
     vocabulary-parallel cross-entropy), so no device holds a full row of logits. A prediction
     is correct when its label's logit is the largest (ties count as correct). Rows at and past
-    ``vocab_size`` (padding for sharding) are excluded from the softmax.
+    ``vocab_size`` (padding for sharding) are excluded from the softmax. ``batch_axes`` (inside
+    ``shard_map``): the mesh axes the predictions are split over, which the table's gradient
+    is summed over.
     """
-    layout = _Layout(vocab_axis, word_embeddings.shape[0], vocab_size, chunk, word_embeddings.dtype)
+    layout = _Layout(
+        vocab_axis, batch_axes, word_embeddings.shape[0], vocab_size, chunk, word_embeddings.dtype
+    )
     return _cross_entropy(h, word_embeddings, bias, labels, layout)
 
 
@@ -268,7 +270,11 @@ def cross_entropy_per_device(
     rows = PartitionSpec(batch)
     return jax.shard_map(
         functools.partial(
-            chunked_cross_entropy, chunk=chunk, vocab_size=vocab_size, vocab_axis=vocab_axis
+            chunked_cross_entropy,
+            chunk=chunk,
+            vocab_size=vocab_size,
+            vocab_axis=vocab_axis,
+            batch_axes=batch,
         ),
         mesh=jax.sharding.get_abstract_mesh(),
         in_specs=(rows, PartitionSpec(vocab_axis), PartitionSpec(vocab_axis), rows),
