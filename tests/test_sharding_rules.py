@@ -125,6 +125,7 @@ def test_the_training_step_places_each_named_activation_by_the_rules(rules):
     jaxpr = training.step_fns[0].trace(training.state, batches).jaxpr.jaxpr
     named = {
         (8, 32, 4, 8): ("batch", "length", "heads", "kv"),  # queries, keys, values
+        (8, 32, 3, 4, 8): ("batch", "length", None, "heads", "kv"),  # the three, fused
         (8, 32, 64): ("batch", "length", "mlp"),  # the FFN's hidden units
         (8, 32, 32): ("batch", "length", "activation_embed"),  # a layer's output
     }
@@ -132,7 +133,7 @@ def test_the_training_step_places_each_named_activation_by_the_rules(rules):
     found = set()
     for shape, placed in constraints(jaxpr):
         assert shape in named, f"an unnamed value of shape {shape} is constrained to {placed}"
-        want = tuple(_names(table[axis]) for axis in named[shape])
+        want = tuple(_names(table[axis]) if axis else () for axis in named[shape])
         assert placed == want, f"{named[shape]}: placed on {placed}, the rules say {want}"
         found.add(shape)
     assert found == set(named)

@@ -221,8 +221,56 @@ def relative_table_param(module: nn.Module, config: ModelConfig) -> jax.Array:
     )
 
 
+class ProjectionParams(nn.Module):
+    """One of Q/K/V's kernel ``[embed, heads, kv]`` and bias ``[heads, kv]``, created and
+    initialised as ``nn.DenseGeneral`` creates them (the same names, values and logical axes),
+    but returned rather than applied: self-attention applies all three in one matmul."""
+
+    config: ModelConfig
+
+    @nn.compact
+    def __call__(self, in_features: int) -> tuple[jax.Array, jax.Array | None]:
+        cfg = self.config
+        shape = (in_features, cfg.num_heads, cfg.head_dim)
+        normal = nn.initializers.normal(cfg.initializer_range)
+
+        def kernel_init(rng, shape, dtype=jnp.float32):  # DenseGeneral draws it flat
+            return normal(rng, (shape[0], shape[1] * shape[2]), dtype).reshape(shape)
+
+        kernel = self.param(
+            "kernel",
+            nn.with_logical_partitioning(kernel_init, ("embed", "heads", "kv")),
+            shape,
+            jnp.float32,
+        )
+        if not cfg.biased:
+            return kernel, None
+        bias = self.param(
+            "bias",
+            nn.with_logical_partitioning(nn.initializers.zeros, ("heads", "kv")),
+            shape[1:],
+            jnp.float32,
+        )
+        return kernel, bias
+
+
+def fused_qkv(
+    x: jax.Array, params: list[tuple[jax.Array, jax.Array | None]], dtype: jnp.dtype
+) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """Queries, keys and values ``[B, L, heads, kv]`` of ``x`` in one matmul: the three kernels
+    stacked on a new axis (heads stay their own axis, so a head-sharded kernel stacks without
+    moving), one GEMM forward and one per gradient instead of three, one residual saved."""
+    kernel = jnp.stack([k for k, _ in params], axis=1).astype(dtype)  # [embed, 3, heads, kv]
+    y = jax.lax.dot_general(x.astype(dtype), kernel, (((x.ndim - 1,), (0,)), ((), ())))
+    if params[0][1] is not None:
+        y = y + jnp.stack([b for _, b in params]).astype(dtype)
+    y = sharding.constrain(y, ("batch", "length", None, "heads", "kv"))
+    return y[:, :, 0], y[:, :, 1], y[:, :, 2]
+
+
 class MultiHeadAttention(nn.Module):
-    """Q/K/V/O projections around ``dot_product_attention`` (HF ``XLMRobertaAttention``).
+    """Q/K/V/O projections around ``dot_product_attention`` (HF ``XLMRobertaAttention``);
+    self-attention (one input for queries and keys) projects Q, K and V in one matmul.
 
     Params: ``{query,key,value}/kernel [embed, heads, kv]``, ``.../bias [heads, kv]``,
     ``out/kernel [heads, kv, embed]``, ``out/bias [embed]``.
@@ -259,9 +307,18 @@ class MultiHeadAttention(nn.Module):
             )
 
         heads = ("batch", "length", "heads", "kv")
-        q = sharding.constrain(projection("query")(inputs_q), heads)
-        k = sharding.constrain(projection("key")(inputs_kv), heads)
-        v = sharding.constrain(projection("value")(inputs_kv), heads)
+        if inputs_q is inputs_kv:
+            params = [
+                ProjectionParams(cfg, name=name)(inputs_q.shape[-1])
+                for name in ("query", "key", "value")
+            ]
+            q, k, v = (
+                sharding.constrain(y, heads) for y in fused_qkv(inputs_q, params, cfg.compute_dtype)
+            )
+        else:
+            q = sharding.constrain(projection("query")(inputs_q), heads)
+            k = sharding.constrain(projection("key")(inputs_kv), heads)
+            v = sharding.constrain(projection("value")(inputs_kv), heads)
         if rotary is not None:
             q, k = rotary_lib.rotate(q, *rotary), rotary_lib.rotate(k, *rotary)
         rate = cfg.attention_dropout_rate
