@@ -59,8 +59,8 @@ def test_veco_xquad_warms_up_500_steps():
     cfg = xtreme_config.get_config("veco_large")
     cfg.init.path, cfg.data.dir = "model", "xtreme"
     assert resolve_xtreme(cfg).retrieval["tatoeba"].layer == 18
-    tiny = resolve_task(task_config(cfg, "xquad", train_rows=16))  # 2 steps: warm-up 1
-    assert tiny.optim.warmup_steps == 1
+    tiny = resolve_task(task_config(cfg, "xquad", train_rows=16))  # 2 steps: still 500 (uncapped)
+    assert tiny.optim.warmup_steps == 500 and not tiny.optim.cap_warmup
 
 
 def test_a_task_section_key_out_of_range_is_named():

@@ -55,10 +55,14 @@ def warmup_stable_decay(
     )  # fmt: skip
 
 
-def warmup_linear_decay(peak: float, warmup_steps: int, total_steps: int) -> optax.Schedule:
+def warmup_linear_decay(
+    peak: float, warmup_steps: int, total_steps: int, cap_warmup: bool = True
+) -> optax.Schedule:
     """0 → `peak` over `warmup_steps`, then linearly to 0 at `total_steps`: every seed
-    paper's schedule."""
-    warmup = min(warmup_steps, total_steps)
+    paper's schedule. A warm-up longer than the run is squeezed into it (`cap_warmup`, the
+    rate reaches `peak` at the end), or not: step t's rate stays `peak` · t / `warmup_steps`,
+    as transformers' `get_linear_schedule_with_warmup` (XTREME's `run_*.py`) computes it."""
+    warmup = min(warmup_steps, total_steps) if cap_warmup else warmup_steps
     return optax.join_schedules(
         [
             optax.linear_schedule(0.0, peak, max(warmup, 1)),
@@ -147,6 +151,7 @@ class OptimizerSettings:
     schedule: str = "linear"  # linear | wsd (warm-up, stable, decay)
     decay_steps: int = 0  # wsd: the decay's length (`optim.decay_steps` or `decay_fraction`)
     decay_shape: str = "linear"  # wsd: linear | cosine | 1-sqrt
+    cap_warmup: bool = True  # linear: a warm-up longer than `steps` ends at `steps` (XTREME: no)
 
     @classmethod
     def of(cls, config: Mapping[str, Any]) -> OptimizerSettings:
@@ -179,7 +184,9 @@ class OptimizerSettings:
                 self.learning_rate, self.warmup_steps, self.steps, self.decay_steps,
                 self.decay_shape,
             )  # fmt: skip
-        return warmup_linear_decay(self.learning_rate, self.warmup_steps, self.steps)
+        return warmup_linear_decay(
+            self.learning_rate, self.warmup_steps, self.steps, self.cap_warmup
+        )
 
 
 @dataclasses.dataclass(frozen=True)

@@ -5,10 +5,11 @@ the values each key may take.
 tasks and protocol, what every task shares (model dropout, the optimizer's betas, epsilon and
 clipping, the loop, the mesh, QA's windows) and one section per task (`<task>.epochs`,
 `learning_rate`, `batch_size`, `max_length`, `warmup_fraction` or `warmup_steps`,
-`weight_decay`, `layer_decay`; the retrieval tasks, which are not fine-tuned, `<task>.layer`,
-`pooling`, `batch_size`). For each task the run derives that task's own config
-(`task_config`: its section in place, `train.steps` from its epochs over its training rows),
-which its workdir records and resumes by, as a fine-tuning run's.
+`weight_decay`, `layer_decay`, `eval_every_steps`, `select`, `seed`; the retrieval tasks,
+which are not fine-tuned, `<task>.layer`, `pooling`, `batch_size`). For each task the run
+derives that task's own config (`task_config`: its section in place, `train.steps` from its
+epochs over its training rows), which its workdir records and resumes by, as a fine-tuning
+run's.
 """
 
 from __future__ import annotations
@@ -27,10 +28,17 @@ PROTOCOLS = ("zero_shot", "translate_train_all", "in_language")
 VERSIONS = ("xtreme", "xtreme-r")
 # Each task XTREME fine-tunes, and its default settings: XTREME's own baselines for XLM-R base
 # (google-research/xtreme scripts/train_*.sh: 8 rows × 4 accumulated = 32 per step; no warm-up
-# and no weight decay but for QA: 500 warm-up steps, weight decay 1e-4).
-_SENTENCES = dict(epochs=5.0, learning_rate=2e-5, batch_size=32, max_length=128)
-_TAGS = dict(epochs=10.0, learning_rate=2e-5, batch_size=32, max_length=128)
+# and no weight decay but for QA: 500 warm-up steps, weight decay 1e-4). English dev is scored
+# every `--save_steps` (XNLI 100, PAWS-X 200, PAN-X 1,000, UD-POS 500) and the best kept
+# (`--save_only_best_checkpoint`), then compared with the final model (`--eval_all_checkpoints`);
+# train_qa.sh's `--save_steps -1` scores nothing during training and predicts with the final
+# model. Seeds: run_tag.py gets `--seed 1`, run_classify.py and run_squad.py their default 42.
+_SENTENCES = dict(epochs=5.0, learning_rate=2e-5, batch_size=32, max_length=128, seed=42)
+_TAGS = dict(epochs=10.0, learning_rate=2e-5, batch_size=32, max_length=128, seed=1)
 _QA = dict(
+    eval_every_steps=-1,
+    select="none",
+    seed=42,
     epochs=3.0,
     learning_rate=3e-5,
     batch_size=32,
@@ -39,10 +47,10 @@ _QA = dict(
     weight_decay=1e-4,
 )
 TASKS = {
-    "xnli": _SENTENCES,
-    "pawsx": _SENTENCES,
-    "panx": _TAGS,
-    "udpos": _TAGS,
+    "xnli": dict(_SENTENCES, eval_every_steps=100),
+    "pawsx": dict(_SENTENCES, eval_every_steps=200),
+    "panx": dict(_TAGS, eval_every_steps=1000),
+    "udpos": dict(_TAGS, eval_every_steps=500),
     "xquad": _QA,
     "mlqa": _QA,
     "tydiqa": _QA,
@@ -56,6 +64,10 @@ RETRIEVAL = {
     "tatoeba": dict(layer=8, pooling="mean", batch_size=100),
 }
 POOLINGS = ("mean", "cls")
+# Which parameters predict: `best_then_final`, the best on dev among the evaluations, replaced by
+# the final model only where that scores strictly higher (a tie keeps the earlier, as XTREME's
+# `>`); `none`: the final model.
+SELECTIONS = ("best_then_final", "none")
 # The optimizer's settings each task sets for itself.
 _OWN_OPTIM = ("learning_rate", "warmup_fraction", "weight_decay", "layer_decay")
 # Fine-tuning's sections every task shares as they are.
@@ -72,6 +84,9 @@ def task_section(
     warmup_steps: int = 0,
     weight_decay: float = 0.0,
     layer_decay: float = 1.0,
+    eval_every_steps: int = 0,
+    select: str = "best_then_final",
+    seed: int = 0,
 ) -> ml_collections.ConfigDict:
     """One task's settings."""
     section = ml_collections.ConfigDict()
@@ -83,6 +98,10 @@ def task_section(
     section.layer_decay = float(layer_decay)  # layer-wise rate decay; 1: every layer alike
     section.batch_size = batch_size  # global rows per step (and per prediction batch)
     section.max_length = max_length  # tokens per row, special tokens included
+    # English dev scored each this many steps and at the end; 0: once an epoch; -1: at the end
+    section.eval_every_steps = eval_every_steps
+    section.select = select  # SELECTIONS
+    section.seed = seed  # the task's `train.seed`: its head's initialisation, dropout, order
     return section
 
 
@@ -119,15 +138,16 @@ def default_config() -> ml_collections.ConfigDict:
     cfg.tasks = ",".join([*TASKS, *RETRIEVAL])  # the tasks run, in this order
     cfg.protocol = "zero_shot"  # train on English, select on English dev, test every language
     cfg.version = "xtreme"  # which languages and groups results.json averages (evaluate.py's)
-    cfg.select_on_dev = True  # predict with the parameters best on the development set
     for name in _SHARED:
         cfg[name] = base[name]
     cfg.optim = base.optim
     for key in _OWN_OPTIM:  # each task's own
         del cfg.optim[key]
     cfg.train = loop_section(steps=0, log_every=100, checkpoint_every=1000, keep=1)
+    del cfg.train.seed  # each task's own (`<task>.seed`)
     cfg.eval = ml_collections.ConfigDict()
-    cfg.eval.every_steps = 0  # the development set's score each this many steps; 0: each epoch
+    # > 0: every task's dev scored each this many steps; 0: each task's `eval_every_steps`
+    cfg.eval.every_steps = 0
     cfg.qa = qa_section()
     for task, settings in TASKS.items():
         cfg[task] = task_section(**settings)
@@ -146,6 +166,9 @@ def _task_ranges(task: str) -> Ranges:
         f"{task}.warmup_steps": (lambda v: v >= 0, "must be >= 0 (0: warmup_fraction)"),
         f"{task}.weight_decay": (lambda v: v >= 0, "must be >= 0"),
         f"{task}.layer_decay": (lambda v: 0.0 < v <= 1.0, "must be in (0, 1]"),
+        f"{task}.eval_every_steps": (lambda v: v >= -1, "must be >= -1 (0: each epoch, -1: end)"),
+        f"{task}.select": (lambda v: v in SELECTIONS, f"must be one of {SELECTIONS}"),
+        f"{task}.seed": (lambda v: v >= 0, "must be >= 0"),
     }
 
 
@@ -177,7 +200,7 @@ RANGES: Ranges = {
     "tasks": (bool, f"required: comma-separated, of {', '.join([*TASKS, *RETRIEVAL])}"),
     "protocol": (lambda v: v in PROTOCOLS, f"must be one of {PROTOCOLS}"),
     "version": (lambda v: v in VERSIONS, f"must be one of {VERSIONS}"),
-    "eval.every_steps": (lambda v: v >= 0, "must be >= 0 (0: once per epoch)"),
+    "eval.every_steps": (lambda v: v >= 0, "must be >= 0 (0: each task's eval_every_steps)"),
     **_QA_RANGES,
     **{key: value for task in TASKS for key, value in _task_ranges(task).items()},
     **{key: value for task in RETRIEVAL for key, value in _retrieval_ranges(task).items()},
@@ -204,24 +227,29 @@ def task_default_config() -> ml_collections.ConfigDict:
     cfg.eval = base.eval
     cfg.mesh = base.mesh
     cfg.qa = qa_section()
-    cfg.select_on_dev = True
+    cfg.select = "best_then_final"  # SELECTIONS
     return cfg
 
 
 TASK_RANGES: Ranges = {
     **{key: value for key, value in FINETUNE_RANGES.items() if not key.startswith("data.dir")},
     "task": (bool, "required"),
+    "select": (lambda v: v in SELECTIONS, f"must be one of {SELECTIONS}"),
     **_QA_RANGES,
 }
 del TASK_RANGES["data.train_language"]
+# A warm-up may outlast a task's steps (`<task>.warmup_steps` 500 on TyDiQA's ~350), as in
+# get_linear_schedule_with_warmup; `task_plan` leaves it uncapped.
+TASK_RANGES["optim.warmup_fraction"] = (lambda v: v >= 0.0, "must be >= 0")
 
 
 def task_config(
     cfg: ml_collections.ConfigDict, task: str, train_rows: int
 ) -> ml_collections.ConfigDict:
     """Task `task`'s own config in the run `cfg`: its section's settings, the shared sections,
-    `train.steps` (when 0) `epochs` passes over its `train_rows` rows, and the development set's
-    evaluation (when `eval.every_steps` is 0) once per epoch."""
+    `train.steps` (when 0) `epochs` passes over its `train_rows` rows, its seed, selection, and
+    the development set's evaluation (`eval.every_steps`, else its `eval_every_steps`: 0 once
+    per epoch, -1 only at the end)."""
     own = cfg[task]
     out = task_default_config()
     out.task = task
@@ -235,16 +263,18 @@ def task_config(
     out.model = cfg.model
     out.mesh = cfg.mesh
     out.qa = cfg.qa
-    out.select_on_dev = cfg.select_on_dev
+    out.select = own.select
     out.optim.update(cfg.optim.to_dict())
     out.optim.update({key: own[key] for key in _OWN_OPTIM})
     out.train = ml_collections.ConfigDict(cfg.train.to_dict())
+    out.train.seed = own.seed
     per_epoch = max(1, math.ceil(train_rows / own.batch_size))
     if out.train.steps == 0:
         out.train.steps = max(1, math.ceil(own.epochs * per_epoch))
-    if own.warmup_steps:  # as a share of the steps, which rounds back to them
-        out.optim.warmup_fraction = min(own.warmup_steps, out.train.steps - 1) / out.train.steps
-    out.eval.every_steps = cfg.eval.every_steps or per_epoch
+    if own.warmup_steps:  # as a share of the steps, which rounds back to them; never capped:
+        out.optim.warmup_fraction = own.warmup_steps / out.train.steps  # may be >= 1
+    cadence = {0: per_epoch, -1: 0}.get(own.eval_every_steps, own.eval_every_steps)
+    out.eval.every_steps = cfg.eval.every_steps or cadence  # 0: the final model's score alone
     return out
 
 

@@ -51,7 +51,7 @@ class TaskPlan:
     max_length: int  # tokens per row, special tokens included
     batch_size: int  # global rows per step (and per prediction batch)
     settings: TaskSettings  # QA's windows and decoding
-    select_on_dev: bool
+    select: str  # task_config.SELECTIONS: best_then_final | none (the final model)
     model: ModelOverrides
     pipeline: PipelineSettings
     optim: OptimizerSettings
@@ -75,10 +75,11 @@ def resolve_task(cfg: ml_collections.ConfigDict) -> TaskPlan:
         max_length=cfg.data.max_length,
         batch_size=cfg.data.batch_size,
         settings=TaskSettings(**cfg.qa.to_dict()),
-        select_on_dev=cfg.select_on_dev,
+        select=cfg.select,
         model=model_overrides(cfg.model),
         pipeline=PipelineSettings.of(cfg),
-        optim=OptimizerSettings.of(cfg),
+        # XTREME's run_*.py: get_linear_schedule_with_warmup, a warm-up longer than the run kept
+        optim=dataclasses.replace(OptimizerSettings.of(cfg), cap_warmup=False),
         loop=LoopSettings.of(cfg),
         mesh=MeshSettings.of(cfg),
         record=ConfigRecord.of(json.loads(cfg.to_json_best_effort())),

@@ -5,9 +5,11 @@ language's examples, select the checkpoint on a development set, predict every t
 over the mesh, its optimizer (fine-tuning's layer-wise decay) — and `run` it on
 `xlpretrain.training.loop`: gradient accumulation, checkpoints with exact resume, preemption,
 divergence, metrics. Each `eval.every_steps` steps (and at the end) the kind's own metric on the
-development examples is logged; with `select_on_dev` the best parameters so far are kept in
-`WORKDIR/best/` (XTREME's `--save_only_best_checkpoint`: its zero-shot protocol selects on
-English dev), and the test languages are predicted with them.
+development examples is logged; with `select` `best_then_final` the best parameters so far are
+kept in `WORKDIR/best/` (XTREME's `--save_only_best_checkpoint`: its zero-shot protocol selects
+on English dev; the final step is offered last, as `--eval_all_checkpoints` compares the final
+model with the best), and the test languages are predicted with them; with `none`, the final
+parameters predict (XTREME's QA).
 
 """
 
@@ -203,7 +205,8 @@ class BestParams:
             return json.load(f)
 
     def offer(self, params, step: int, score: float) -> bool:
-        """Keeps `params` if `score` beats the best so far; whether it did."""
+        """Keeps `params` if `score` beats the best so far, strictly (a later equal score leaves
+        the earlier kept, as run_classify.py's and run_tag.py's `>`); whether it did."""
         best = self.read()
         if best is not None and score <= best["score"]:
             return False
@@ -228,6 +231,13 @@ class BestParams:
         return ocp.StandardCheckpointer().restore(path, target)
 
 
+def selected_step(best: BestParams, final_step: int) -> int:
+    """The step whose parameters predict under `best_then_final`, once the final step was
+    offered last: the kept one, or the final when none was."""
+    kept = best.read()
+    return final_step if kept is None else kept["step"]
+
+
 def run(tuning: TaskTuning) -> dict | None:
     """Trains from the newest readable checkpoint (or step 0) to `train.stop_at` or
     `train.steps`, then predicts every test language (and each of `examples.devs`) with the
@@ -249,11 +259,15 @@ def run(tuning: TaskTuning) -> dict | None:
         log.info("%s: %.2f on the %s development set", plan.task, score, examples.dev_language)
         return {"eval/dev": score}
 
+    scores: dict[int, float] = {}  # this invocation's evaluations
+
     def keep_best(params, step: int, scalars: Mapping[str, float]) -> None:
+        scores[step] = scalars["eval/dev"]
         if best.offer(params, step, scalars["eval/dev"]):
             log.info("%s: the best on the development set so far (step %d)", plan.task, step)
 
     evaluates = bool(examples.dev) and plan.loop.eval_every > 0
+    selects = plan.select == "best_then_final"
     state = loop.run(
         loop.Loop(
             tuning.workdir,
@@ -262,7 +276,7 @@ def run(tuning: TaskTuning) -> dict | None:
             loop.checkpointer(tuning.workdir, plan.loop),
             **loop.settings(plan.loop),
             evaluate=evaluate if evaluates else None,
-            after_evaluate=keep_best if evaluates and plan.select_on_dev else None,
+            after_evaluate=keep_best if evaluates and selects else None,
             run_config=plan.record.tree(),
         )
     )
@@ -270,11 +284,12 @@ def run(tuning: TaskTuning) -> dict | None:
     if step < plan.loop.steps:  # preempted, or halted at `train.stop_at`: not finished
         return None
     params = state.params
-    if evaluates and plan.select_on_dev:  # the loop evaluated the last step too
+    if evaluates and selects and selected_step(best, step) != step:  # the last was offered
         chosen = best.read()
-        if chosen["step"] != step:
-            log.info("%s: predicting with step %d's parameters", plan.task, chosen["step"])
-            params = best.restore(params, tuning.training.state_shardings.params)
+        log.info("%s: predicting with step %d's parameters", plan.task, chosen["step"])
+        params = best.restore(params, tuning.training.state_shardings.params)
+    elif evaluates and selects and step in scores:
+        chosen = {"step": step, "score": scores[step]}
     else:
         chosen = {"step": step, "score": dev_score(params) if examples.dev else None}
     predicted, dev_predicted = {}, {}
