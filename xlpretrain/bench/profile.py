@@ -1,0 +1,201 @@
+"""Where a compiled step's device time goes: a `jax.profiler` trace read into its ops of most
+time, each with its share and its source (the HLO instruction's ``op_name`` metadata).
+
+`jax.profiler.trace(DIR)` writes ``DIR/plugins/profile/<time>/<host>.trace.json.gz`` (Chrome's
+trace-event JSON; no tensorboard-plugin-profile or xprof needed to read it). Every event XLA
+runs for an HLO instruction carries ``args.hlo_op`` (the instruction's name) and
+``args.hlo_module``: on a GPU the kernels on the device's stream lines (process
+``/device:GPU:N``), on a CPU the thunks on the host's XLA threads. `top_ops` keeps the events
+of one module: the device's where the trace has any (a GPU's host threads also name the ops
+they launch; those are not device time), else the host's; on a device, its ``XLA Ops`` line
+alone where the trace has that derived line, else every line but the other derived ones (so no
+kernel is counted twice). It sums their durations per instruction and names each instruction's
+source from the compiled step's optimized HLO (``compiled.as_text()``, `hlo_ops`): the
+``metadata={op_name=...}`` JAX wrote, the fused computation's root's where a fusion has none.
+
+A share is of the module's summed op time, the "device time" here: kernels that overlap on
+several streams are each counted whole, so it can exceed the step's wall time.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import pathlib
+import re
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+TOP_OPS = 25
+# Derived lines of a device in traces that tools post-processed: never counted (they repeat
+# the kernels), except "XLA Ops", which is then counted alone.
+DERIVED_LINES = ("XLA Modules", "Steps", "Framework Ops", "Framework Name Scope", "Source code")
+XLA_OPS_LINE = "XLA Ops"
+
+_COMPUTATION = re.compile(r"^(?:ENTRY\s+)?%?([\w.\-]+)\s.*\{\s*$")
+_INSTRUCTION = re.compile(r"^\s*(ROOT\s+)?%?([\w.\-]+)\s*=\s*(.*)$")
+_OPCODE = re.compile(r"\s([a-z][\w\-]*)\(")
+_OP_NAME = re.compile(r'op_name="((?:[^"\\]|\\.)*)"')
+_CALLS = re.compile(r"calls=%?([\w.\-]+)")
+_TARGET = re.compile(r'custom_call_target="([^"]*)"')
+_FUSION_KIND = re.compile(r"kind=(k\w+)")
+
+
+def hlo_ops(hlo_text: str) -> tuple[str, dict[str, dict[str, str]]]:
+    """The module's name and, per instruction name (unique in a module), its ``kind`` (opcode;
+    a fusion's kind, a custom call's target) and ``source``: its ``op_name`` metadata, or for a
+    fusion without one its fused computation's root's ("" where neither has one)."""
+    module = ""
+    ops: dict[str, dict[str, str]] = {}
+    calls: dict[str, str] = {}
+    roots: dict[str, str] = {}  # computation -> its ROOT instruction
+    computation = ""
+    for line in hlo_text.splitlines():
+        if line.startswith("HloModule "):
+            module = line.split()[1].rstrip(",")
+            continue
+        if match := _INSTRUCTION.match(line):
+            root, name, rest = match.groups()
+            opcode = _OPCODE.search(" " + rest)
+            kind = opcode.group(1) if opcode else "?"
+            if kind == "custom-call" and (target := _TARGET.search(rest)):
+                kind = f"custom-call {target.group(1)}"
+            elif kind == "fusion" and (fusion := _FUSION_KIND.search(rest)):
+                kind = f"fusion {fusion.group(1)}"
+            op_name = _OP_NAME.search(rest)
+            ops[name] = {"kind": kind, "source": op_name.group(1) if op_name else ""}
+            if called := _CALLS.search(rest):
+                calls[name] = called.group(1)
+            if root:
+                roots[computation] = name
+        elif match := _COMPUTATION.match(line):
+            computation = match.group(1)
+    for name, called in calls.items():
+        root = roots.get(called)
+        if not ops[name]["source"] and root:
+            ops[name]["source"] = ops[root]["source"]
+    return module, ops
+
+
+def trace_file(trace_dir: str | pathlib.Path) -> pathlib.Path:
+    """The newest ``*.trace.json.gz`` that `jax.profiler.trace(trace_dir)` wrote."""
+    found = sorted(
+        pathlib.Path(trace_dir).glob("plugins/profile/*/*.trace.json.gz"),
+        key=lambda path: path.stat().st_mtime,
+    )
+    if not found:
+        raise FileNotFoundError(f"no plugins/profile/*/*.trace.json.gz under {trace_dir}")
+    return found[-1]
+
+
+def load_trace(path: str | pathlib.Path) -> dict:
+    opener = gzip.open if str(path).endswith(".gz") else open
+    with opener(path, "rt") as file:
+        return json.load(file)
+
+
+def _module_matches(event_module: str, module: str) -> bool:
+    # Some runtimes append the program's id: "jit_step(42)".
+    return not module or event_module == module or event_module.startswith(module + "(")
+
+
+def op_events(trace: Mapping, module: str = "") -> tuple[list[dict], str]:
+    """The trace's events of ``module``'s HLO ops (all modules' when ``module`` is "") that
+    count as device time, and where they came from: "device" or "host" (module docstring)."""
+    processes, threads = {}, {}
+    for event in trace.get("traceEvents", []):
+        if event.get("ph") == "M" and event.get("name") == "process_name":
+            processes[event.get("pid")] = event.get("args", {}).get("name", "")
+        elif event.get("ph") == "M" and event.get("name") == "thread_name":
+            threads[(event.get("pid"), event.get("tid"))] = event.get("args", {}).get("name", "")
+    ops = [
+        event
+        for event in trace.get("traceEvents", [])
+        if event.get("ph") == "X"
+        and "hlo_op" in event.get("args", {})
+        and _module_matches(str(event["args"].get("hlo_module", "")), module)
+    ]
+    device = [e for e in ops if processes.get(e.get("pid"), "").startswith("/device:")]
+    if not device:
+        return ops, "host"
+    line = {id(e): threads.get((e.get("pid"), e.get("tid")), "") for e in device}
+    if any(name == XLA_OPS_LINE for name in line.values()):
+        return [e for e in device if line[id(e)] == XLA_OPS_LINE], "device"
+    return [e for e in device if line[id(e)] not in DERIVED_LINES], "device"
+
+
+def top_ops(trace: Mapping, hlo_text: str, steps: int, count: int = TOP_OPS) -> dict[str, Any]:
+    """The ``count`` HLO ops of most summed event time in ``trace`` (``steps`` runs of the
+    module ``hlo_text`` is), longest first: per op its name, kind, ms a step, share of the
+    module's op time, events (kernel launches) a step and source; with the module's op time a
+    step, how many ops it has, and whether the events were the device's or the host's."""
+    module, ops = hlo_ops(hlo_text)
+    events, origin = op_events(trace, module)
+    if not events and module:  # a runtime that names modules otherwise: every module's ops
+        events, origin = op_events(trace)
+    total_us: dict[str, float] = {}
+    launches: dict[str, int] = {}
+    for event in events:
+        name = event["args"]["hlo_op"]
+        total_us[name] = total_us.get(name, 0.0) + float(event.get("dur", 0.0))
+        launches[name] = launches.get(name, 0) + 1
+    all_us = sum(total_us.values())
+    ranked = sorted(total_us, key=lambda name: total_us[name], reverse=True)[:count]
+    return {
+        "module": module,
+        "events_from": origin,
+        "steps": steps,
+        "device_ms_per_step": all_us / 1e3 / steps,
+        "hlo_ops_timed": len(total_us),
+        "top_ops": [
+            {
+                "hlo_op": name,
+                "kind": ops.get(name, {}).get("kind", "?"),
+                "ms_per_step": total_us[name] / 1e3 / steps,
+                "share": total_us[name] / all_us if all_us else 0.0,
+                "launches_per_step": launches[name] / steps,
+                "source": ops.get(name, {}).get("source", ""),
+            }
+            for name in ranked
+        ],
+    }
+
+
+def profile_compiled(
+    compiled: Callable, hlo_text: str, args: Iterable, steps: int, trace_dir: str | pathlib.Path
+) -> dict[str, Any]:
+    """``steps`` calls of ``compiled`` (a jitted step's AOT-compiled executable: the module
+    whose text ``hlo_text`` is; each call's first output is the next call's first argument, as
+    a training step's state) under `jax.profiler.trace(trace_dir)`, read by `top_ops`. The
+    caller warms it up first: the trace should hold steps, not a compile."""
+    import jax
+
+    first, *rest = args
+    jax.block_until_ready((first, rest))  # the warm-up's step runs before the trace, not in it
+    with jax.profiler.trace(str(trace_dir)):
+        for _ in range(steps):
+            first, *outputs = compiled(first, *rest)
+        jax.block_until_ready((first, outputs))
+    path = trace_file(trace_dir)
+    return {"trace": str(path), **top_ops(load_trace(path), hlo_text, steps)}
+
+
+def _cell(text: str, limit: int = 160) -> str:
+    text = text.replace("|", "\\|")
+    return text if len(text) <= limit else "…" + text[-(limit - 1) :]
+
+
+def markdown_table(result: Mapping) -> list[str]:
+    """A `top_ops` result as a Markdown table, longest first, its share of the module's op
+    time and the source's last 160 characters (the innermost primitive)."""
+    lines = [
+        "| # | HLO op | kind | ms / step | share | launches / step | source (`op_name`) |",
+        "| ---: | --- | --- | ---: | ---: | ---: | --- |",
+    ]
+    for rank, op in enumerate(result["top_ops"], 1):
+        lines.append(
+            f"| {rank} | `{op['hlo_op']}` | {op['kind']} | {op['ms_per_step']:.3f} | "
+            f"{op['share']:.1%} | {op['launches_per_step']:g} | "
+            f"{_cell(op['source']) or '—'} |"
+        )
+    return lines
