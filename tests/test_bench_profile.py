@@ -4,6 +4,7 @@ device's streams; the host's launches and the derived lines not counted)."""
 
 import jax
 import jax.numpy as jnp
+import pytest
 
 from xlpretrain.bench import profile
 
@@ -35,6 +36,11 @@ def test_a_cpu_trace_of_a_jitted_step_reads_into_its_ops_with_their_sources(tmp_
     assert "jit(_step)/" in sources and ("dot_general" in sources or "tanh" in sources)
     table = profile.markdown_table(result)
     assert len(table) == 2 + len(ops) and all(row.count("|") == 8 for row in table[2:])
+    # The same trace's .xplane.pb (what a JAX that writes no JSON leaves) reads the same.
+    (xplane,) = (tmp_path / "trace").glob("plugins/profile/*/*.xplane.pb")
+    again = profile.top_ops(profile.load_trace(xplane), hlo_text, 3)
+    assert [op["hlo_op"] for op in again["top_ops"]] == [op["hlo_op"] for op in ops]
+    assert again["device_ms_per_step"] == pytest.approx(result["device_ms_per_step"], rel=1e-6)
 
 
 HLO = """HloModule jit_step, is_scheduled=true, entry_computation_layout={(f32[8]{0})->f32[8]{0}}
@@ -95,8 +101,11 @@ def test_a_gpu_trace_counts_the_device_streams_kernels_per_op():
         {"hlo_op": "loop_exp_fusion", "kind": "fusion kLoop", "ms_per_step": 0.01,
          "share": 0.2, "launches_per_step": 0.5, "source": "jit(step)/jvp(exp)"},
     ]  # fmt: skip
-    # A trace with the derived "XLA Ops" line: that line alone.
+    # The derived "XLA Ops" line repeats the streams' kernels: counted only without them.
     ops_line = [_meta(2, "XLA Ops", tid=10), _op(2, 10, "loop_exp_fusion", 30.0)]
-    derived = profile.top_ops({"traceEvents": trace["traceEvents"] + ops_line}, HLO, steps=1)
+    both = profile.top_ops({"traceEvents": trace["traceEvents"] + ops_line}, HLO, steps=2)
+    assert both == result
+    no_streams = [e for e in trace["traceEvents"] if e.get("tid") not in (7, 8)] + ops_line
+    derived = profile.top_ops({"traceEvents": no_streams}, HLO, steps=1)
     assert [op["hlo_op"] for op in derived["top_ops"]] == ["loop_exp_fusion"]
     assert derived["top_ops"][0]["share"] == 1.0

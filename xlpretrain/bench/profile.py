@@ -2,16 +2,19 @@
 time, each with its share and its source (the HLO instruction's ``op_name`` metadata).
 
 `jax.profiler.trace(DIR)` writes ``DIR/plugins/profile/<time>/<host>.trace.json.gz`` (Chrome's
-trace-event JSON; no tensorboard-plugin-profile or xprof needed to read it). Every event XLA
+trace-event JSON; no tensorboard-plugin-profile or xprof needed to read it) beside
+``<host>.xplane.pb``, which `jax.profiler.ProfileData` reads into the same events where a JAX
+writes no JSON (`load_profile`). Every event XLA
 runs for an HLO instruction carries ``args.hlo_op`` (the instruction's name) and
 ``args.hlo_module``: on a GPU the kernels on the device's stream lines (process
 ``/device:GPU:N``), on a CPU the thunks on the host's XLA threads. `top_ops` keeps the events
 of one module: the device's where the trace has any (a GPU's host threads also name the ops
-they launch; those are not device time), else the host's; on a device, its ``XLA Ops`` line
-alone where the trace has that derived line, else every line but the other derived ones (so no
-kernel is counted twice). It sums their durations per instruction and names each instruction's
-source from the compiled step's optimized HLO (``compiled.as_text()``, `hlo_ops`): the
-``metadata={op_name=...}`` JAX wrote, the fused computation's root's where a fusion has none.
+they launch; those are not device time), else the host's; on a device, the kernels on its
+``Stream ...`` lines, else (a trace without them) its derived ``XLA Ops`` line, else every line
+but the other derived ones: no kernel is counted twice. It sums their durations per
+instruction and names each instruction's source from the compiled step's optimized HLO
+(``compiled.as_text()``, `hlo_ops`): the ``metadata={op_name=...}`` JAX wrote, the fused
+computation's root's where a fusion has none.
 
 A share is of the module's summed op time, the "device time" here: kernels that overlap on
 several streams are each counted whole, so it can exceed the step's wall time.
@@ -27,10 +30,11 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 TOP_OPS = 25
-# Derived lines of a device in traces that tools post-processed: never counted (they repeat
-# the kernels), except "XLA Ops", which is then counted alone.
+# A device's lines: its streams' kernels; the derived lines some tools add, which repeat them
+# (an "XLA Ops" event spans its op's kernels, gaps included): "XLA Ops" counted only where
+# there are no stream lines, the others never.
+STREAM_LINE, XLA_OPS_LINE = "Stream", "XLA Ops"
 DERIVED_LINES = ("XLA Modules", "Steps", "Framework Ops", "Framework Name Scope", "Source code")
-XLA_OPS_LINE = "XLA Ops"
 
 _COMPUTATION = re.compile(r"^(?:ENTRY\s+)?%?([\w.\-]+)\s.*\{\s*$")
 _INSTRUCTION = re.compile(r"^\s*(ROOT\s+)?%?([\w.\-]+)\s*=\s*(.*)$")
@@ -78,20 +82,46 @@ def hlo_ops(hlo_text: str) -> tuple[str, dict[str, dict[str, str]]]:
 
 
 def trace_file(trace_dir: str | pathlib.Path) -> pathlib.Path:
-    """The newest ``*.trace.json.gz`` that `jax.profiler.trace(trace_dir)` wrote."""
-    found = sorted(
-        pathlib.Path(trace_dir).glob("plugins/profile/*/*.trace.json.gz"),
-        key=lambda path: path.stat().st_mtime,
-    )
-    if not found:
-        raise FileNotFoundError(f"no plugins/profile/*/*.trace.json.gz under {trace_dir}")
-    return found[-1]
+    """The newest trace `jax.profiler.trace(trace_dir)` wrote: its ``*.trace.json.gz``, else
+    its ``*.xplane.pb``."""
+    for pattern in ("*.trace.json.gz", "*.xplane.pb"):
+        found = sorted(
+            pathlib.Path(trace_dir).glob(f"plugins/profile/*/{pattern}"),
+            key=lambda path: path.stat().st_mtime,
+        )
+        if found:
+            return found[-1]
+    raise FileNotFoundError(f"no plugins/profile/*/*.trace.json.gz or .xplane.pb in {trace_dir}")
 
 
 def load_trace(path: str | pathlib.Path) -> dict:
+    """A trace as Chrome's trace-event JSON: read, or made from an ``.xplane.pb``
+    (`xplane_trace`)."""
+    if str(path).endswith(".xplane.pb"):
+        return xplane_trace(path)
     opener = gzip.open if str(path).endswith(".gz") else open
     with opener(path, "rt") as file:
         return json.load(file)
+
+
+def xplane_trace(path: str | pathlib.Path) -> dict:
+    """An ``.xplane.pb`` (`jax.profiler.ProfileData`) as the trace-event JSON `op_events` reads:
+    a process per plane, a thread per line, each event with its stats as ``args`` (µs)."""
+    from jax.profiler import ProfileData
+
+    events: list[dict] = []
+    for pid, plane in enumerate(ProfileData.from_file(str(path)).planes):
+        events.append({"ph": "M", "pid": pid, "name": "process_name", "args": {"name": plane.name}})
+        for tid, line in enumerate(plane.lines):
+            name = {"name": line.name}
+            events.append({"ph": "M", "pid": pid, "tid": tid, "name": "thread_name", "args": name})
+            for event in line.events:
+                events.append(
+                    {"ph": "X", "pid": pid, "tid": tid, "name": event.name,
+                     "ts": event.start_ns / 1e3, "dur": event.duration_ns / 1e3,
+                     "args": dict(event.stats)}
+                )  # fmt: skip
+    return {"traceEvents": events}
 
 
 def _module_matches(event_module: str, module: str) -> bool:
@@ -119,9 +149,14 @@ def op_events(trace: Mapping, module: str = "") -> tuple[list[dict], str]:
     if not device:
         return ops, "host"
     line = {id(e): threads.get((e.get("pid"), e.get("tid")), "") for e in device}
-    if any(name == XLA_OPS_LINE for name in line.values()):
-        return [e for e in device if line[id(e)] == XLA_OPS_LINE], "device"
-    return [e for e in device if line[id(e)] not in DERIVED_LINES], "device"
+    for keep in (
+        lambda name: name.startswith(STREAM_LINE),
+        lambda name: name == XLA_OPS_LINE,
+        lambda name: name not in DERIVED_LINES,
+    ):
+        if kept := [e for e in device if keep(line[id(e)])]:
+            return kept, "device"
+    return [], "device"
 
 
 def top_ops(trace: Mapping, hlo_text: str, steps: int, count: int = TOP_OPS) -> dict[str, Any]:
