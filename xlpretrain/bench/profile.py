@@ -29,6 +29,8 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from xlpretrain.bench import hlo_count
+
 TOP_OPS = 25
 # A device's lines: its streams' kernels; the derived lines some tools add, which repeat them
 # (an "XLA Ops" event spans its op's kernels, gaps included): "XLA Ops" counted only where
@@ -36,11 +38,6 @@ TOP_OPS = 25
 STREAM_LINE, XLA_OPS_LINE = "Stream", "XLA Ops"
 DERIVED_LINES = ("XLA Modules", "Steps", "Framework Ops", "Framework Name Scope", "Source code")
 
-_COMPUTATION = re.compile(r"^(?:ENTRY\s+)?%?([\w.\-]+)\s.*\{\s*$")
-_INSTRUCTION = re.compile(r"^\s*(ROOT\s+)?%?([\w.\-]+)\s*=\s*(.*)$")
-_OPCODE = re.compile(r"\s([a-z][\w\-]*)\(")
-_OP_NAME = re.compile(r'op_name="((?:[^"\\]|\\.)*)"')
-_CALLS = re.compile(r"calls=%?([\w.\-]+)")
 _TARGET = re.compile(r'custom_call_target="([^"]*)"')
 _FUSION_KIND = re.compile(r"kind=(k\w+)")
 
@@ -49,36 +46,21 @@ def hlo_ops(hlo_text: str) -> tuple[str, dict[str, dict[str, str]]]:
     """The module's name and, per instruction name (unique in a module), its ``kind`` (opcode;
     a fusion's kind, a custom call's target) and ``source``: its ``op_name`` metadata, or for a
     fusion without one its fused computation's root's ("" where neither has one)."""
-    module = ""
+    module = re.match(r"HloModule ([^\s,]+)", hlo_text)
+    computations, _ = hlo_count.parse_module(hlo_text)
     ops: dict[str, dict[str, str]] = {}
-    calls: dict[str, str] = {}
-    roots: dict[str, str] = {}  # computation -> its ROOT instruction
-    computation = ""
-    for line in hlo_text.splitlines():
-        if line.startswith("HloModule "):
-            module = line.split()[1].rstrip(",")
-            continue
-        if match := _INSTRUCTION.match(line):
-            root, name, rest = match.groups()
-            opcode = _OPCODE.search(" " + rest)
-            kind = opcode.group(1) if opcode else "?"
-            if kind == "custom-call" and (target := _TARGET.search(rest)):
+    for computation in computations.values():
+        for instruction in computation.instructions:
+            kind, source = instruction.opcode, instruction.op_name()
+            if kind == "custom-call" and (target := _TARGET.search(instruction.attributes)):
                 kind = f"custom-call {target.group(1)}"
-            elif kind == "fusion" and (fusion := _FUSION_KIND.search(rest)):
+            elif kind == "fusion" and (fusion := _FUSION_KIND.search(instruction.attributes)):
                 kind = f"fusion {fusion.group(1)}"
-            op_name = _OP_NAME.search(rest)
-            ops[name] = {"kind": kind, "source": op_name.group(1) if op_name else ""}
-            if called := _CALLS.search(rest):
-                calls[name] = called.group(1)
-            if root:
-                roots[computation] = name
-        elif match := _COMPUTATION.match(line):
-            computation = match.group(1)
-    for name, called in calls.items():
-        root = roots.get(called)
-        if not ops[name]["source"] and root:
-            ops[name]["source"] = ops[root]["source"]
-    return module, ops
+                fused = computations.get(instruction.attribute("calls") or "")
+                if not source and fused is not None:
+                    source = fused.root.op_name()
+            ops[instruction.name] = {"kind": kind, "source": source}
+    return (module.group(1) if module else ""), ops
 
 
 def trace_file(trace_dir: str | pathlib.Path) -> pathlib.Path:
