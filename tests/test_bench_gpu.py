@@ -1,6 +1,7 @@
 """The GPU suite's pieces on a CPU: the kernel check (interpret mode, tiny shapes) passes and can
-fail, the tile pick, the suite's deadline and priority order, the mmBERT plan and its peer, the
-markdown rows, a unit's failure and time-out, and the CLI's refusal."""
+fail, the tile pick, the suite's deadline and priority order (the profile first, the XLM-R
+step's variants), the mmBERT plan and its peer, the variants' plans, the profile of a tiny
+step, the markdown rows, a unit's failure and time-out, and the CLI's refusal."""
 
 import os
 import re
@@ -14,6 +15,9 @@ from xlpretrain.bench import gpu_report, gpu_suite, gpu_timings, kernel_check, t
 from xlpretrain.data.streams import MONO
 from xlpretrain.model.kernels import flash
 from xlpretrain.model.kernels.gpu_compile import FlashCase
+from xlpretrain.training.config import default_config
+from xlpretrain.training.plan import resolve
+from xlpretrain.training.sections import PRNG_IMPLS
 
 BIASES = list(kernel_check.USED_PARAMS)  # none, bucketed, gated
 # A length no tile divides; every mask, the three biases in turn, and dropout: 8 of the GPU's 23.
@@ -137,6 +141,7 @@ def test_the_suite_keeps_its_deadline_when_every_unit_overruns(monkeypatch, tmp_
     left. (Budgets together exceed the deadline, so without it this suite would run over.)
     With ``cut`` the deadline falls 1 s before the fourth unit's budget ends: it runs cut to
     what is left."""
+    fourth = list(gpu_suite.BUDGETS)[3]
     if cut:
         monkeypatch.setattr(gpu_suite, "SUITE_S", sum(list(gpu_suite.BUDGETS.values())[:4]) - 1)
     suite_s = gpu_suite.SUITE_S
@@ -148,13 +153,11 @@ def test_the_suite_keeps_its_deadline_when_every_unit_overruns(monkeypatch, tmp_
     steps = suite["steps"]
     assert list(steps) == list(gpu_suite.BUDGETS)  # every unit, in priority order
     ran = [name for name, step in steps.items() if step["status"] != "skipped"]
-    assert ran[:4] == ["kernel_check", "tile_sweep", "step_xlmr_pallas", "step_mmbert_pallas"]
+    assert ran[:4] == ["profile", "kernel_check", "tile_sweep", "step_xlmr_pallas"]
     assert len(calls) == len(ran)
     assert all(steps[name]["budget_s"] <= gpu_suite.BUDGETS[name] for name in steps)
     if cut:
-        assert (
-            steps["step_mmbert_pallas"]["budget_s"] == gpu_suite.BUDGETS["step_mmbert_pallas"] - 1
-        )
+        assert steps[fourth]["budget_s"] == gpu_suite.BUDGETS[fourth] - 1
     skipped = [name for name, step in steps.items() if step["status"] == "skipped"]
     assert skipped and skipped[-1] == "pipeline_workers"
     for name in skipped:
@@ -170,23 +173,101 @@ def test_the_suite_keeps_its_deadline_when_every_unit_overruns(monkeypatch, tmp_
 
 
 def test_units_that_finish_early_leave_their_time_to_the_later_ones(monkeypatch, tmp_path):
-    """Each unit takes a third of its budget: all run, each under its whole budget, with the
+    """Each unit takes a quarter of its budget: all run, each under its whole budget, with the
     parameters the priority order gives them (the pallas steps the sweep's pick: here, nothing
-    swept, the default tiles)."""
+    swept, the default tiles; the profile's traces under the suite's folder)."""
     clock = FakeClock()
-    calls = fake_units(monkeypatch, clock, share=1 / 3)
+    calls = fake_units(monkeypatch, clock, share=1 / 4)
     suite = gpu_suite.run_suite(tmp_path, steps=10, warmup=2, clock=clock)
     assert all(step["status"] == "ok" for step in suite["steps"].values())
     assert [cap for _, _, cap in calls] == list(gpu_suite.BUDGETS.values())
+    call = dict(zip(gpu_suite.BUDGETS, calls, strict=True))
     timing = {"steps": 10, "warmup": 2}
     tiles = str(tile_sweep.sweep_default())
-    assert calls[3] == (
+    assert call["profile"] == (
+        "profile",
+        {"models": ["xlmr", "mmbert"], "attention": "cudnn", "steps": 3,
+         "trace_dir": str(tmp_path / "profile")},
+        gpu_suite.BUDGETS["profile"],
+    )  # fmt: skip
+    assert call["step_mmbert_pallas"] == (
         "step",
         {"model": "mmbert", "attention": "pallas", "flash_tiles": tiles, **timing},
         gpu_suite.BUDGETS["step_mmbert_pallas"],
     )
-    assert calls[5][:2] == ("peer", {"model": "mmbert", "mode": "eager", **timing})
-    assert calls[9][1] == {"model": "mmbert", "attention": "cudnn", "flash_tiles": "", **timing}
+    assert call["peer_mmbert_eager"][:2] == ("peer", {"model": "mmbert", "mode": "eager", **timing})
+    cudnn = {"model": "xlmr", "attention": "cudnn", "flash_tiles": "", **timing}
+    assert call["step_mmbert_cudnn"][1] == {**cudnn, "model": "mmbert"}
+    assert call["step_xlmr_cudnn_rbg"][:2] == (
+        "step",
+        {**cudnn, "overrides": {"train.prng_impl": "rbg"}},
+    )
+    assert call["step_xlmr_cudnn_loss_chunk0"][1]["overrides"] == {"model.loss_chunk": 0}
+
+
+def test_the_profile_runs_first_and_the_step_variants_follow_the_cudnn_step():
+    """The profile leads the order; right after XLM-R's cuDNN step (the default generator,
+    dropout and head) come its variants, each with a budget and a unit to run it: dropout 0,
+    every other PRNG implementation, the loss unchunked."""
+    order = list(gpu_suite.BUDGETS)
+    assert order[:3] == ["profile", "kernel_check", "tile_sweep"]
+    assert "profile" in gpu_suite.UNITS
+    variants = [
+        "step_xlmr_cudnn_dropout0",
+        "step_xlmr_cudnn_threefry4x32",
+        "step_xlmr_cudnn_rbg",
+        "step_xlmr_cudnn_unsafe_rbg",
+        "step_xlmr_cudnn_loss_chunk0",
+    ]
+    at = order.index("step_mmbert_cudnn") + 1
+    assert order[at : at + len(variants)] == variants
+    assert all(gpu_suite.BUDGETS[name] > 0 for name in order)
+    assert gpu_timings.DEFAULT_PRNG == "threefry2x32"  # step_xlmr_cudnn's own
+    impls = {gpu_timings.DEFAULT_PRNG} | {
+        o["train.prng_impl"] for o in gpu_timings.STEP_VARIANTS.values() if "train.prng_impl" in o
+    }
+    assert impls == set(PRNG_IMPLS)
+    names = [name for name, _, _ in gpu_suite.measurement_units("", 10, 2)]
+    assert names == order[3:]  # every unit after the sweep, in the budgets' order
+
+
+def test_the_variants_plans_change_one_setting_of_the_cudnn_step():
+    base = gpu_timings.measured_plan("xlmr", "cudnn")
+    assert (base.model.dropout_rate, base.model.attention_dropout_rate) == (0.1, 0.0)
+    assert (base.loop.prng_impl, base.model.loss_chunk) == ("threefry2x32", 1024)
+    plans = {
+        v: gpu_timings.measured_plan("xlmr", "cudnn", "", o)
+        for v, o in gpu_timings.STEP_VARIANTS.items()
+    }
+    assert plans["dropout0"].model.dropout_rate == 0.0
+    assert plans["rbg"].loop.prng_impl == "rbg"
+    assert plans["unsafe_rbg"].model == base.model
+    assert plans["loss_chunk0"].model.loss_chunk == 0
+    assert plans["loss_chunk0"].loop == base.loop
+    assert all(plan.batch_size == 32 and plan.max_length == 512 for plan in plans.values())
+
+
+def test_units_profile_runs_the_profile_alone(monkeypatch, tmp_path):
+    clock = FakeClock()
+    calls = fake_units(monkeypatch, clock, share=1 / 3)
+    suite = gpu_suite.run_suite(tmp_path, clock=clock, units=["profile"])
+    assert list(suite["steps"]) == ["profile"]
+    assert [(unit, cap) for unit, _, cap in calls] == [("profile", gpu_suite.BUDGETS["profile"])]
+
+
+def test_the_profile_of_a_tiny_step_names_its_ops_and_their_sources(tmp_path):
+    """The profile unit's step, on a CPU: the real training step of a 2-layer encoder compiled,
+    run once, traced three steps and read (the host's XLA ops: a CPU has no device lines)."""
+    cfg = default_config()
+    cfg.model.update(vocab_size=512, hidden_size=64, num_layers=2, num_heads=4, mlp_dim=128)
+    cfg.data.update(batch_size=8, max_length=32)
+    result = gpu_timings.profile_step(resolve(cfg), 3, str(tmp_path / "trace"))
+    assert result["steps"] == 3 and result["events_from"] == "host"
+    ops = result["top_ops"]
+    assert 0 < len(ops) <= 25 and result["hlo_ops_timed"] >= len(ops)
+    assert sum(op["share"] for op in ops) <= 1 + 1e-9
+    assert sum(bool(op["source"]) for op in ops) >= len(ops) // 2
+    assert any("transpose(" in op["source"] or "jvp(" in op["source"] for op in ops)
 
 
 def test_units_runs_only_the_named_units_and_refuses_an_unknown_one(monkeypatch, tmp_path):
@@ -195,13 +276,16 @@ def test_units_runs_only_the_named_units_and_refuses_an_unknown_one(monkeypatch,
     cover those alone; a misspelt unit is refused before anything runs."""
     clock = FakeClock()
     calls = fake_units(monkeypatch, clock, share=1 / 3)
-    with pytest.raises(ValueError, match=r"--units: no unit attention_4096; the units: kernel_"):
+    with pytest.raises(
+        ValueError, match=r"--units: no unit attention_4096; the units: profile, kernel_"
+    ):
         gpu_suite.run_suite(tmp_path, clock=clock, units=["attention_512", "attention_4096"])
     assert not calls
     suite = gpu_suite.run_suite(
         tmp_path, clock=clock, units=["pipeline_workers", "step_xlmr_pallas"]
     )
     assert list(suite["steps"]) == ["step_xlmr_pallas", "pipeline_workers"]  # priority order
+    assert [unit for unit, _, _ in calls] == ["step", "pipeline_workers"]
     assert calls[0][1]["flash_tiles"] == str(tile_sweep.sweep_default())
     assert gpu_suite.suite_passed(suite)
     assert "GPU suite on" in gpu_suite.summary(suite, tmp_path)
@@ -286,7 +370,28 @@ def fake_suite() -> dict:
             for mask, ms in (("unmasked", 2.0), ("camlm", 1.5), ("tlm", 1.2))
         ]
     }
+    top = {
+        "hlo_op": "gemm.3",
+        "kind": "custom-call __cublas$gemm",
+        "ms_per_step": 12.5,
+        "share": 0.25,
+        "launches_per_step": 12.0,
+        "source": "jit(step)/transpose(jvp(encoder))/dot_general",
+    }
+    profiled = {
+        "model": "xlmr",
+        "attention": "cudnn",
+        "trace": "gpu_suite/profile/xlmr/plugins/profile/t/host.trace.json.gz",
+        "module": "jit_step",
+        "events_from": "device",
+        "steps": 3,
+        "device_ms_per_step": 50.0,
+        "hlo_ops_timed": 640,
+        "top_ops": [top, {**top, "hlo_op": "fusion.9", "kind": "fusion kLoop", "share": 0.1,
+                          "ms_per_step": 5.0, "source": "a|b"}],
+    }  # fmt: skip
     steps = {
+        "profile": step(profiled, status="timed out", error="timed out after 90 s"),
         "kernel_check": step(
             {
                 "case": "mmlm/none/float32/L300/dropout0.0/d64",
@@ -308,6 +413,10 @@ def fake_suite() -> dict:
         "step_mmbert_xla": step({**mmbert, "tokens_per_s": 75_000.0}),
         "step_xlmr_cudnn": step(status="failed", error="ValueError: cuDNN refused\nmore text"),
         "step_mmbert_cudnn": step(status="timed out", error="timed out after 65 s"),
+        "step_xlmr_cudnn_rbg": step({**ours, "tokens_per_s": 160_000.0}),
+        "step_xlmr_cudnn_dropout0": step(
+            status="skipped", error="20 s left of the suite's 520 s; its budget is 40 s"
+        ),
         "peer_xlmr_compile": step({"modes": {"compile": peer["compile"]}}),
         "peer_mmbert_compile": step(
             status="skipped", error="12 s left of the suite's 520 s; its budget is 70 s"
@@ -402,6 +511,23 @@ def test_markdown_rows_for_the_measured_tables(tmp_path):
         in text
     )
     assert "on 16 CPUs; the goal is 5.6 M row tokens/s a host" in text
+    assert "## Profile: the 25 HLO ops of most device time" in text
+    assert (
+        "3 steps under `jax.profiler` (`gpu_suite/profile/xlmr/plugins/profile/t/host.trace."
+        "json.gz`): 50.00 ms of op time a step on the device, over 640 HLO ops of `jit_step`; "
+        "the 2 longest" in text
+    )
+    assert (
+        "| 1 | `gemm.3` | custom-call __cublas$gemm | 12.500 | 25.0% | 12 | "
+        "jit(step)/transpose(jvp(encoder))/dot_general |" in text
+    )
+    assert "| 2 | `fusion.9` | fusion kLoop | 5.000 | 10.0% | 12 | a\\|b |" in text
+    assert "The profile did not finish: timed out: timed out after 90 s." in text
+    assert "| `step_xlmr_cudnn` with | tokens/s | over `step_xlmr_cudnn` | peak memory |" in text
+    assert "| nothing changed (`train.prng_impl=threefry2x32`) | failed: ValueError: cuDNN" in text
+    assert "| `train.prng_impl=rbg` | 160,000 | — | 31.2 GiB |" in text
+    assert "| `model.dropout_rate=0.0` | skipped: 20 s left of the suite's 520 s" in text
+    assert "| `model.loss_chunk=0` | not run | | |" in text
     assert "| 0 | 2.00 s | 2,000,000 | not met |" in text
     assert "| 4 | 2.00 s | 6,100,000 | met |" in text
     assert not gpu_suite.suite_passed(suite)
@@ -410,6 +536,7 @@ def test_markdown_rows_for_the_measured_tables(tmp_path):
     assert "xlmr peer (eager): 100,000 tokens/s, ours / peer: pallas 1.50x, xla 1.20x" in lines
     assert "mmbert step, attention=cudnn: timed out: timed out after 65 s" in lines
     assert "mmbert peer (eager): 60,000 tokens/s, ours / peer: pallas 1.50x, xla 1.25x" in lines
+    assert "xlmr profile: 50.00 ms of op time a step, the longest op gemm.3 (25.0%)" in lines
     assert (
         "mmbert peer (compile): skipped: 12 s left of the suite's 520 s; its budget is 70 s"
         in lines
@@ -419,7 +546,8 @@ def test_markdown_rows_for_the_measured_tables(tmp_path):
         in lines
     )
     assert lines[-1].startswith(
-        "did not finish: step_xlmr_cudnn (failed), step_mmbert_cudnn (timed out), "
+        "did not finish: profile (timed out), step_xlmr_cudnn (failed), step_mmbert_cudnn "
+        "(timed out), step_xlmr_cudnn_dropout0 (skipped), "
         "peer_mmbert_compile (skipped), attention_2048 (timed out)"
     )
 

@@ -163,14 +163,15 @@ def define_flags() -> None:
         "suite",
         None,
         ["gpu"],
-        "Run a whole suite instead (gpu: kernel check, tile sweep, step, peer and attention "
-        "timings on configs/xlmr.py:base and configs/mmbert.py:base, under 9 minutes; "
-        "xlpretrain/bench/gpu_suite.py).",
+        "Run a whole suite instead (gpu: a profile, kernel check, tile sweep, step, peer and "
+        "attention timings on configs/xlmr.py:base and configs/mmbert.py:base, under 9 "
+        "minutes; xlpretrain/bench/gpu_suite.py).",
     )
     flags.DEFINE_string(
         "out",
         "",
-        "--suite: the folder for suite.json, performance.md, suite.log; --census: for census.json.",
+        "--suite: the folder for suite.json, performance.md, suite.log, profile/; --census: "
+        "for census.json.",
     )
     flags.DEFINE_string(
         "census",

@@ -1,9 +1,11 @@
 """The GPU suite's results read: ours over the peer, Markdown, and the terminal's summary.
 
 `performance_markdown` writes the suite's `performance.md`: the rows for docs/performance.md's
-"Measured → H100" tables, one per model (`measured_rows`), then the kernel check, the tile
-sweep's registers, spills and times, the attention table, the input pipeline by worker count,
-and every unit that did not finish or was skipped, each with why. It reads only the suite's
+"Measured → H100" tables, one per model (`measured_rows`), then the profile's tables of each
+model's longest ops (`profile_lines`), XLM-R's cuDNN step beside its variants
+(`variant_lines`), the kernel check, the tile sweep's registers, spills and times, the attention
+table, the input pipeline by worker count, and every unit that did not finish or was skipped,
+each with why. It reads only the suite's
 records (`suite.json`), so a suite with failed units is reported on a CPU too
 (tests/test_bench_gpu.py).
 """
@@ -14,15 +16,21 @@ import pathlib
 from collections.abc import Mapping, Sequence
 
 from xlpretrain.bench import peer as bench_peer
+from xlpretrain.bench import profile as bench_profile
 from xlpretrain.bench.gpu_timings import (
     ATTENTION_IMPLS,
     ATTENTION_LENGTHS,
     ATTENTION_MODEL,
+    DEFAULT_PRNG,
     PIPELINE_GOAL,
     PIPELINE_STEPS,
     SHAPES,
+    STEP_VARIANTS,
+    VARIANT_ATTENTION,
+    VARIANT_MODEL,
     peer_unit,
     step_unit,
+    variant_unit,
 )
 from xlpretrain.bench.kernel_check import ATOL, RTOL
 from xlpretrain.bench.tile_sweep import SPILL_CASE, TIMED_CASE, sweep_default
@@ -149,6 +157,56 @@ def _attention_rows(suite: Mapping, dated: str) -> list[str]:
     return rows
 
 
+def profile_lines(suite: Mapping) -> list[str]:
+    """Per profiled model, its op time a step and its longest ops (`bench.profile`)."""
+    step = suite["steps"].get("profile")
+    if not step or not step["records"]:
+        return [_failed(step)]
+    lines = []
+    for r in step["records"]:
+        lines += [
+            f"### {shape_text(r['model'])}, `attention={r['attention']}`",
+            "",
+            f"{r['steps']} steps under `jax.profiler` (`{r['trace']}`): "
+            f"{r['device_ms_per_step']:.2f} ms of op time a step on the {r['events_from']}, "
+            f"over {r['hlo_ops_timed']} HLO ops of `{r['module']}`; the "
+            f"{len(r['top_ops'])} longest, with their share of that time:",
+            "",
+            *bench_profile.markdown_table(r),
+            "",
+        ]
+    if step["status"] != "ok":
+        lines.append(f"The profile did not finish: {_failed(step)}.")
+    return lines
+
+
+def variant_lines(suite: Mapping) -> list[str]:
+    """XLM-R's cuDNN step and each variant (`STEP_VARIANTS`), with its tokens/s over the
+    step's."""
+    name = step_unit(VARIANT_MODEL, VARIANT_ATTENTION)
+    base = first_record(suite["steps"].get(name))
+    lines = [
+        f"| `{name}` with | tokens/s | over `{name}` | peak memory |",
+        "| --- | --- | --- | --- |",
+    ]
+    rows = [(name, f"nothing changed (`train.prng_impl={DEFAULT_PRNG}`)", base)]
+    for variant, overrides in STEP_VARIANTS.items():
+        what = ", ".join(f"`{key}={value}`" for key, value in overrides.items())
+        rows.append(
+            (variant_unit(variant), what, first_record(suite["steps"].get(variant_unit(variant))))
+        )
+    for unit, what, result in rows:
+        if result is None:
+            lines.append(f"| {what} | {_failed(suite['steps'].get(unit))} | | |")
+            continue
+        ratio = f"{result['tokens_per_s'] / base['tokens_per_s']:.3f}x" if base else "—"
+        lines.append(
+            f"| {what} | {result['tokens_per_s']:,.0f} | {ratio} | "
+            f"{_gib(result['peak_memory_gib'])} |"
+        )
+    return lines
+
+
 def _check_lines(step: Mapping | None) -> list[str]:
     if not step or not step["records"]:
         return [_failed(step)]
@@ -258,6 +316,14 @@ def performance_markdown(suite: Mapping) -> str:
         '"Measured → H100" tables:',
         "",
         *tables,
+        f"## Profile: the {bench_profile.TOP_OPS} HLO ops of most device time",
+        "",
+        *profile_lines(suite),
+        "",
+        f"## `{step_unit(VARIANT_MODEL, VARIANT_ATTENTION)}`: dropout, random bits, the head",
+        "",
+        *variant_lines(suite),
+        "",
         f"## Kernel check: float32 on the GPU against the XLA reference (within {ATOL:g} + "
         f"{RTOL:g} · max |reference| per tensor)",
         "",
@@ -314,6 +380,12 @@ def summary(suite: Mapping, out_dir: pathlib.Path) -> str:
     ]
     for model in SHAPES:
         lines.extend(_model_summary(suite, model))
+    for r in steps.get("profile", {}).get("records", []):
+        top = r["top_ops"][0] if r["top_ops"] else {"hlo_op": "none", "share": 0.0}
+        lines.append(
+            f"{r['model']} profile: {r['device_ms_per_step']:.2f} ms of op time a step, the "
+            f"longest op {top['hlo_op']} ({top['share']:.1%})"
+        )
     pipeline = steps.get("pipeline_workers", {}).get("records", [])
     if pipeline:
         rates = ", ".join(f"{r['num_workers']}: {r['tokens_per_s'] / 1e6:.2f} M" for r in pipeline)

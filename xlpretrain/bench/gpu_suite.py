@@ -9,31 +9,41 @@ did not reach.
 
 The units, in the order they run (`BUDGETS`), which is their priority:
 
-1. ``kernel_check`` (`bench.kernel_check`): the kernel on this GPU against a plain-XLA
+1. ``profile`` (`bench.gpu_timings.profile`, `bench.profile`): three steps of
+   `configs/xlmr.py:base` and `configs/mmbert.py:base` at their measured shapes with cuDNN's
+   attention under `jax.profiler` (the trace in ``DIR/profile/<model>``), read into the 25
+   HLO ops of most device time with their shares and sources (``op_name``). First: it needs
+   neither the kernel nor its tiles, and it says where every later unit's time goes.
+2. ``kernel_check`` (`bench.kernel_check`): the kernel on this GPU against a plain-XLA
    reference with the mask, bias and dropout materialised: every mask, no bias, the bucketed
    and the gated bias, dropout; float32, packed rows with padding, a length no tile divides;
-   forward and every gradient. First: were the kernel wrong, its timings would mean nothing.
-2. ``tile_sweep`` (`bench.tile_sweep`): candidate tiles per kernel compiled on the heaviest
+   forward and every gradient. First of the kernel's: were it wrong, its timings would mean
+   nothing.
+3. ``tile_sweep`` (`bench.tile_sweep`): candidate tiles per kernel compiled on the heaviest
    bf16 case (those that spill dropped), the rest timed at XLM-R base's attention shape; the
    fastest per kernel wins, and both models' ``pallas`` steps run it (skipped or failed: the
    default tiles).
-3. ``step_{xlmr,mmbert}_pallas`` (`bench.gpu_timings`, as are 4 to 8): `configs/xlmr.py:base`
+4. ``step_{xlmr,mmbert}_pallas`` (`bench.gpu_timings`, as are 5 to 10): `configs/xlmr.py:base`
    (32 × 512) and `configs/mmbert.py:base` (16 × 1,024, its pre-training phase), bf16, with
    the fused kernel at the swept tiles (`attention=auto`'s choice on a GPU): the headline
    rows.
-4. ``peer_{xlmr,mmbert}_eager``: Hugging Face's step (`XLMRobertaForMaskedLM`,
+5. ``peer_{xlmr,mmbert}_eager``: Hugging Face's step (`XLMRobertaForMaskedLM`,
    `ModernBertForMaskedLM`), eager, which gives the ratio ours / peer; eager before
    `torch.compile` because it is cheaper and seldom fails.
-5. ``step_{xlmr,mmbert}_xla``, then ``step_{xlmr,mmbert}_cudnn``: the other attentions, XLA's
+6. ``step_{xlmr,mmbert}_xla``, then ``step_{xlmr,mmbert}_cudnn``: the other attentions, XLA's
    first as the baseline the kernel is to beat.
-6. ``attention_512``, ``attention_2048``: the attention micro-benchmark; the steps already hold
+7. ``step_xlmr_cudnn_<variant>`` (`gpu_timings.STEP_VARIANTS`): XLM-R's cuDNN step with one
+   setting changed: hidden dropout 0 (``dropout0``), each other `train.prng_impl`
+   (``threefry4x32``, ``rbg``, ``unsafe_rbg``), the head's loss unchunked
+   (``loss_chunk0``); right after ``step_xlmr_cudnn``, the row each is read against.
+8. ``attention_512``, ``attention_2048``: the attention micro-benchmark; the steps already hold
    attention, so the per-mask ratios come after them.
-7. ``peer_{xlmr,mmbert}_compile``: HF under `torch.compile`, the stronger peer but the longest
+9. ``peer_{xlmr,mmbert}_compile``: HF under `torch.compile`, the stronger peer but the longest
    units (Inductor compiles the model: over 60 s on the first H100 run) and the likeliest to
    fail.
-8. ``pipeline_workers``: the input pipeline on the host's CPUs, from a synthetic prepared
-   store, with 0, 4 and 8 grain workers: whether one host feeds 8 GPUs (5.6 M tokens/s). Last:
-   it needs no GPU, and any host with as many cores can measure it.
+10. ``pipeline_workers``: the input pipeline on the host's CPUs, from a synthetic prepared
+    store, with 0, 4 and 8 grain workers: whether one host feeds 8 GPUs (5.6 M tokens/s). Last:
+    it needs no GPU, and any host with as many cores can measure it.
 
 The budgets are the first H100 run's times where it finished a unit and guesses where not
 (`BUDGETS`). The suite keeps one deadline, ``SUITE_S`` from its start, and each unit runs
@@ -42,9 +52,11 @@ its budget left (or under ``MIN_START_S``) is not started but recorded as skippe
 shorter unit can still use the time. Units that finish under their budgets leave it to the
 later ones; units that overrun cost the lowest priorities, never the deadline.
 
-DIR gets ``suite.json`` (everything), ``performance.md`` (rows for docs/performance.md;
-`bench.gpu_report`) and ``suite.log`` (the units' output). This module runs the units, each in
-a child process that calls ``child(UNIT, PARAMS, RESULTS)`` (``CHILD``; a name in ``UNITS``).
+DIR gets ``suite.json`` (everything), ``performance.md`` (rows for docs/performance.md and
+the profile's tables; `bench.gpu_report`), ``suite.log`` (the units' output) and
+``profile/<model>/`` (the profile's traces, for Perfetto or TensorBoard). This module runs the
+units, each in a child process that calls ``child(UNIT, PARAMS, RESULTS)`` (``CHILD``; a name
+in ``UNITS``).
 """
 
 from __future__ import annotations
@@ -70,13 +82,20 @@ from xlpretrain.bench.gpu_timings import (
     PIPELINE_GB,
     PIPELINE_STEPS,
     PIPELINE_WORKERS,
+    PROFILE_ATTENTION,
+    PROFILE_STEPS,
     SHAPES,
+    STEP_VARIANTS,
+    VARIANT_ATTENTION,
+    VARIANT_MODEL,
     attention_timings,
     peer,
     peer_unit,
     pipeline_workers,
+    profile,
     step_throughput,
     step_unit,
+    variant_unit,
 )
 from xlpretrain.bench.kernel_check import error_text, kernel_check
 from xlpretrain.bench.tile_sweep import pick_tiles, sweep_default, tile_sweep
@@ -95,8 +114,11 @@ START_SHARE, MIN_START_S = 0.5, 15
 # (docs/performance.md): the kernel check took about 5 s a case (24 cases), each step 20 to
 # 29 s, each eager peer 29 to 31 s; the tile sweep (85 s), the compiled peers (60 and 70 s) and
 # attention at L = 512 (25 s) were cut at their budgets then, so theirs are larger guesses.
+# The profile and the step's variants have never run: the profile is two compiles and three
+# steps each in one process (a guess from the steps' 20 to 29 s), the variants are steps.
 # Together more than SUITE_S: one call measures the first units, and `--units` the rest.
 BUDGETS = {
+    "profile": 90,
     "kernel_check": 160,
     "tile_sweep": 150,
     "step_xlmr_pallas": 40,
@@ -107,6 +129,7 @@ BUDGETS = {
     "step_mmbert_xla": 40,
     "step_xlmr_cudnn": 40,
     "step_mmbert_cudnn": 40,
+    **{variant_unit(variant): 40 for variant in STEP_VARIANTS},
     "attention_512": 50,
     "attention_2048": 70,
     "peer_xlmr_compile": 150,
@@ -117,6 +140,7 @@ BUDGETS = {
 CHILD = "import sys; from xlpretrain.bench.gpu_suite import child; child(*sys.argv[1:])"
 # The units' functions by name: the child process (`child`) looks its unit up here.
 UNITS: dict[str, Callable[..., Iterator[dict]]] = {
+    "profile": profile,
     "kernel_check": kernel_check,
     "tile_sweep": tile_sweep,
     "step": step_throughput,
@@ -235,7 +259,8 @@ def skipped(budget_s: int, left_s: float) -> dict:
 def measurement_units(flash_tiles: str, steps: int, warmup: int) -> list[tuple[str, str, dict]]:
     """``(name, unit, params)`` of each unit after the kernel check and the tile sweep, in
     `BUDGETS`' order: the steps with ``pallas`` (``flash_tiles``), the eager peers, the steps
-    with ``xla`` and ``cudnn``, the attention lengths, the compiled peers, the input pipeline."""
+    with ``xla`` and ``cudnn``, XLM-R's cuDNN step's variants, the attention lengths, the
+    compiled peers, the input pipeline."""
     timing = {"steps": steps, "warmup": warmup}
 
     def steps_with(attention: str) -> list[tuple[str, str, dict]]:
@@ -256,10 +281,34 @@ def measurement_units(flash_tiles: str, steps: int, warmup: int) -> list[tuple[s
         *peers("eager"),
         *steps_with("xla"),
         *steps_with("cudnn"),
+        *(
+            (
+                variant_unit(variant),
+                "step",
+                {
+                    "model": VARIANT_MODEL,
+                    "attention": VARIANT_ATTENTION,
+                    "flash_tiles": "",
+                    **timing,
+                    "overrides": overrides,
+                },
+            )
+            for variant, overrides in STEP_VARIANTS.items()
+        ),
         *((f"attention_{length}", "attention", {"length": length}) for length in ATTENTION_LENGTHS),
         *peers("compile"),
         ("pipeline_workers", "pipeline_workers", pipeline),
     ]
+
+
+def profile_params(models: list[str], trace_dir: str) -> dict:
+    """The profile unit's parameters: ``models``' steps, traced under ``trace_dir``."""
+    return {
+        "models": models,
+        "attention": PROFILE_ATTENTION,
+        "steps": PROFILE_STEPS,
+        "trace_dir": trace_dir,
+    }
 
 
 def run_suite(
@@ -300,6 +349,9 @@ def run_suite(
         )
         return results[name]
 
+    trace_dir = str(out_dir / "profile")
+    models = list(SHAPES)
+    run("profile", "profile", profile_params(models, trace_dir))
     run("kernel_check", "kernel_check", {"platform": "gpu"})
     sweep = run("tile_sweep", "tile_sweep", {"gpu": target_gpu(suite["device"])})
     suite["flash_tiles"] = str(pick_tiles(sweep["records"], sweep_default()))

@@ -6,22 +6,29 @@ training step per model and attention implementation (bf16, 16 k tokens a step: 
 32 × 512, mmBERT base at 16 × 1,024, the length of mmBERT's pre-training phase), Hugging Face's
 step per model and mode, the attention micro-benchmark at L = 512 and 2048, and the input
 pipeline per number of grain workers on this host's CPUs (a 2-core CI machine cannot say
-whether one host feeds 8 GPUs). The shapes are here once: the suite runs them and the report
-names them.
+whether one host feeds 8 GPUs); XLM-R's cuDNN step with one setting changed (`STEP_VARIANTS`);
+and a profile of both models' steps (`profile`). The shapes are here once: the suite runs them
+and the report names them.
 """
 
 from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Iterator, Sequence
+import time
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
+
+import jax
 
 from xlpretrain.bench import attention as bench_attention
 from xlpretrain.bench import peer as bench_peer
+from xlpretrain.bench import profile as bench_profile
 from xlpretrain.bench import step as bench
+from xlpretrain.training.config import default_config
 from xlpretrain.training.config_files import load_config
 from xlpretrain.training.plan import RunPlan, resolve
+from xlpretrain.training.sections import PRNG_IMPLS
 
 # The input pipeline on this host's CPUs: a synthetic store of PIPELINE_GB GB, MMLM rows of
 # 512 tokens, 32 a step, PIPELINE_STEPS steps per `data.num_workers` in PIPELINE_WORKERS. The
@@ -34,6 +41,19 @@ ATTENTION_MASKS = ("unmasked", "mmlm", "tlm", "camlm")
 # The measured models, each `configs/<name>.py:base`, at (rows, row length) a step.
 SHAPES = {"xlmr": (32, 512), "mmbert": (16, 1024)}
 ATTENTION_MODEL = "xlmr"  # whose heads the attention benchmark measures
+# The profile: PROFILE_STEPS steps of each model's step with PROFILE_ATTENTION (the plain
+# reference step's attention, issue 43's yardstick; no kernel check or sweep needed first).
+PROFILE_STEPS, PROFILE_ATTENTION = 3, "cudnn"
+# XLM-R's cuDNN step (`step_xlmr_cudnn`: hidden dropout 0.1, the default generator
+# `DEFAULT_PRNG`, `model.loss_chunk` 1024) with one setting changed, per unit-name suffix:
+# dropout 0, each other PRNG implementation, the head's loss unchunked.
+VARIANT_MODEL, VARIANT_ATTENTION = "xlmr", "cudnn"
+DEFAULT_PRNG = default_config().train.prng_impl
+STEP_VARIANTS: dict[str, dict[str, Any]] = {
+    "dropout0": {"model.dropout_rate": 0.0},
+    **{impl: {"train.prng_impl": impl} for impl in PRNG_IMPLS if impl != DEFAULT_PRNG},
+    "loss_chunk0": {"model.loss_chunk": 0},
+}
 
 
 def step_unit(model: str, attention: str) -> str:
@@ -41,14 +61,22 @@ def step_unit(model: str, attention: str) -> str:
     return f"step_{model}_{attention}"
 
 
+def variant_unit(variant: str) -> str:
+    """The suite's name of the XLM-R cuDNN step's ``variant``: ``step_xlmr_cudnn_rbg``."""
+    return f"{step_unit(VARIANT_MODEL, VARIANT_ATTENTION)}_{variant}"
+
+
 def peer_unit(model: str, mode: str) -> str:
     """The suite's name of the peer of ``model`` in ``mode``: ``peer_xlmr_eager``."""
     return f"peer_{model}_{mode}"
 
 
-def measured_plan(model: str, attention: str, flash_tiles: str = "") -> RunPlan:
+def measured_plan(
+    model: str, attention: str, flash_tiles: str = "", overrides: Mapping[str, Any] = {}
+) -> RunPlan:
     """The plan of ``configs/<model>.py:base`` at ``model``'s measured shape (`SHAPES`), bf16,
-    with ``attention`` (cuDNN's has no dropout, so its run has no attention dropout).
+    with ``attention`` (cuDNN's has no dropout, so its run has no attention dropout), and
+    ``overrides`` last.
 
     mmBERT is measured in its pre-training phase alone, as one stage: the first stage's
     objectives (MMLM) at the first phase's mask rate (30 %), set as `data.mono_mask_rate` so
@@ -57,7 +85,7 @@ def measured_plan(model: str, attention: str, flash_tiles: str = "") -> RunPlan:
     later phases (`data.anneal`) are left out."""
     spec = f"{model}:base"
     rows, length = SHAPES[model]
-    overrides = {
+    settings = {
         "model.dtype": "bfloat16",
         "data.batch_size": rows,
         "data.max_length": length,
@@ -65,10 +93,10 @@ def measured_plan(model: str, attention: str, flash_tiles: str = "") -> RunPlan:
         "model.flash_tiles": flash_tiles,
     }
     if attention == "cudnn":
-        overrides["model.attention_dropout_rate"] = 0.0
+        settings["model.attention_dropout_rate"] = 0.0
     if model == "mmbert":
-        overrides |= first_phase(resolve(load_config(spec)))
-    return resolve(load_config(spec, overrides))
+        settings |= first_phase(resolve(load_config(spec)))
+    return resolve(load_config(spec, settings | dict(overrides)))
 
 
 def first_phase(plan: RunPlan) -> dict[str, Any]:
@@ -80,17 +108,51 @@ def first_phase(plan: RunPlan) -> dict[str, Any]:
 
 
 def step_throughput(
-    model: str, attention: str, flash_tiles: str, steps: int, warmup: int
+    model: str,
+    attention: str,
+    flash_tiles: str,
+    steps: int,
+    warmup: int,
+    overrides: Mapping[str, Any] = {},
 ) -> Iterator[dict]:
-    plan = measured_plan(model, attention, flash_tiles)
+    plan = measured_plan(model, attention, flash_tiles, overrides)
     result = bench.benchmark(plan, steps, warmup)
     yield {
         "model": model,
         "attention": attention,
         "flash_tiles": flash_tiles,
         "attention_dropout_rate": plan.model.attention_dropout_rate,
+        "overrides": dict(overrides),
         **result,
     }
+
+
+def profile_step(plan: RunPlan, steps: int, trace_dir: str) -> dict:
+    """``steps`` steps of ``plan``'s step (`bench.step.step_inputs`: synthetic full rows),
+    compiled ahead and run once first, under `jax.profiler` into ``trace_dir``: its ops of most
+    device time with their shares and sources (`bench.profile.top_ops`)."""
+    inputs = bench.step_inputs(plan)
+    start = time.perf_counter()
+    compiled = inputs.step_fn.lower(inputs.state, inputs.batch).compile()
+    state, _ = compiled(inputs.state, inputs.batch)  # the warm-up; donates the first state
+    jax.block_until_ready(state)
+    compile_s = time.perf_counter() - start
+    result = bench_profile.profile_compiled(
+        compiled, compiled.as_text(), (state, inputs.batch), steps, trace_dir
+    )
+    return {"compile_and_warmup_s": round(compile_s, 3), **result}
+
+
+def profile(models: Sequence[str], attention: str, steps: int, trace_dir: str) -> Iterator[dict]:
+    """Each model's step at its measured shape (`measured_plan`) profiled (`profile_step`),
+    its trace under ``trace_dir/<model>``: a record per model, as each is done."""
+    for model in models:
+        plan = measured_plan(model, attention)
+        yield {
+            "model": model,
+            "attention": attention,
+            **profile_step(plan, steps, os.path.join(trace_dir, model)),
+        }
 
 
 def peer(model: str, mode: str, steps: int, warmup: int) -> Iterator[dict]:

@@ -78,9 +78,14 @@ class Instruction:
 class Computation:
     name: str
     instructions: tuple[Instruction, ...]
+    root_name: str
 
     def by_name(self) -> dict[str, Instruction]:
         return {i.name: i for i in self.instructions}
+
+    @property
+    def root(self) -> Instruction:
+        return self.by_name()[self.root_name]
 
 
 def arrays(type_text: str) -> list[tuple[str, tuple[int, ...]]]:
@@ -152,7 +157,7 @@ def parse_instruction(line: str) -> Instruction | None:
 
 def parse_module(text: str) -> tuple[dict[str, Computation], str]:
     """Every computation of an HLO module's text by name, and the entry's name."""
-    computations, entry, current, body = {}, None, None, []
+    computations, entry, current, body, root = {}, None, None, [], ""
     for line in text.splitlines():
         if current is None:
             header = _HEADER.match(line.strip())
@@ -162,12 +167,14 @@ def parse_module(text: str) -> tuple[dict[str, Computation], str]:
                     entry = current
             continue
         if line.strip() == "}":
-            computations[current] = Computation(current, tuple(body))
-            current = None
+            computations[current] = Computation(current, tuple(body), root or body[-1].name)
+            current, root = None, ""
             continue
         instruction = parse_instruction(line)
         if instruction is not None:
             body.append(instruction)
+            if line.lstrip().startswith("ROOT "):
+                root = instruction.name
     if entry is None:
         raise ValueError("no ENTRY computation in the HLO text")
     return computations, entry
@@ -311,7 +318,7 @@ def _output_bytes(instruction: Instruction, computation: Computation | None) -> 
     if computation is None:
         return type_bytes(instruction.type)
     table = computation.by_name()
-    root = computation.instructions[-1]
+    root = computation.root
     outputs = [table[o] for o in root.operands] if root.opcode == "tuple" else [root]
     total = 0.0
     for output in outputs:

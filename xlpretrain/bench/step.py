@@ -17,7 +17,10 @@ model FLOPs utilisation. Peak FLOP/s comes from a table of accelerators (dense b
 
 from __future__ import annotations
 
+import dataclasses
 import time
+from collections.abc import Callable
+from typing import Any
 
 import jax
 import numpy as np
@@ -88,9 +91,23 @@ def peak_flops(device: jax.Device, override_tflops: float) -> float | None:
     return None
 
 
-def benchmark(plan: RunPlan, steps: int, warmup: int, peak_tflops: float = 0.0) -> dict:
-    """The timed step of the plan's last stage (a staged run's every objective) on 8
-    languages, its vocabulary the tokenizer's where `model.vocab_size` is 0."""
+@dataclasses.dataclass
+class StepInputs:
+    """What timing a plan's step needs: its last stage's jitted step, the state and a global
+    batch of synthetic rows, with what the FLOP count reads."""
+
+    plan: RunPlan  # sized
+    step_fn: Callable
+    state: Any
+    batch: Any
+    shapes: dict[str, tuple[int, int]]  # (global rows, length) per objective
+    local: dict[str, Batch]
+    active: dict
+
+
+def step_inputs(plan: RunPlan) -> StepInputs:
+    """The plan's last stage (a staged run's every objective) on 8 languages, its vocabulary
+    the tokenizer's where `model.vocab_size` is 0, set up for timing."""
     plan = plan.sized(workdir=None)
     last = len(plan.stages) - 1
     active = plan.stage_objectives(last)
@@ -98,10 +115,9 @@ def benchmark(plan: RunPlan, steps: int, warmup: int, peak_tflops: float = 0.0) 
         plan.model_config(num_languages=8), plan.objectives, plan.contexts
     )
     training = setup_training(plan, model, init_params, plan.mesh.make())
-    step_fn = training.step_fns[last]
     rng = np.random.default_rng(0)
     streams = plan.stage_streams[last]
-    shapes = {  # (global rows, length) per objective
+    shapes = {
         name: (rows, streams[name].max_length) for name, rows in plan.stages[last].rows.items()
     }
     local = {
@@ -111,7 +127,16 @@ def benchmark(plan: RunPlan, steps: int, warmup: int, peak_tflops: float = 0.0) 
         for name in active
     }
     batch = global_batch(local, training.batch_sharding)
-    state = training.state
+    return StepInputs(plan, training.step_fns[last], training.state, batch, shapes, local, active)
+
+
+def benchmark(plan: RunPlan, steps: int, warmup: int, peak_tflops: float = 0.0) -> dict:
+    """The timed step of the plan's last stage (a staged run's every objective) on 8
+    languages, its vocabulary the tokenizer's where `model.vocab_size` is 0."""
+    inputs = step_inputs(plan)
+    plan, step_fn, batch, state = inputs.plan, inputs.step_fn, inputs.batch, inputs.state
+    shapes, local, active = inputs.shapes, inputs.local, inputs.active
+    streams = plan.stage_streams[len(plan.stages) - 1]
     compile_start = time.perf_counter()
     for _ in range(max(warmup, 1)):
         state, metrics = step_fn(state, batch)
