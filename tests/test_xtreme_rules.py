@@ -1,0 +1,215 @@
+"""XTREME's rules side by side with xtreme's own code: each test ports the function of
+google-research/xtreme (or of transformers 2.x, which its `third_party` scripts import) that
+holds a rule, small and faithful, names its file and function, and runs it and ours on the same
+inputs.
+
+- QA loss: transformers 2.x `RobertaForQuestionAnswering.forward` (XTREME's
+  `third_party/xlm_roberta.py` subclasses it): CrossEntropyLoss over every position of the
+  padded window.
+- QA max context: `third_party/processors/squad.py`, `_new_check_is_max_context` (its
+  `0.01 × window length` term).
+- QA decoding ties: transformers 2.x `data/metrics/squad_metrics.py`,
+  `compute_predictions_logits` (a stable sort by start + end logit: the first span of equal
+  score wins).
+"""
+
+from __future__ import annotations
+
+import collections
+
+import numpy as np
+import pytest
+
+from tests import task_tokenizer
+from xlpretrain.data.qa_windows import (
+    best_indexes,
+    decode_answers,
+    encode_questions,
+    max_context,
+    window_spans,
+)
+from xlpretrain.data.task_examples import Answer, PairLayout, QAExample
+from xlpretrain.objectives import task_losses
+
+XLMR = PairLayout(separators=2, token_types=False)
+EN = "Paris is the capital of France, said Mr. Smith."
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tmp_path_factory):
+    return task_tokenizer.train(tmp_path_factory.mktemp("task_tokenizer"))
+
+
+# --- QA loss --------------------------------------------------------------------------------
+
+
+def hf_v2_qa_loss(start_logits, end_logits, start_positions, end_positions):
+    """transformers 2.x `BertForQuestionAnswering` / `RobertaForQuestionAnswering.forward`'s
+    loss (`modeling_roberta.py`), in torch as there."""
+    torch = pytest.importorskip("torch")
+    from torch.nn import CrossEntropyLoss
+
+    start_logits, end_logits = torch.tensor(start_logits), torch.tensor(end_logits)
+    start_positions = torch.tensor(start_positions, dtype=torch.long)
+    end_positions = torch.tensor(end_positions, dtype=torch.long)
+    # sometimes the start/end positions are outside our model inputs, we ignore these terms
+    ignored_index = start_logits.size(1)
+    start_positions.clamp_(0, ignored_index)
+    end_positions.clamp_(0, ignored_index)
+    loss_fct = CrossEntropyLoss(ignore_index=ignored_index)
+    start_loss = loss_fct(start_logits, start_positions)
+    end_loss = loss_fct(end_logits, end_positions)
+    return float((start_loss + end_loss) / 2)
+
+
+def test_qa_loss_runs_over_the_whole_window_as_xtreme(tokenizer):
+    """Training windows of 48 positions, most of them padding: our loss over the batch
+    (`QAWindows.batch`, the default `loss_over="window"`) is transformers 2.x's over the same
+    logits; `loss_over="tokens"` (padding masked out) is not."""
+    examples = [
+        QAExample("a", "Capital?", EN, (Answer("France", EN.index("France")),)),
+        QAExample("b", "Who?", EN, (Answer("Mr. Smith", EN.index("Mr. Smith")),)),
+    ]
+    windows = encode_questions(examples, tokenizer, layout=XLMR, training=True, max_length=48)
+    batch = windows.batch(np.arange(len(windows)))
+    assert (batch["segment_ids"] == 0).sum() > 20  # padding inside the rows
+    rng = np.random.default_rng(0)
+    start, end = rng.normal(size=(2, *batch["input_ids"].shape)).astype(np.float32)
+    ours, _, count = task_losses.span_cross_entropy(start, end, batch)
+    reference = hf_v2_qa_loss(start, end, batch["start_positions"], batch["end_positions"])
+    assert float(count) == 2 * len(windows)
+    np.testing.assert_allclose(float(ours), reference, rtol=1e-6)
+    masked = encode_questions(
+        examples, tokenizer, layout=XLMR, training=True, max_length=48, loss_over="tokens"
+    ).batch(np.arange(len(windows)))
+    tokens_loss, _, _ = task_losses.span_cross_entropy(start, end, masked)
+    assert abs(float(tokens_loss) - reference) > 1e-3
+
+
+# --- QA max context -------------------------------------------------------------------------
+
+
+def xtreme_new_check_is_max_context(doc_spans, cur_span_index, position):
+    """third_party/processors/squad.py, `_new_check_is_max_context`, as there."""
+    best_score = None
+    best_span_index = None
+    for span_index, doc_span in enumerate(doc_spans):
+        end = doc_span["start"] + doc_span["length"] - 1
+        if position < doc_span["start"]:
+            continue
+        if position > end:
+            continue
+        num_left_context = position - doc_span["start"]
+        num_right_context = end - position
+        score = min(num_left_context, num_right_context) + 0.01 * doc_span["length"]
+        if best_score is None or score > best_score:
+            best_score = score
+            best_span_index = span_index
+    return cur_span_index == best_span_index
+
+
+def xtreme_max_context(spans, window):
+    doc_spans = [{"start": s, "length": n} for s, n in spans]
+    start, length = spans[window]
+    return [
+        xtreme_new_check_is_max_context(doc_spans, window, p) for p in range(start, start + length)
+    ]
+
+
+def test_max_context_is_xtremes_with_its_window_length_term():
+    """On spans where a later window is longer (only the `0.01 × length` term tells the tied
+    windows apart: the longer wins) and on random spans, as `window_spans` lays them out and
+    arbitrary: ours equals `_new_check_is_max_context`."""
+    spans = [(0, 3), (0, 5)]  # token 1: min(1, 1) in both, + 0.03 against + 0.05: the second
+    assert max_context(spans, 0).tolist() == xtreme_max_context(spans, 0) == [False] * 3
+    assert max_context(spans, 1).tolist() == xtreme_max_context(spans, 1)
+    rng = np.random.default_rng(0)
+    for _ in range(300):
+        if rng.random() < 0.5:
+            capacity = int(rng.integers(1, 12))
+            spans = window_spans(int(rng.integers(1, 40)), capacity, int(rng.integers(1, 12)))
+        else:
+            starts = np.sort(rng.integers(0, 20, int(rng.integers(1, 5))))
+            spans = [(int(s), int(rng.integers(1, 10))) for s in starts]
+        for w in range(len(spans)):
+            assert max_context(spans, w).tolist() == xtreme_max_context(spans, w), spans
+
+
+# --- QA decoding ties -----------------------------------------------------------------------
+
+
+def hf_v2_best_span(start_logits, end_logits, windows, n_best_size=20, max_answer_length=30):
+    """The top prediction of transformers 2.x `compute_predictions_logits`
+    (data/metrics/squad_metrics.py), for one question: every feature's candidates in feature
+    order, `_get_best_indexes` order of starts then ends, then `sorted(..., reverse=True)` by
+    start + end logit, which is stable: of equal scores the first appended wins. As (window,
+    start, end)."""
+    _PrelimPrediction = collections.namedtuple(  # noqa: N806
+        "PrelimPrediction",
+        ["feature_index", "start_index", "end_index", "start_logit", "end_logit"],
+    )
+    prelim_predictions = []
+    for feature_index in range(len(windows)):
+        length = len(windows.rows[feature_index])
+        token_is_max_context = windows.max_context[feature_index]
+        token_to_orig_map = windows.token_words[feature_index]
+        start_indexes = best_indexes(start_logits[feature_index], n_best_size)
+        end_indexes = best_indexes(end_logits[feature_index], n_best_size)
+        for start_index in start_indexes:
+            for end_index in end_indexes:
+                if start_index >= length or end_index >= length:
+                    continue
+                if token_to_orig_map[start_index] < 0 or token_to_orig_map[end_index] < 0:
+                    continue
+                if not token_is_max_context[start_index]:
+                    continue
+                if end_index < start_index:
+                    continue
+                if end_index - start_index + 1 > max_answer_length:
+                    continue
+                prelim_predictions.append(
+                    _PrelimPrediction(
+                        feature_index=feature_index,
+                        start_index=start_index,
+                        end_index=end_index,
+                        start_logit=start_logits[feature_index][start_index],
+                        end_logit=end_logits[feature_index][end_index],
+                    )
+                )
+    prelim_predictions = sorted(
+        prelim_predictions, key=lambda x: x.start_logit + x.end_logit, reverse=True
+    )
+    best = prelim_predictions[0]
+    return best.feature_index, best.start_index, best.end_index
+
+
+def test_of_two_spans_with_equal_scores_the_first_wins(tokenizer):
+    """Two windows (one token a word, 6 tokens 2 apart) each with a span of the same score
+    (Berlin in the first, Paris in the second; then Paris and Berlin, words 4 and 5, in one
+    window: the earlier start): the first, as `compute_predictions_logits`' stable sort keeps it."""
+    context = "Paris Berlin Smith capital Paris Berlin Smith capital"
+    example = QAExample("q", "Paris?", context)
+    windows = encode_questions(
+        [example], tokenizer, layout=XLMR, training=False, max_length=12, doc_stride=2
+    )
+    start_logits = np.zeros((len(windows), 12))
+    end_logits = np.zeros((len(windows), 12))
+
+    def token(w, word):
+        t = int(np.flatnonzero(windows.token_words[w] == word)[0])
+        assert windows.max_context[w][t]
+        return t
+
+    berlin, paris = token(0, 1), token(1, 4)
+    start_logits[0, berlin] = end_logits[0, berlin] = 5.0
+    start_logits[1, paris] = end_logits[1, paris] = 5.0
+    w, s, t = hf_v2_best_span(start_logits, end_logits, windows)
+    assert (w, s, t) == (0, berlin, berlin)
+    assert decode_answers(start_logits, end_logits, windows, [example]) == {"q": "Berlin"}
+    # In one window: Paris (word 4) and Berlin (word 5) at the same score.
+    start_logits[:], end_logits[:] = 0.0, 0.0
+    later = token(1, 5)
+    start_logits[1, [paris, later]] = end_logits[1, [paris, later]] = 5.0
+    w, s, t = hf_v2_best_span(start_logits, end_logits, windows)
+    assert (w, s, t) == (1, paris, paris)
+    assert decode_answers(start_logits, end_logits, windows, [example]) == {"q": "Paris"}
