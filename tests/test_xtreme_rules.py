@@ -11,11 +11,14 @@ inputs.
 - QA decoding ties: transformers 2.x `data/metrics/squad_metrics.py`,
   `compute_predictions_logits` (a stable sort by start + end logit: the first span of equal
   score wins).
+- XNLI/PAWS-X files: transformers 2.x `DataProcessor._read_tsv` (`quotechar=None`) and
+  `third_party/processors/xnli.py`, `XnliProcessor.get_examples` (blank sentences kept).
 """
 
 from __future__ import annotations
 
 import collections
+import csv
 
 import numpy as np
 import pytest
@@ -29,6 +32,7 @@ from xlpretrain.data.qa_windows import (
     window_spans,
 )
 from xlpretrain.data.task_examples import Answer, PairLayout, QAExample
+from xlpretrain.data.xtreme import read_pair_file
 from xlpretrain.objectives import task_losses
 
 XLMR = PairLayout(separators=2, token_types=False)
@@ -213,3 +217,52 @@ def test_of_two_spans_with_equal_scores_the_first_wins(tokenizer):
     w, s, t = hf_v2_best_span(start_logits, end_logits, windows)
     assert (w, s, t) == (1, paris, paris)
     assert decode_answers(start_logits, end_logits, windows, [example]) == {"q": "Paris"}
+
+
+# --- sentence pairs (XNLI, PAWS-X) ----------------------------------------------------------
+
+
+def hf_v2_read_tsv(input_file, quotechar=None):
+    """transformers 2.x `DataProcessor._read_tsv` (data/processors/utils.py)."""
+    with open(input_file, encoding="utf-8-sig") as f:
+        return list(csv.reader(f, delimiter="\t", quotechar=quotechar))
+
+
+def xtreme_pair_examples(path, split, test_label):
+    """third_party/processors/xnli.py (pawsx.py alike), `XnliProcessor.get_examples`, for one
+    file: (text_a, text_b, label)."""
+    examples = []
+    for line in hf_v2_read_tsv(path):
+        text_a = line[0]
+        text_b = line[1]
+        if split == "test" and len(line) != 3:
+            label = test_label
+        else:
+            label = str(line[2].strip())
+        examples.append((text_a, text_b, label))
+    return examples
+
+
+PAIR_ROWS = [
+    ('He said "no" twice .', "He agreed .", "contradiction"),
+    ("", "A blank first sentence .", "neutral"),  # blank: trained on there
+    ('"Quoted"', 'and "quotes" ""', "entailment"),
+    ("A blank second sentence .", "", "entailment"),
+]
+
+
+@pytest.mark.parametrize("split", ["train", "test"])
+def test_pair_files_read_as_xtreme_reads_them(tmp_path, split):
+    """A file as utils_preprocess.py writes one (`csv.writer(delimiter="\\t")`: CRLF, quoted
+    fields) with quotes, blank sentences and, in test, a row of two blank sentences: our
+    reader gives XTREME's texts (the quotes as written) and keeps every row."""
+    rows = PAIR_ROWS if split == "train" else [(a, b) for a, b, _ in PAIR_ROWS] + [("", "")]
+    path = tmp_path / f"{split}-en.tsv"
+    with open(path, "w", encoding="utf-8", newline="") as f:
+        csv.writer(f, delimiter="\t").writerows(rows)
+    theirs = xtreme_pair_examples(path, split, test_label="neutral")
+    ours, stats = read_pair_file(path, training=split == "train")
+    assert stats.used == len(rows) == len(theirs)
+    expected = [(a, b, c if split == "train" else None) for a, b, c in theirs]
+    assert [(e.text_a, e.text_b, e.label) for e in ours] == expected
+    assert ours[0].text_a == '"He said ""no"" twice ."'
