@@ -266,3 +266,64 @@ def test_pair_files_read_as_xtreme_reads_them(tmp_path, split):
     expected = [(a, b, c if split == "train" else None) for a, b, c in theirs]
     assert [(e.text_a, e.text_b, e.label) for e in ours] == expected
     assert ours[0].text_a == '"He said ""no"" twice ."'
+
+
+# --- the classifier's initialisation --------------------------------------------------------
+
+
+def hf_v2_classification_head(hidden_size, num_labels, initializer_range):
+    """transformers 2.x `RobertaClassificationHead` (modeling_roberta.py; XLM-R's
+    `XLMRobertaForSequenceClassification`) as `BertPreTrainedModel._init_weights` leaves it:
+    (dense weight, dense bias, out_proj weight, out_proj bias), weights `[in, out]`."""
+    torch = pytest.importorskip("torch")
+    from torch import nn
+
+    dense, out_proj = nn.Linear(hidden_size, hidden_size), nn.Linear(hidden_size, num_labels)
+    for module in (dense, out_proj):  # _init_weights
+        module.weight.data.normal_(mean=0.0, std=initializer_range)
+        if module.bias is not None:
+            module.bias.data.zero_()
+    with torch.no_grad():
+        return tuple(
+            np.asarray(x.T if x.ndim == 2 else x)
+            for x in (dense.weight, dense.bias, out_proj.weight, out_proj.bias)
+        )
+
+
+@pytest.mark.parametrize("kind", ["sequence_classification", "token_classification"])
+def test_the_classifier_starts_as_xtremes(kind):
+    """XLM-R's pair classifier (`head_dense`, `head_out`) and token classifier (`classifier`)
+    start as transformers 2.x's: kernels N(0, 0.02), biases 0 (Flax's default, lecun normal,
+    has std 1/√H = 0.0625 here)."""
+    import flax.linen as nn
+    import jax
+
+    from xlpretrain import backbones
+    from xlpretrain.model.task_heads import task_model
+
+    hidden, labels = 256, 7
+    config = backbones.get("xlmr").config(
+        vocab_size=64, hidden_size=hidden, num_heads=4, mlp_dim=64, num_layers=1,
+        max_positions=16,
+    )  # fmt: skip
+    module = task_model(kind, config, "linear", labels)
+    batch = {
+        "input_ids": np.zeros((1, 8), np.int32),
+        "segment_ids": np.ones((1, 8), np.int32),
+        "positions": np.arange(2, 10, dtype=np.int32)[None],
+    }
+    params = nn.unbox(module.init(jax.random.key(0), batch)["params"])
+    theirs = hf_v2_classification_head(hidden, labels, config.initializer_range)
+    if kind == "sequence_classification":
+        ours = (params["head_dense"], params["head_out"])
+        pairs = [(ours[0]["kernel"], theirs[0]), (ours[1]["kernel"], theirs[2])]
+        biases = [(ours[0]["bias"], theirs[1]), (ours[1]["bias"], theirs[3])]
+    else:
+        head = params["head"]["classifier"]
+        pairs, biases = [(head["kernel"], theirs[2])], [(head["bias"], theirs[3])]
+    for ours_kernel, their_kernel in pairs:
+        assert np.shape(ours_kernel) == their_kernel.shape
+        for kernel in (np.asarray(ours_kernel), their_kernel):
+            assert abs(kernel.std() - 0.02) < 0.002 and abs(kernel.mean()) < 0.003
+    for ours_bias, their_bias in biases:
+        assert not np.asarray(ours_bias).any() and not their_bias.any()
