@@ -381,15 +381,16 @@ def test_translate_train_counts_malformed_rows(tmp_path):
 
 TAGGED_TRAIN = (
     b"Anna\tB-PER\n"  # 1
-    b"sleeps\n"  # 2 bad: no label
+    b"sleeps\n"  # 2 no label: O, as utils_preprocess.py reads it
     b"\n"  # 3 separator
     b"caf\xe9\tO\n"  # 4 invalid UTF-8: the sentence is left empty and dropped
     b"\n"
     b"\n"  # 6: a run of separators is one
     b"-DOCSTART-\tO\n"  # 7 separator, as utils_tag reads it
-    b"Rome\tB-LOC\tX\n"  # 8 bad: three fields
-    b"is\t \n"  # 9 bad: blank label
-    b"big\tO\n"  # 10
+    b"Rome\tB-LOC\tX\n"  # 8 three items: O
+    b"is\t \n"  # 9 blank label: O
+    b"New\xc2\xa0York\tB-LOC\n"  # 10 a no-break space: "New", O
+    b"big\tO\n"  # 11
 )
 
 
@@ -397,9 +398,14 @@ def test_tagged_training_file_counts_bad_lines(tmp_path):
     path = tmp_path / "train-en.tsv"
     path.write_bytes(TAGGED_TRAIN)
     sentences, stats = read_tagged_file(path, training=True)
-    assert sentences == [TaggedSentence(("Anna",), ("B-PER",)), TaggedSentence(("big",), ("O",))]
-    assert (stats.total, stats.used, stats.invalid_utf8, stats.bad_fields) == (6, 2, 1, 3)
-    assert stats.examples == {"invalid_utf8": [4], "bad_fields": [2, 8, 9]}
+    assert sentences == [
+        TaggedSentence(("Anna", "sleeps"), ("B-PER", "O")),
+        TaggedSentence(("Rome", "is", "New", "big"), ("O", "O", "O", "O")),
+    ]
+    assert (stats.total, stats.used, stats.invalid_utf8, stats.bad_fields) == (7, 6, 1, 0)
+    assert stats.examples == {"invalid_utf8": [4]}
+    udpos, _ = read_tagged_file(path, training=True, default_label="X")
+    assert udpos[1].labels == ("X", "X", "X", "O")
 
 
 @pytest.mark.parametrize(

@@ -13,6 +13,8 @@ inputs.
   score wins).
 - XNLI/PAWS-X files: transformers 2.x `DataProcessor._read_tsv` (`quotechar=None`) and
   `third_party/processors/xnli.py`, `XnliProcessor.get_examples` (blank sentences kept).
+- PAN-X/UD-POS files: `utils_preprocess.py`'s `panx_tokenize` / `udpos_tokenize` line rule
+  (`line.strip().split()`), then `third_party/utils_tag.py`, `read_examples_from_file`.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from xlpretrain.data.qa_windows import (
     window_spans,
 )
 from xlpretrain.data.task_examples import Answer, PairLayout, QAExample
-from xlpretrain.data.xtreme import read_pair_file
+from xlpretrain.data.xtreme import read_pair_file, read_tagged_file
 from xlpretrain.objectives import task_losses
 
 XLMR = PairLayout(separators=2, token_types=False)
@@ -327,3 +329,80 @@ def test_the_classifier_starts_as_xtremes(kind):
             assert abs(kernel.std() - 0.02) < 0.002 and abs(kernel.mean()) < 0.003
     for ours_bias, their_bias in biases:
         assert not np.asarray(ours_bias).any() and not their_bias.any()
+
+
+# --- tagged files (PAN-X, UD-POS) -----------------------------------------------------------
+
+
+def xtreme_tokenize_preprocess(infile, outfile, default_label):
+    """utils_preprocess.py, `panx_tokenize_preprocess._preprocess_one_file` (`udpos_…` alike,
+    label "X"), with a tokenizer that makes one piece of every word and a `max_len` no
+    sentence reaches (the pieces' count decides only the `<unk>`s and the cuts, left out)."""
+    with open(infile, encoding="utf-8") as fin, open(outfile, "w", encoding="utf-8") as fout:
+        for line in fin:
+            line = line.strip()
+            if not line:
+                fout.write("\n")
+                continue
+            items = line.split()
+            token = items[0].strip()
+            if len(items) == 2:
+                label = items[1].strip()
+            else:
+                label = default_label
+            fout.write(f"{token}\t{label}\n")
+
+
+def xtreme_read_examples_from_file(file_path):
+    """third_party/utils_tag.py, `read_examples_from_file`: (words, labels) per sentence."""
+    examples = []
+    with open(file_path, encoding="utf-8") as f:
+        words, labels = [], []
+        for line in f:
+            if line.startswith("-DOCSTART-") or line == "" or line == "\n":
+                if words:
+                    examples.append((words, labels))
+                    words, labels = [], []
+            else:
+                splits = line.split("\t")
+                words.append(splits[0])
+                if len(splits) > 1:
+                    labels.append(splits[-1].replace("\n", ""))
+                else:
+                    labels.append("O")
+        if words:
+            examples.append((words, labels))
+    return examples
+
+
+TAGGED = (
+    "Anna\tB-PER\nlives\nin\t \nNew\u00a0York\tB-LOC\n\n"  # no label, blank label, U+00A0
+    "-DOCSTART-\tO\n\n"
+    "10\u2009000\tO\nyen\u3000円\tB-CUR\nRome\tB-LOC\tX\n"  # U+2009, U+3000, three fields
+)
+
+
+@pytest.mark.parametrize("task, default", [("panx", "O"), ("udpos", "X")])
+def test_tagged_training_file_read_as_xtreme_reads_it(tmp_path, task, default):
+    """XTREME's preprocessing then its reader, and ours, on a training file with words holding
+    non-tab whitespace and lines without (or with a blank, or a third) label: the same words
+    and labels (`New`, `10`, `yen`, each with the default label), every line trained on."""
+    path, preprocessed = tmp_path / "train-en.tsv", tmp_path / "train.xlmr"
+    path.write_text(TAGGED, encoding="utf-8")
+    xtreme_tokenize_preprocess(path, preprocessed, default)
+    theirs = xtreme_read_examples_from_file(preprocessed)
+    ours, stats = read_tagged_file(path, training=True, default_label=default)
+    assert [(list(s.words), list(s.labels)) for s in ours] == theirs
+    assert theirs[0][0] == ["Anna", "lives", "in", "New"] and theirs[1][0][:2] == ["10", "yen"]
+    assert stats.used == 7
+
+
+def test_tagged_test_file_words_as_xtreme_reads_them(tmp_path):
+    """A test file (words alone): each line is one word, its first whitespace piece."""
+    path, preprocessed = tmp_path / "test-de.tsv", tmp_path / "test.xlmr"
+    path.write_text("New\u00a0York\nist\n\ngroß\u3000und\n", encoding="utf-8")
+    xtreme_tokenize_preprocess(path, preprocessed, "O")
+    theirs = [words for words, _ in xtreme_read_examples_from_file(preprocessed)]
+    ours, _ = read_tagged_file(path, training=False)
+    assert [list(s.words) for s in ours] == theirs == [["New", "ist"], ["groß"]]
+    assert all(s.labels is None for s in ours)
