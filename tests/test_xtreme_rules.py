@@ -15,6 +15,8 @@ inputs.
   `third_party/processors/xnli.py`, `XnliProcessor.get_examples` (blank sentences kept).
 - PAN-X/UD-POS files: `utils_preprocess.py`'s `panx_tokenize` / `udpos_tokenize` line rule
   (`line.strip().split()`), then `third_party/utils_tag.py`, `read_examples_from_file`.
+- BUCC's repeated sentences: `third_party/utils_retrieve.py`, `read_sent2id` and
+  `read_candidate2score`.
 """
 
 from __future__ import annotations
@@ -406,3 +408,89 @@ def test_tagged_test_file_words_as_xtreme_reads_them(tmp_path):
     ours, _ = read_tagged_file(path, training=False)
     assert [list(s.words) for s in ours] == theirs == [["New", "ist"], ["groß"]]
     assert all(s.labels is None for s in ours)
+
+
+# --- BUCC's duplicate sentences -------------------------------------------------------------
+
+
+def xtreme_read_sent2id(text_file, id_file, encoding="utf-8"):
+    """third_party/utils_retrieve.py, `read_sent2id`."""
+    repeated = set()
+    sent2id = {}
+    with open(id_file, encoding=encoding, errors="surrogateescape") as f:
+        ids = [line.strip() for line in f]
+    with open(text_file, encoding=encoding, errors="surrogateescape") as f:
+        sentences = [line.strip() for line in f]
+    for id, sent in zip(ids, sentences):  # noqa: A001, B905
+        if sent in sent2id:
+            repeated.add(sent)
+        else:
+            sent2id[sent] = id
+    for sent in repeated:
+        del sent2id[sent]
+    return sent2id
+
+
+def xtreme_read_candidate2score(candidates_file, src_text, trg_text, src_id, trg_id):
+    """third_party/utils_retrieve.py, `read_candidate2score`."""
+    src_sent2id = xtreme_read_sent2id(src_text, src_id)
+    trg_sent2id = xtreme_read_sent2id(trg_text, trg_id)
+    candidate2score = {}
+    with open(candidates_file, encoding="utf-8", errors="surrogateescape") as f:
+        for line in f:
+            score, src, trg = line.split("\t")
+            score = float(score)
+            src = src.strip()
+            trg = trg.strip()
+            if src in src_sent2id and trg in trg_sent2id:
+                src_id = src_sent2id[src]
+                trg_id = trg_sent2id[trg]
+                score = max(score, candidate2score.get((src_id, trg_id), score))
+                candidate2score[(src_id, trg_id)] = score
+    return candidate2score
+
+
+def test_bucc_drops_every_candidate_of_a_repeated_sentence(tmp_path):
+    """Two sides with repeated sentences (one repeated twice on the source side, one on the
+    English side), mined over their unique texts as `mine_bitext` (and `text_candidates`) mine
+    them, the candidates written as `mine_bitext` writes them (`score<TAB>source<TAB>target`):
+    the pairs and scores XTREME reads back are ours; a pair holding a repeated sentence is in
+    neither, not even under the sentence's first id."""
+    from xlpretrain.eval.mining import Candidates, first_rows
+    from xlpretrain.eval.xtreme.retrieval import unique_candidates
+
+    source = ["Ein Hund .", "Guten Tag .", "Ein Hund .", "Die Katze .", "Ja .", "Ja ."]
+    english = ["Hello .", "A dog .", "Hello .", "The cat .", "Yes ."]
+    ids = (
+        [f"de-{i:09d}" for i in range(len(source))],
+        [f"en-{i:09d}" for i in range(len(english))],
+    )
+    rng = np.random.default_rng(0)
+    unique = (first_rows(source), first_rows(english))
+    # Every pair of unique rows a candidate, as many one-to-one minings would give over runs.
+    rows = [(a, b) for a in unique[0] for b in unique[1]]
+    candidates = Candidates(
+        np.array([a for a, _ in rows]),
+        np.array([b for _, b in rows]),
+        rng.uniform(0.9, 1.3, len(rows)),
+    )
+    files = {}
+    for name, side, side_ids in (("de", source, ids[0]), ("en", english, ids[1])):
+        files[name] = tmp_path / f"de-en.test.{name}.txt", tmp_path / f"de-en.test.{name}.id"
+        files[name][0].write_text("".join(f"{text}\n" for text in side), encoding="utf-8")
+        files[name][1].write_text("".join(f"{i}\n" for i in side_ids), encoding="utf-8")
+    mined = tmp_path / "candidates_7.tsv"
+    rows_and_scores = (candidates.l1_rows, candidates.l2_rows, candidates.scores)
+    mined.write_text(
+        "".join(
+            f"{score}\t{source[a]}\t{english[b]}\n"
+            for a, b, score in zip(*rows_and_scores, strict=True)
+        ),
+        encoding="utf-8",
+    )
+    (de_text, de_id), (en_text, en_id) = files["de"], files["en"]
+    theirs = xtreme_read_candidate2score(mined, de_text, en_text, de_id, en_id)
+    pairs, scores = unique_candidates(ids, (source, english), candidates)
+    assert dict(zip(pairs, scores.tolist(), strict=True)) == pytest.approx(theirs)
+    assert len(pairs) == 2 * 3  # Guten Tag, Die Katze × A dog, The cat, Yes
+    assert ("de-000000000", "en-000000001") not in theirs  # Ein Hund: repeated
