@@ -494,3 +494,47 @@ def test_bucc_drops_every_candidate_of_a_repeated_sentence(tmp_path):
     assert dict(zip(pairs, scores.tolist(), strict=True)) == pytest.approx(theirs)
     assert len(pairs) == 2 * 3  # Guten Tag, Die Katze × A dog, The cat, Yes
     assert ("de-000000000", "en-000000001") not in theirs  # Ein Hund: repeated
+
+
+# --- the tagging label set ------------------------------------------------------------------
+
+
+def xtreme_labels_txt(folder, default_label, tmp_path):
+    """scripts/preprocess_panx.sh (preprocess_udpos.sh alike): every file through
+    `panx_tokenize` (above), then `cat $SAVE_DIR/*/*.${MODEL} | cut -f 2 | grep -v "^$" | sort |
+    uniq > labels.txt`; then third_party/utils_tag.py, `get_labels` ("O" first where missing)."""
+    found = set()
+    for path in sorted(folder.glob("*.tsv")):
+        out = tmp_path / f"{path.stem}.xlmr"
+        xtreme_tokenize_preprocess(path, out, default_label)
+        for line in out.read_text(encoding="utf-8").splitlines():
+            field = line.split("\t")[1] if "\t" in line else line
+            if field:
+                found.add(field)
+    labels = sorted(found)
+    if "O" not in labels:
+        labels = ["O"] + labels
+    return labels
+
+
+@pytest.mark.parametrize("protocol", ["zero_shot", "in_language"])
+def test_tagging_labels_come_from_every_languages_files(tmp_path, protocol):
+    """Every run's label set is XTREME's `labels.txt` of all the task's files: a German dev
+    tag that no training file has (B-MISC, written here) is a label of every run, the German
+    one included, which before stopped at it (`label(s) ['B-MISC'] not among ...`)."""
+    from configs import xtreme as xtreme_config
+    from tests import xtreme_fixtures as fx
+    from xlpretrain.training import xtreme_run
+    from xlpretrain.training.task_config import check_run_config
+    from xlpretrain.training.task_plan import resolve_xtreme
+
+    root = fx.write_xtreme_dir(tmp_path / "x", ("panx",))
+    with open(root / "panx" / "dev-de.tsv", "a", encoding="utf-8") as f:
+        f.write("\nMünchen\tB-MISC\n")
+    cfg = xtreme_config.get_config("base")
+    cfg.init.path, cfg.data.dir, cfg.tasks, cfg.protocol = "model", str(root), "panx", protocol
+    check_run_config(cfg)
+    runs = xtreme_run.task_runs(resolve_xtreme(cfg), "panx")
+    theirs = xtreme_labels_txt(root / "panx", "O", tmp_path)
+    assert "B-MISC" in theirs
+    assert {run.labels for run in runs.values()} == {tuple(theirs)}
