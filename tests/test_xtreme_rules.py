@@ -17,6 +17,9 @@ inputs.
   (`line.strip().split()`), then `third_party/utils_tag.py`, `read_examples_from_file`.
 - BUCC's repeated sentences: `third_party/utils_retrieve.py`, `read_sent2id` and
   `read_candidate2score`.
+- The tagging label set: `scripts/preprocess_panx.sh`'s `labels.txt`, `utils_tag.get_labels`.
+- The retrieval layers: `scripts/run_bucc2018.sh`, `run_tatoeba.sh` and
+  `third_party/evaluate_retrieval.py`'s `all_layer_outputs[-num_layers:][specific_layer]`.
 """
 
 from __future__ import annotations
@@ -538,3 +541,43 @@ def test_tagging_labels_come_from_every_languages_files(tmp_path, protocol):
     theirs = xtreme_labels_txt(root / "panx", "O", tmp_path)
     assert "B-MISC" in theirs
     assert {run.labels for run in runs.values()} == {tuple(theirs)}
+
+
+# --- the retrieval layers -------------------------------------------------------------------
+
+# scripts/run_bucc2018.sh and run_tatoeba.sh, per model: the flags each passes to
+# third_party/evaluate_retrieval.py (None: not passed, so its argparse default).
+SCRIPTS = {
+    # run_bucc2018.sh: `--specific_layer 7`, no `--num_layers` (its NLAYER=24 is never used)
+    ("bucc2018", "xlm-roberta-base"): dict(num_layers=None, specific_layer=7),
+    ("bucc2018", "xlm-roberta-large"): dict(num_layers=None, specific_layer=7),
+    # run_tatoeba.sh: LAYER=7, NLAYER=12; for xlm-roberta-*: NLAYER=24, LAYER=13. That branch
+    # cannot run on base: of its 13 states [-24:] is all 13, `extract_embeddings` saves 24
+    # files of which emb_13 onwards stay zeros, so LAYER=13 reads zeros. Base takes the
+    # script's 12-layer values (its mBERT branch), the state after the 8th layer.
+    ("tatoeba", "xlm-roberta-base"): dict(num_layers=12, specific_layer=7),
+    ("tatoeba", "xlm-roberta-large"): dict(num_layers=24, specific_layer=13),
+}
+HIDDEN_LAYERS = {"xlm-roberta-base": 12, "xlm-roberta-large": 24}
+PRESET_OF = {"xlm-roberta-base": "base", "xlm-roberta-large": "large"}
+
+
+def xtreme_state(hidden_layers, num_layers, specific_layer):
+    """evaluate_retrieval.py, `extract_embeddings` then `mine_bitext`/`similarity_search` of
+    `emb_{specific_layer}`: the state `all_layer_outputs[-args.num_layers:][specific_layer]`
+    of the model's `hidden_states` (the embeddings' output, then each layer's), as the index
+    of that state (0 the embeddings')."""
+    num_layers = 12 if num_layers is None else num_layers  # --num_layers default=12
+    all_layer_outputs = list(range(hidden_layers + 1))
+    return all_layer_outputs[-num_layers:][specific_layer]
+
+
+@pytest.mark.parametrize(("task", "model"), list(SCRIPTS))
+def test_retrieval_layers_follow_the_scripts_arithmetic(task, model):
+    """`configs/xtreme.py`'s `base` and `large` embed at the state XTREME's scripts take:
+    after the 8th of 12 layers (base, both tasks), the 14th of 24 (large Tatoeba) and the 20th
+    of 24 (large BUCC, whose script leaves `--num_layers` at 12)."""
+    from configs import xtreme as xtreme_config
+
+    expected = xtreme_state(HIDDEN_LAYERS[model], **SCRIPTS[(task, model)])
+    assert xtreme_config.get_config(PRESET_OF[model])[task].layer == expected

@@ -14,8 +14,11 @@ the pre-trained encoder's sentence embeddings at one layer (google-research/xtre
   (stripped) occurs more than once on its side has no id, and every candidate pair holding it
   is dropped: such a sentence is never mined (`unique_candidates`).
 
-XTREME embeds with the hidden state `specific_layer` of the last `num_layers` states, so its
-layer 7 is the state after the 8th layer (`xtreme.layer` here counts states, 0 the embeddings).
+XTREME embeds with the hidden state `specific_layer` of the last `num_layers` states
+(`all_layer_outputs[-num_layers:]`, of the L + 1), which is state L + 1 − `num_layers` +
+`specific_layer` here (`<task>.layer` counts states, 0 the embeddings): layer 7 of a 12-layer
+model's last 12 is the state after the 8th layer; of a 24-layer model's last 12 (BUCC, whose
+script passes no `--num_layers`), after the 20th.
 """
 
 from __future__ import annotations
