@@ -12,8 +12,9 @@ Before training or predicting, XTREME's scripts rewrite every file with `utils_p
 first whitespace-separated item and the label its second when there are exactly two, else `O`
 (PAN-X) or `X` (UD-POS). So it is read here: a word holding other whitespace than a tab
 (U+00A0, U+2009, U+3000, as Python's `str.split` splits them) is its first piece, labelled with
-the default; a training line without a label is trained on with the default. (The same step
-also cuts sentences at the tokenizer's `max_len` pieces, a tokenizer's matter, not done here.)
+the default; a training line without a label is trained on with the default. (The same step's
+rules that need the tokenizer, a word of no or too many pieces as `<unk>` and a sentence cut at
+`max_len` pieces, are `data.token_labels`'.)
 """
 
 from __future__ import annotations
