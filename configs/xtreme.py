@@ -13,7 +13,9 @@ Every key is in `xlpretrain.training.task_config.default_config()`. The presets:
   only warm up); BUCC and Tatoeba are not fine-tuned, their sentence embeddings are the state
   after the 8th layer (`run_bucc2018.sh`: the first token's, `run_tatoeba.sh`: the mean).
 - `large`: the same scripts' XLM-R large (3e-5 on XNLI; the same cadence, selection and seeds;
-  Tatoeba after the 14th of 24 layers, BUCC still the 8th).
+  Tatoeba after the 14th of 24 layers, `run_tatoeba.sh`'s `--num_layers 24 --specific_layer
+  13`; BUCC after the 20th: `run_bucc2018.sh` passes `--specific_layer 7` and no
+  `--num_layers`, so `evaluate_retrieval.py` takes state 7 of the last 12 of 25).
 - `ernie_m`, `ernie_m_large`: ERNIE-M's published scripts (PaddlePaddle/ERNIE, branch `repro`,
   `ernie-m/scripts/{base,large}/`), which exist for XNLI and MLQA only, so those are the tasks
   (`--tasks` adds others at `base`'s settings): 16 rows a GPU on 2 GPUs, 10 % warm-up, no weight
@@ -50,6 +52,7 @@ def get_config(arg: str = "base") -> ml_collections.ConfigDict:
     if preset == "large":
         cfg.xnli.learning_rate = 3e-5
         cfg.tatoeba.layer = 14  # run_tatoeba.sh's LAYER=13 of the last 24 states
+        cfg.bucc2018.layer = 20  # run_bucc2018.sh's 7 of the last 12 (its default) states
     if preset not in ("base", "large"):
         for task in TASKS:
             cfg[task].update(ALONE)

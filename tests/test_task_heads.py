@@ -446,10 +446,10 @@ def test_token_loss_is_the_mean_over_labelled_tokens():
     np.testing.assert_allclose(float(loss), float(hf), rtol=1e-6)
 
 
-def test_span_loss_clamps_as_hugging_face_and_leaves_padding_out():
+def test_span_loss_clamps_as_hugging_face_over_the_window_or_its_tokens():
     """Row 0: start 1, end 3. Row 1: start -3 (→ 0, `<s>`), end 2. Row 2: past the end (both
     ignored). Row 3: a padding row (pred_weights 0). Row 4, 4 tokens then padding: start 1,
-    end on its padding (ignored)."""
+    end on its padding (kept over the window, HF's; ignored over the tokens)."""
     rng = np.random.default_rng(0)
     start, end = rng.normal(size=(2, 5, 6)).astype(np.float32)
     segment = np.ones((5, 6), np.int32)
@@ -473,9 +473,15 @@ def test_span_loss_clamps_as_hugging_face_and_leaves_padding_out():
         torch.tensor(whole["start_positions"]), torch.tensor(whole["end_positions"]),
     )  # fmt: skip
     np.testing.assert_allclose(float(loss), float(hf), rtol=1e-6)
-    # With rows 3 and 4: row 4's start over its 4 tokens, its padding no candidate.
+    # With rows 3 and 4, over the whole window (no `answer_region`: HF's): row 4's start and
+    # end over its 6 positions, padding included.
     loss, _, count = task_losses.span_cross_entropy(start, end, batch)
-    assert float(count) == 5 == float(task_losses.answer_boundaries(batch))
+    assert float(count) == 6 == float(task_losses.answer_boundaries(batch))
+    np.testing.assert_allclose(float(loss), (nll - s[4, 1] - e[4, 5]) / 6, rtol=1e-6)
+    # Over the tokens: row 4's start over its 4 tokens, its padding no candidate.
+    tokens = {**batch, "answer_region": segment}
+    loss, _, count = task_losses.span_cross_entropy(start, end, tokens)
+    assert float(count) == 5 == float(task_losses.answer_boundaries(tokens))
     row4 = log_softmax(start[4, :4])[1]
     np.testing.assert_allclose(float(loss), (nll - row4) / 5, rtol=1e-6)
 
@@ -496,13 +502,16 @@ def test_a_row_with_one_boundary_kept_counts_it_once():
     np.testing.assert_allclose(float(loss), -(s[0, 1] + s[1, 2] + e[0, 2]) / 3, rtol=1e-6)
 
 
-def test_a_padding_row_alone_gives_zero_and_finite_gradients():
+@pytest.mark.parametrize("region", [None, np.zeros((1, 4), np.int32)])
+def test_a_padding_row_alone_gives_zero_and_finite_gradients(region):
     batch = {
         "segment_ids": np.zeros((1, 4), np.int32),
         "start_positions": np.array([0]),
         "end_positions": np.array([0]),
         "pred_weights": np.zeros(1, np.float32),
     }
+    if region is not None:
+        batch["answer_region"] = region
 
     def loss(logits):
         return task_losses.span_cross_entropy(logits[0], logits[1], batch)[0]

@@ -163,16 +163,24 @@ def test_missing_files_are_named(tmp_path):
 # Readers on the fixture tree
 
 
+def as_written(text: str) -> str:
+    """A field as csv.writer(delimiter="\\t") writes it (quoted, its quotes doubled, where it
+    holds a quote), which XTREME's reader (quotechar=None) keeps."""
+    return f'"{text.replace(chr(34), 2 * chr(34))}"' if '"' in text else text
+
+
 def test_pair_files(root):
     xnli = files(root, "xnli")
     train, stats = read_pair_file(xnli.train[0], training=True, labels=XNLI_LABELS)
-    assert train == [PairExample(*row) for row in fx.PAIRS["xnli"]["en"] + [fx.EXTRA_PAIR["xnli"]]]
-    assert train[1].text_a == 'He said "no" twice.'  # csv quoting undone
+    rows = fx.PAIRS["xnli"]["en"] + [fx.EXTRA_PAIR["xnli"]]
+    assert train == [PairExample(as_written(a), as_written(b), c) for a, b, c in rows]
+    assert train[1].text_a == '"He said ""no"" twice."'  # as csv.writer wrote it (quotechar=None)
     assert (stats.total, stats.used, stats.skipped) == (4, 4, 0)
     dev, _ = read_pair_file(xnli.dev_by_language["zh"][0], training=False, labels=XNLI_LABELS)
-    assert dev == [PairExample(*row) for row in fx.PAIRS["xnli"]["zh"]]
+    zh = fx.PAIRS["xnli"]["zh"]
+    assert dev == [PairExample(as_written(a), as_written(b), c) for a, b, c in zh]
     test, _ = read_pair_file(xnli.test["zh"][0], training=False, labels=XNLI_LABELS)
-    assert test == [PairExample(a, b, None) for a, b, _ in fx.PAIRS["xnli"]["zh"][::-1]]
+    assert test == [PairExample(as_written(a), as_written(b), None) for a, b, _ in zh[::-1]]
     translated, stats = read_translated_pairs(xnli.translate_train["de"][0], labels=XNLI_LABELS)
     assert translated == [PairExample(*row) for row in fx.PAIRS["xnli"]["de"]]  # contradictory
     assert stats.used == 3
@@ -306,30 +314,33 @@ BAD_PAIR_LINES = {
     "four fields": b"a\tb\tneutral\textra\n",
     "blank field": b" \tb\tneutral\n",
     "unknown label": b"a\tb\tmaybe\n",
-    "bad quoting": b'"a"b\tc\tneutral\n',
+    "quotes": b'"a"b\tc\tneutral\n',
 }
+GOOD_PAIR_LINES = ("blank field", "quotes")  # as XTREME reads them
 
 
 def test_pair_training_file_counts_bad_lines(tmp_path):
     path = tmp_path / "train-en.tsv"
     path.write_bytes(GOOD.encode() + b"".join(BAD_PAIR_LINES.values()) + GOOD.encode())
     examples, stats = read_pair_file(path, training=True, labels=XNLI_LABELS)
-    assert len(examples) == 2
+    # A blank sentence is trained on, and quotes are text (XTREME's reader, quotechar=None).
+    assert examples[1:3] == [PairExample(" ", "b", "neutral"), PairExample('"a"b', "c", "neutral")]
+    assert len(examples) == 4
     assert (stats.total, stats.used, stats.empty, stats.invalid_utf8, stats.bad_fields) == (
         9,
-        2,
+        4,
         1,
         1,
-        5,
+        3,
     )
-    assert stats.examples == {"empty": [2], "invalid_utf8": [3], "bad_fields": [4, 5, 6, 7, 8]}
-    path.write_bytes(b"".join(BAD_PAIR_LINES.values()))
+    assert stats.examples == {"empty": [2], "invalid_utf8": [3], "bad_fields": [4, 5, 7]}
+    path.write_bytes(b"".join(v for k, v in BAD_PAIR_LINES.items() if k not in GOOD_PAIR_LINES))
     assert "has no usable line" in one_line_error(
         lambda: read_pair_file(path, training=True, labels=XNLI_LABELS)
     )
 
 
-@pytest.mark.parametrize("name", [n for n in BAD_PAIR_LINES if n != "blank field"])
+@pytest.mark.parametrize("name", [n for n in BAD_PAIR_LINES if n not in GOOD_PAIR_LINES])
 def test_pair_reference_bad_line_is_an_error(tmp_path, name):
     path = tmp_path / "test-de.tsv"
     path.write_bytes(GOOD.encode() * 2 + BAD_PAIR_LINES[name] + GOOD.encode())
@@ -347,9 +358,11 @@ def test_pair_reference_keeps_its_field_count(tmp_path):
 def test_reference_pairs_may_have_a_blank_sentence(tmp_path):
     """A reference's every line is an example to predict, a blank sentence too."""
     path = tmp_path / "test-de.tsv"
-    path.write_text("a\t\r\nb\tc\r\n")
+    path.write_text("a\t\r\nb\tc\r\n\t\r\n")
     examples, _ = read_pair_file(path, training=False)
-    assert examples == [PairExample("a", "", None), PairExample("b", "c", None)]
+    assert examples == [PairExample("a", "", None), PairExample("b", "c", None)] + [
+        PairExample("", "", None)
+    ]
 
 
 def test_translate_train_counts_malformed_rows(tmp_path):
@@ -368,15 +381,16 @@ def test_translate_train_counts_malformed_rows(tmp_path):
 
 TAGGED_TRAIN = (
     b"Anna\tB-PER\n"  # 1
-    b"sleeps\n"  # 2 bad: no label
+    b"sleeps\n"  # 2 no label: O, as utils_preprocess.py reads it
     b"\n"  # 3 separator
     b"caf\xe9\tO\n"  # 4 invalid UTF-8: the sentence is left empty and dropped
     b"\n"
     b"\n"  # 6: a run of separators is one
     b"-DOCSTART-\tO\n"  # 7 separator, as utils_tag reads it
-    b"Rome\tB-LOC\tX\n"  # 8 bad: three fields
-    b"is\t \n"  # 9 bad: blank label
-    b"big\tO\n"  # 10
+    b"Rome\tB-LOC\tX\n"  # 8 three items: O
+    b"is\t \n"  # 9 blank label: O
+    b"New\xc2\xa0York\tB-LOC\n"  # 10 a no-break space: "New", O
+    b"big\tO\n"  # 11
 )
 
 
@@ -384,9 +398,14 @@ def test_tagged_training_file_counts_bad_lines(tmp_path):
     path = tmp_path / "train-en.tsv"
     path.write_bytes(TAGGED_TRAIN)
     sentences, stats = read_tagged_file(path, training=True)
-    assert sentences == [TaggedSentence(("Anna",), ("B-PER",)), TaggedSentence(("big",), ("O",))]
-    assert (stats.total, stats.used, stats.invalid_utf8, stats.bad_fields) == (6, 2, 1, 3)
-    assert stats.examples == {"invalid_utf8": [4], "bad_fields": [2, 8, 9]}
+    assert sentences == [
+        TaggedSentence(("Anna", "sleeps"), ("B-PER", "O")),
+        TaggedSentence(("Rome", "is", "New", "big"), ("O", "O", "O", "O")),
+    ]
+    assert (stats.total, stats.used, stats.invalid_utf8, stats.bad_fields) == (7, 6, 1, 0)
+    assert stats.examples == {"invalid_utf8": [4]}
+    udpos, _ = read_tagged_file(path, training=True, default_label="X")
+    assert udpos[1].labels == ("X", "X", "X", "O")
 
 
 @pytest.mark.parametrize(

@@ -84,13 +84,16 @@ class QAWindows:
     token_types: bool
     lang_id: int
     tokenizer: Tokenizer = dataclasses.field(repr=False)
+    loss_over: str = "window"  # the loss's softmax: the whole window, or its "tokens"
 
     def __len__(self) -> int:
         return len(self.rows)
 
     def batch(self, indices: np.ndarray) -> Batch:
         """`[len(indices), max_length]` rows (index -1: padding) with `start_positions`,
-        `end_positions` and `pred_weights` (1 for a training window, 0 otherwise)."""
+        `end_positions`, `pred_weights` (1 for a training window, 0 otherwise) and
+        `answer_region`, the positions the loss's softmax runs over (`loss_over`: every one of
+        the window, as XTREME's `run_squad.py`, or its tokens)."""
         batch = row_batch(
             self.rows, indices, max_length=self.max_length, pad_id=self.tokenizer.pad_id,
             lang_id=self.lang_id, type_starts=self.context_starts if self.token_types else None,
@@ -100,6 +103,10 @@ class QAWindows:
         batch["start_positions"] = np.where(real, self.start_positions[safe], 0).astype(np.int32)
         batch["end_positions"] = np.where(real, self.end_positions[safe], 0).astype(np.int32)
         batch["pred_weights"] = (real & self.trained).astype(np.float32)
+        if self.loss_over == "tokens":
+            batch["answer_region"] = (batch["segment_ids"] > 0).astype(np.int32)
+        else:
+            batch["answer_region"] = np.ones_like(batch["segment_ids"], np.int32)
         return batch
 
 
@@ -203,9 +210,10 @@ def encode_questions(
     doc_stride: int = 128,
     max_query_length: int = 64,
     lang_id: int = 0,
+    loss_over: str = "window",
 ) -> QAWindows:
     """Every question as windows of its context (see the module docstring; the defaults are
-    XTREME's). `training`: with the first answer's targets."""
+    XTREME's). `training`: with the first answer's targets; `loss_over`: `QAWindows.batch`."""
     bos, eos = tokenizer.bos_id, tokenizer.eos_id
     windows, example_ids, context_starts, skipped = [], [], [], []
     for e, example in enumerate(examples):
@@ -236,7 +244,7 @@ def encode_questions(
     return QAWindows(
         list(rows), np.array(context_starts, np.int64), list(token_words), list(flags),
         np.array(example_ids, np.int64), targets[:, 0], targets[:, 1], training, tuple(skipped),
-        max_length, layout.token_types, lang_id, tokenizer,
+        max_length, layout.token_types, lang_id, tokenizer, loss_over,
     )  # fmt: skip
 
 

@@ -26,6 +26,9 @@ Parameters, beside `backbone/…`::
     head_dense/{kernel,bias} [H, H]   sequence classification, "linear"
     head_out/{kernel,bias}   [H, C]   sequence classification, "linear"
 
+Every new layer starts as HF's `_init_weights` starts it (and so XTREME's fine-tuning, which
+builds these classes): kernels normal(0, `initializer_range`, 0.02), biases 0.
+
 The dropout rate is the model's `dropout_rate`; an export states it as `classifier_dropout`.
 With VECO's cross-attention plugged in, the pair classifier reads [h_x; s_x; h_y; s_y] (each
 sequence's `<s>` in both streams) instead of the first token: no HF class has that head.
@@ -166,7 +169,8 @@ class PairClassifier(nn.Module):
         x = nn.Dropout(cfg.dropout_rate)(pooled, deterministic=deterministic)
         x = jnp.tanh(dense(cfg, cfg.hidden_size, ("mlp", "embed"), "head_dense")(x))
         x = nn.Dropout(cfg.dropout_rate)(x, deterministic=deterministic)
-        logits = nn.Dense(self.num_labels, dtype=jnp.float32, name="head_out")(x)
+        init = nn.initializers.normal(cfg.initializer_range)  # HF's `_init_weights`
+        logits = nn.Dense(self.num_labels, dtype=jnp.float32, kernel_init=init, name="head_out")(x)
         return logits.astype(jnp.float32)
 
 

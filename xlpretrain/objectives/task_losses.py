@@ -10,16 +10,17 @@ tokens (`label_weights` `[B, L]`, labels `[B, L]`); HF's -100 labels are weight 
 Extractive QA (`…ForQuestionAnswering`): (CE(start) + CE(end)) / 2 over the batch's real rows
 (`pred_weights` `[B]`; `start_positions`, `end_positions` `[B]`). As HF does, a position is
 clamped to [0, L]: a negative one becomes the first token (`<s>` / `[CLS]`, "no answer"), one at
-or past the row's end (L) is ignored. Two differences, both where HF's result is an accident of
-the batch rather than of the example:
-
-- The softmax runs over the row's tokens (`segment_ids > 0`), not its padding, whose logits
-  depend on how far a batch is padded and on what padded queries compute (and a position on
-  padding is ignored like one past the end). Without padding, HF's loss exactly.
-- The loss is the mean over the kept boundaries, starts and ends together: equal to HF's mean
-  of two means whenever each row keeps both or neither (a row with one boundary in range and
-  the other past the end is the only case where they differ), and, unlike HF's, a sum over
-  items divided by their count, which accumulation and sharding need.
+or past the row's end (L) is ignored. The softmax runs over the batch's `answer_region` `[B, L]`
+(`QAWindows.batch`): by default every position of the row, padding included, as HF's and
+XTREME's `run_squad.py` (its windows padded to `max_seq_length`) compute it; with
+`qa.loss_over="tokens"` the row's tokens alone (`segment_ids > 0`), whose loss does not depend
+on how far a row is padded (a position on padding is then ignored like one past the end). A
+batch without `answer_region` is taken whole. One difference from HF, where its result is an
+accident of the batch rather than of the example: the loss is the mean over the kept
+boundaries, starts and ends together: equal to HF's mean of two means whenever each row keeps
+both or neither (a row with one boundary in range and the other past the end is the only case
+where they differ), and, unlike HF's, a sum over items divided by their count, which
+accumulation and sharding need.
 """
 
 from __future__ import annotations
@@ -90,8 +91,9 @@ def tagging_loss(params: Params, batch: Batch, rng: jax.Array, model) -> tuple[j
 def clamped_boundaries(
     positions: jax.Array, real: jax.Array, row_weights: jax.Array
 ) -> tuple[jax.Array, jax.Array]:
-    """(target, weight) per row for answer boundaries `positions` `[B]` over rows whose tokens
-    are `real` `[B, L]`: HF's clamp to [0, L], then weight 0 for a target at L or on padding."""
+    """(target, weight) per row for answer boundaries `positions` `[B]` over rows whose softmax
+    runs over `real` `[B, L]`: HF's clamp to [0, L], then weight 0 for a target at L or outside
+    `real`."""
     length = real.shape[1]
     target = jnp.clip(positions, 0, length)
     inside = jnp.take_along_axis(real, jnp.minimum(target, length - 1)[:, None], axis=1)[:, 0]
@@ -103,12 +105,19 @@ def boundary_cross_entropy(
     logits: jax.Array, target: jax.Array, weights: jax.Array, real: jax.Array
 ) -> tuple[jax.Array, jax.Array]:
     """Per row (nll, hit) of `target` `[B]` under a softmax of `logits` `[B, L]` over the
-    row's `real` tokens; 0 where `weights` is 0."""
+    row's `real` positions; 0 where `weights` is 0."""
     logits = jnp.where(real, logits, _EXCLUDED)
     nll = optax.softmax_cross_entropy_with_integer_labels(logits, target)
     hits = (logits.argmax(-1) == target).astype(jnp.float32)
     kept = weights > 0
     return jnp.where(kept, nll, 0.0), jnp.where(kept, hits, 0.0)
+
+
+def answer_region(batch: Batch) -> jax.Array:
+    """`[B, L]` bool: the positions a QA softmax runs over (the module docstring)."""
+    if "answer_region" in batch:
+        return jnp.asarray(batch["answer_region"]) > 0
+    return jnp.ones(jnp.shape(batch["segment_ids"]), bool)
 
 
 def span_cross_entropy(
@@ -118,7 +127,7 @@ def span_cross_entropy(
 ) -> tuple[jax.Array, jax.Array, jax.Array]:
     """(mean cross-entropy, accuracy, count) over the kept answer boundaries of the batch's
     real rows, starts and ends alike (see the module docstring)."""
-    real = batch["segment_ids"] > 0
+    real = answer_region(batch)
     nll_sum = hit_sum = count = 0.0
     for logits, key in ((start_logits, "start_positions"), (end_logits, "end_positions")):
         target, weights = clamped_boundaries(batch[key], real, batch["pred_weights"])
@@ -131,7 +140,7 @@ def span_cross_entropy(
 
 def answer_boundaries(batch: Batch) -> jax.Array:
     """What a QA loss is a mean over: the kept starts and ends of the batch's real rows."""
-    real = batch["segment_ids"] > 0
+    real = answer_region(batch)
     return sum(
         clamped_boundaries(batch[key], real, batch["pred_weights"])[1].sum()
         for key in ("start_positions", "end_positions")

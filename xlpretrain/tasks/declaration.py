@@ -50,14 +50,16 @@ class Encoding:
 
 @dataclasses.dataclass(frozen=True)
 class TaskSettings:
-    """Settings only some kinds read: QA's windows (XTREME's `doc_stride`, `max_query_length`)
-    and decoding (`n_best_size`, `max_answer_length`), and whether VECO's cross-attention is
+    """Settings only some kinds read: QA's windows (XTREME's `doc_stride`, `max_query_length`),
+    loss (`loss_over`: "window" or "tokens", `objectives.task_losses`) and decoding
+    (`n_best_size`, `max_answer_length`), and whether VECO's cross-attention is
     plugged in (sentence pairs)."""
 
     doc_stride: int = 128
     max_query_length: int = 64
     n_best_size: int = 20
     max_answer_length: int = 30
+    loss_over: str = "window"
     plug_in: bool = False
 
 

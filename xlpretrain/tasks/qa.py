@@ -29,6 +29,7 @@ def encode(examples: Sequence[QAExample], encoding: Encoding) -> QAWindows:
         doc_stride=settings.doc_stride,
         max_query_length=settings.max_query_length,
         lang_id=encoding.lang_id,
+        loss_over=settings.loss_over,
     )
 
 

@@ -121,6 +121,9 @@ def qa_section() -> ml_collections.ConfigDict:
     qa.max_query_length = 64  # the question's tokens kept
     qa.n_best_size = 20  # starts and ends considered per window
     qa.max_answer_length = 30  # tokens
+    # The start/end softmax of the training loss: "window", every position of the padded
+    # window (run_squad.py's); "tokens", the row's tokens alone (padding masked out).
+    qa.loss_over = "window"
     return qa
 
 
@@ -185,6 +188,7 @@ _QA_RANGES: Ranges = {
     "qa.max_query_length": (lambda v: v > 0, "must be > 0"),
     "qa.n_best_size": (lambda v: v > 0, "must be > 0"),
     "qa.max_answer_length": (lambda v: v > 0, "must be > 0"),
+    "qa.loss_over": (lambda v: v in ("window", "tokens"), "must be 'window' or 'tokens'"),
 }
 _SHARED_RANGES: Ranges = {
     key: value

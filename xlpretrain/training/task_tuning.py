@@ -59,6 +59,8 @@ class TaskExamples:
     train_language: str = "en"
     dev_language: str = "en"
     devs: Mapping[str, Sequence[Any]] = dataclasses.field(default_factory=dict)
+    # The label set, in id order; () for the training examples' (`TaskKind.label_names`).
+    labels: tuple[str, ...] = ()
 
 
 @dataclasses.dataclass
@@ -110,7 +112,8 @@ def prepare(
     # for a language it was not trained on).
     lang_ids = {lang: i for i, lang in enumerate(pretrained.languages)}
     encoding = Encoding(
-        pretrained.tokenizer, kind.label_names(examples.train), backbone.pair_layout,
+        pretrained.tokenizer, examples.labels or kind.label_names(examples.train),
+        backbone.pair_layout,
         max_length, settings, lang_id=lang_ids.get(examples.train_language, 0),
     )  # fmt: skip
     train_rows = kind.encode(examples.train, dataclasses.replace(encoding, training=True))

@@ -62,6 +62,7 @@ from xlpretrain.data.xtreme import (
     write_qa_predictions,
     write_tag_lines,
 )
+from xlpretrain.data.xtreme.tagging import DEFAULT_LABELS
 from xlpretrain.eval.xtreme import retrieval, score, tables
 from xlpretrain.training import task_tuning
 from xlpretrain.training.task_plan import XtremePlan
@@ -135,7 +136,23 @@ def task_runs(plan: XtremePlan, task: str) -> dict[str, task_tuning.TaskExamples
     dev = _read(files, "dev") if files.dev else []
     tests = {lang: _read(files, "test", lang) for lang in files.languages}
     devs = dev_sets(files, sorted(files.dev_by_language))
-    return {"": task_tuning.TaskExamples(train, dev, tests, devs=devs)}
+    labels = tagging_labels(task, [train, dev, *tests.values(), *devs.values()])
+    return {"": task_tuning.TaskExamples(train, dev, tests, devs=devs, labels=labels)}
+
+
+def tagging_labels(task: str, files: list[list[Any]]) -> tuple[str, ...]:
+    """A tagging task's label set as XTREME's `preprocess_panx.sh` / `preprocess_udpos.sh`
+    build its `labels.txt`, from every file of the task (an unlabelled sentence's words have
+    the preprocessing's default label, `DEFAULT_LABELS`), sorted, and `utils_tag.get_labels`
+    puts `O` first where it is missing; () for the other tasks (the training set's labels)."""
+    if task not in DEFAULT_LABELS:
+        return ()
+    found: set[str] = set()
+    for sentences in files:
+        for sentence in sentences:
+            found.update(sentence.labels or (DEFAULT_LABELS[task],))
+    labels = sorted(found)
+    return tuple(labels if "O" in labels else ["O", *labels])
 
 
 def dev_sets(files: TaskFiles, languages: list[str]) -> dict[str, list[Any]]:
@@ -167,7 +184,12 @@ def in_language_examples(files: TaskFiles) -> dict[str, task_tuning.TaskExamples
             dev_language=lang,
             devs=dev_sets(files, [lang]),
         )
-    return runs
+    # One label set for every language's run, from all of the task's files, as XTREME's.
+    every = [e.train for e in runs.values()] + [e.dev for e in runs.values()]
+    every += [t for e in runs.values() for t in e.tests.values()]
+    every += list(dev_sets(files, sorted(files.dev_by_language or ())).values())
+    labels = tagging_labels(task, every)
+    return {lang: dataclasses.replace(e, labels=labels) for lang, e in runs.items()}
 
 
 def write_predictions(

@@ -9,7 +9,8 @@ scripts train on and select a checkpoint on; test files carry no labels, XTREME 
 
   xnli/      train-en.tsv (EN train: MultiNLI), dev-{lang}.tsv (dev-en.tsv: EN dev),
              test-{lang}.tsv; rows `sentence1<TAB>sentence2<TAB>label` written by csv.writer
-             (CRLF, `"` quoting), no header, test rows without the label.
+             (CRLF, `"` quoting, which XTREME's reader keeps as text), no header, test
+             rows without the label.
              Labels contradiction, entailment, neutral. 15 languages, the same in XTREME-R.
   pawsx/     train-en.tsv, dev-{lang}.tsv (dev-en.tsv: EN dev), test-{lang}.tsv; as xnli.
              Labels 0, 1. 7 languages; not in XTREME-R.

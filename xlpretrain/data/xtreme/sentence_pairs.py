@@ -4,9 +4,13 @@
 no header (the preprocessing drops the source's), one `sentence1<TAB>sentence2<TAB>label` row
 per line, the test split without its label (`sentence1<TAB>sentence2`). They are written by
 Python's `csv.writer(delimiter='\\t')`, so lines end in CRLF and a field holding a `"` is
-quoted with its quotes doubled; we read them back as csv (XTREME's run_classify.py reads them
-with `quotechar=None` and so trains on the quotes). XNLI's source label `contradictory` is
-`contradiction`, as the preprocessing and the translate-train reader map it.
+quoted with its quotes doubled. XTREME's run_classify.py reads them back with transformers'
+`DataProcessor._read_tsv` (`csv.reader(delimiter="\\t", quotechar=None)`, `utf-8-sig`), which
+undoes no quoting: the model sees `"He said ""no"" twice ."` as written, and so it is read
+here (tab-split, a leading byte-order mark dropped). As there, a sentence may be blank in any
+split (`xnli.py`/`pawsx.py` take `line[0]`, `line[1]` as they are), training rows included.
+XNLI's source label `contradictory` is `contradiction`, as the preprocessing and the
+translate-train reader map it.
 
 Translate-train files (`en-{lang}-translated.tsv` from the xtreme_translations bucket, which the
 download script does not fetch) hold five unquoted fields, `english1 english2 sentence1
@@ -16,7 +20,6 @@ rows whose label is not a label), and are skipped and counted here.
 
 from __future__ import annotations
 
-import csv
 import os
 from collections.abc import Collection
 
@@ -34,11 +37,11 @@ def read_pair_file(
 ) -> tuple[list[PairExample], FileStats]:
     """The pairs of a `{split}-{lang}.tsv` file, in file order.
 
-    A training file (`training=True`) skips and counts lines that are not UTF-8, empty, not
-    three non-blank fields or (when `labels` is given) not labelled with one of `labels`. A
-    reference (dev, test) is two fields per line (unlabelled) or three throughout, a label from
-    `labels`; a sentence may be blank (it still has to be predicted); anything else is an error
-    naming file:line.
+    A training file (`training=True`) skips and counts lines that are not UTF-8, empty (no tab,
+    nothing but spaces), not three fields, or not labelled (when `labels` is given, with one of
+    `labels`); a blank sentence is trained on, as XTREME does. A reference (dev, test) is two
+    fields per line (unlabelled) or three throughout, a label from `labels`; a sentence may be
+    blank, both may (the row is still predicted); anything else is an error naming file:line.
     """
     bad = BadLines(path, training=training)
     examples: list[PairExample] = []
@@ -46,13 +49,13 @@ def read_pair_file(
     seen = 0
     for number, text in decoded_lines(path, bad):
         seen += 1
-        fields = _csv_fields(text)
-        if not text.strip():
+        if number == 1:
+            text = text.removeprefix("\ufeff")  # utf-8-sig
+        fields = text.split("\t")  # quotechar=None: quotes are the text's
+        if "\t" not in text and not text.strip():
             bad.found(number, "empty", "empty line")
-        elif fields is None:
-            bad.found(number, "bad_fields", "malformed csv quoting")
-        elif training and (len(fields) != 3 or not all(field.strip() for field in fields)):
-            bad.found(number, "bad_fields", "expected 3 non-blank fields")
+        elif training and len(fields) != 3:
+            bad.found(number, "bad_fields", f"{len(fields)} fields, expected 3")
         elif not training and (len(fields) not in (2, 3) or width not in (None, len(fields))):
             expected = width or "2 or 3"
             bad.found(number, "bad_fields", f"{len(fields)} fields, expected {expected}")
@@ -85,15 +88,6 @@ def read_translated_pairs(
         else:
             examples.append(PairExample(fields[2], fields[3], _label(fields[4])))
     return examples, bad.stats(seen, len(examples))
-
-
-def _csv_fields(text: str) -> list[str] | None:
-    """The fields of one line as `csv.writer(delimiter='\\t')` wrote them; None if its quoting
-    is malformed."""
-    try:
-        return next(csv.reader([text], delimiter="\t", strict=True))
-    except csv.Error:
-        return None
 
 
 def _known(label: str, labels: Collection[str] | None) -> bool:

@@ -10,7 +10,7 @@ from xlpretrain.data.task_examples import PairExample, QAExample, TaggedSentence
 from xlpretrain.data.xtreme.layout import TaskFiles
 from xlpretrain.data.xtreme.sentence_pairs import read_pair_file, read_translated_pairs
 from xlpretrain.data.xtreme.squad_json import read_squad_file
-from xlpretrain.data.xtreme.tagging import read_tagged_file
+from xlpretrain.data.xtreme.tagging import DEFAULT_LABELS, read_tagged_file
 
 __all__ = ["SPLITS", "read_split"]
 
@@ -36,7 +36,8 @@ def read_split(files: TaskFiles, split: str, lang: str | None = None) -> tuple[E
     if layout.kind == "pairs":
         return read_pair_file(paths[0], training=training, labels=layout.labels)
     if layout.kind == "tagging":
-        return read_tagged_file(paths[0], training=training)
+        default = DEFAULT_LABELS.get(layout.name, "O")
+        return read_tagged_file(paths[0], training=training, default_label=default)
     return read_squad_file(paths[0], training=training)
 
 

@@ -9,27 +9,34 @@ the pre-trained encoder's sentence embeddings at one layer (google-research/xtre
   directions, one-to-one); the threshold is the one of best F1 on the dev split's gold, and the
   test split's candidates scoring at least that are the predicted pairs. (XTREME's released
   script optimises the threshold on the gold of the split it predicts, and ships no test gold;
-  the dev split is what a threshold can honestly be chosen on.)
+  the dev split is what a threshold can honestly be chosen on.) As XTREME's
+  `utils_retrieve.read_sent2id` maps the mined texts back to ids, a sentence whose text
+  (stripped) occurs more than once on its side has no id, and every candidate pair holding it
+  is dropped: such a sentence is never mined (`unique_candidates`).
 
-XTREME embeds with the hidden state `specific_layer` of the last `num_layers` states, so its
-layer 7 is the state after the 8th layer (`xtreme.layer` here counts states, 0 the embeddings).
+XTREME embeds with the hidden state `specific_layer` of the last `num_layers` states
+(`all_layer_outputs[-num_layers:]`, of the L + 1), which is state L + 1 − `num_layers` +
+`specific_layer` here (`<task>.layer` counts states, 0 the embeddings): layer 7 of a 12-layer
+model's last 12 is the state after the 8th layer; of a 24-layer model's last 12 (BUCC, whose
+script passes no `--num_layers`), after the 20th.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from xlpretrain.eval.alignment import embed, normalise
-from xlpretrain.eval.mining import best_threshold, text_candidates
+from xlpretrain.eval.mining import Candidates, best_threshold, text_candidates
 
 if TYPE_CHECKING:
     from xlpretrain.api import Model
     from xlpretrain.data.xtreme import BuccSplit, TatoebaSplit
 
-__all__ = ["RetrievalSettings", "bucc_pairs", "tatoeba_indices"]
+__all__ = ["RetrievalSettings", "bucc_pairs", "tatoeba_indices", "unique_candidates"]
 _SIMILARITY_ROWS = 1024  # query rows of the similarity matrix held at once
 
 
@@ -66,19 +73,36 @@ def bucc_pairs(
     chosen on its gold (`threshold`, `precision`, `recall`, `f1`, `mined`)."""
     if dev.gold is None:
         raise ValueError(f"BUCC {lang}: the dev split has no gold pairs to set a threshold on")
-    dev_ids, dev_candidates = _candidates(model, dev, lang, settings)
+    dev_pairs, dev_scores = _candidates(model, dev, lang, settings)
     gold = set(dev.gold)
-    dev_pairs = _id_pairs(dev_ids, dev_candidates)
     correct = np.array([pair in gold for pair in dev_pairs], bool)
-    chosen = best_threshold(dev_candidates.scores, correct, len(gold))
-    if chosen["threshold"] is None:  # no gold pair among the candidates: mine nothing
-        return [], [], chosen
-    test_ids, test_candidates = _candidates(model, test, lang, settings)
+    if not correct.any():  # no gold pair among the candidates: mine nothing
+        return [], [], {"threshold": None, "precision": 0.0, "recall": 0.0, "f1": 0.0, "mined": 0}
+    chosen = best_threshold(dev_scores, correct, len(gold))
+    test_pairs, test_scores = _candidates(model, test, lang, settings)
     return (
-        _mined(_id_pairs(test_ids, test_candidates), test_candidates.scores, chosen["threshold"]),
-        _mined(dev_pairs, dev_candidates.scores, chosen["threshold"]),
+        _mined(test_pairs, test_scores, chosen["threshold"]),
+        _mined(dev_pairs, dev_scores, chosen["threshold"]),
         chosen,
     )
+
+
+def unique_candidates(
+    ids: tuple[list[str], list[str]], texts: tuple[list[str], list[str]], candidates: Candidates
+) -> tuple[list[tuple[str, str]], np.ndarray]:
+    """The `(source id, English id)` of each candidate whose two sentences are each the only
+    one of their text on their side, and those candidates' scores: `read_candidate2score`'s
+    rule (`read_sent2id` drops every repeated text, so a pair holding one is never read)."""
+    once = []
+    for side in texts:
+        counts = Counter(text.strip() for text in side)
+        once.append(np.array([counts[text.strip()] == 1 for text in side], bool))
+    l1, l2 = candidates.l1_rows, candidates.l2_rows
+    keep = once[0][l1] & once[1][l2] if len(l1) else np.zeros(0, bool)
+    pairs = [
+        (ids[0][a], ids[1][b]) for a, b in zip(l1[keep].tolist(), l2[keep].tolist(), strict=True)
+    ]
+    return pairs, candidates.scores[keep]
 
 
 def _mined(pairs: list[tuple[str, str]], scores: np.ndarray, threshold: float) -> list:
@@ -95,11 +119,4 @@ def _candidates(model: Model, split: BuccSplit, lang: str, settings: RetrievalSe
     candidates = text_candidates(
         model, texts, (lang, "en"), layer=settings.layer, pooling=settings.pooling
     )
-    return ids, candidates
-
-
-def _id_pairs(ids, candidates) -> list[tuple[str, str]]:
-    return [
-        (ids[0][a], ids[1][b])
-        for a, b in zip(candidates.l1_rows.tolist(), candidates.l2_rows.tolist(), strict=True)
-    ]
+    return unique_candidates(ids, texts, candidates)
