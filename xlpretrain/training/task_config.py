@@ -19,6 +19,7 @@ import math
 import ml_collections
 
 from xlpretrain.core.errors import ConfigError
+from xlpretrain.data.qa_windows import ANSWER_TEXTS
 from xlpretrain.training.config import LOOP_RANGES, MESH_RANGES, check_stop_at, loop_section
 from xlpretrain.training.config_keys import Ranges, check_keys
 from xlpretrain.training.finetune_config import RANGES as FINETUNE_RANGES
@@ -121,6 +122,9 @@ def qa_section() -> ml_collections.ConfigDict:
     qa.max_query_length = 64  # the question's tokens kept
     qa.n_best_size = 20  # starts and ends considered per window
     qa.max_answer_length = 30  # tokens
+    # words: get_final_text's whole words where a span's text cannot be aligned (XTREME's);
+    # characters: the span's own characters, found with spaces ignored (data/qa_windows.py)
+    qa.answer_text = "words"
     return qa
 
 
@@ -185,6 +189,7 @@ _QA_RANGES: Ranges = {
     "qa.max_query_length": (lambda v: v > 0, "must be > 0"),
     "qa.n_best_size": (lambda v: v > 0, "must be > 0"),
     "qa.max_answer_length": (lambda v: v > 0, "must be > 0"),
+    "qa.answer_text": (lambda v: v in ANSWER_TEXTS, f"must be one of {ANSWER_TEXTS}"),
 }
 _SHARED_RANGES: Ranges = {
     key: value
