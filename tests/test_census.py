@@ -16,10 +16,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from jax.sharding import SingleDeviceSharding
-from xlpretrain.configs import xlmr
 
 from xlpretrain.bench import census, hlo_count, reference_step
 from xlpretrain.parallel import gpu_targets
+from xlpretrain.training.config_files import load_config
 from xlpretrain.training.plan import resolve
 
 M, K, N = 64, 128, 96
@@ -134,7 +134,7 @@ def test_the_reference_step_trains_at_the_uniform_loss():
 
 
 def tiny_plan(**model):
-    cfg = xlmr.get_config("tiny")
+    cfg = load_config("xlmr:tiny")
     cfg.model.update(vocab_size=512, **model)
     cfg.data.update(batch_size=8, max_length=64)
     return resolve(cfg)
@@ -169,9 +169,7 @@ def test_census_without_dropout_has_no_random_bits():
 
 
 def test_census_of_modernbert_says_there_is_no_reference():
-    from xlpretrain.configs import mmbert
-
-    cfg = mmbert.get_config("tiny")
+    cfg = load_config("mmbert:tiny")
     cfg.data.update(batch_size=4, max_length=64)
     report = census.census(resolve(cfg), "cpu")
     assert "reference" not in report["steps"] and "ratio" not in report

@@ -171,21 +171,22 @@ def gold_logits(windows, start, end, length=48):
 
 
 @pytest.mark.parametrize(
-    ("context", "span", "expected"),
+    ("context", "span", "words", "characters"),
     [
-        (ZH, ["北京市"], "北京市"),  # inside a run of no spaces, not the whole run
-        (ZH, ["大学位于", "北京市"], "大学位于北京市"),
-        (ZH, ["▁北京"], "北京"),
-        (EN, ["▁", "M", "r", ".", "▁Smith"], "Mr. Smith"),  # not "Mr. Smith."
-        (EN, ["▁", "F", "r", "an", "c", "e", ","], "France,"),
-        (EN, ["▁", "F", "r", "an", "c", "e"], "France"),
-        (EN, ["▁capital"], "capital"),
+        (ZH, ["北京市"], ZH, "北京市"),  # inside a run of no spaces: XTREME answers the run
+        (ZH, ["大学位于", "北京市"], ZH, "大学位于北京市"),
+        (ZH, ["▁北京"], ZH, "北京"),
+        (EN, ["▁", "M", "r", ".", "▁Smith"], "Mr. Smith.", "Mr. Smith"),  # "Mr . Smith ."
+        (EN, ["▁", "F", "r", "an", "c", "e", ","], "France,", "France,"),
+        (EN, ["▁", "F", "r", "an", "c", "e"], "France", "France"),
+        (EN, ["▁capital"], "capital", "capital"),
     ],
 )
-def test_gold_span_decodes_to_its_text(tokenizer, context, span, expected):
-    """The tokens of a span decode to exactly its characters of the context: inside a
-    whitespace-free Chinese word (where the reference answers the whole word), next to
-    punctuation. The tokens are looked up by piece in the row."""
+def test_gold_span_decodes_to_its_text(tokenizer, context, span, words, characters):
+    """The tokens of a span decode to its characters of the context where `get_final_text`
+    aligns them, else (`answer_text="words"`, XTREME's) to its whole words: inside a
+    whitespace-free Chinese word, next to punctuation; `"characters"` answers the span's own
+    characters there. The tokens are looked up by piece in the row."""
     example = QAExample("q", "Paris?", context)
     windows = encode_questions([example], tokenizer, layout=XLMR, training=False, max_length=48)
     row = pieces(tokenizer, windows.rows[0])
@@ -193,24 +194,26 @@ def test_gold_span_decodes_to_its_text(tokenizer, context, span, expected):
         i for i in range(windows.context_starts[0], len(row)) if row[i : i + len(span)] == span
     ]
     start = starts[-1]  # the Chinese run's second 北京 is its own piece: take the last match
-    answers = decode_answers(
-        *gold_logits(windows, start, start + len(span) - 1), windows, [example]
-    )
-    assert answers == {"q": expected}
+    logits = gold_logits(windows, start, start + len(span) - 1)
+    assert decode_answers(*logits, windows, [example]) == {"q": words}
+    for answer_text, expected in [("words", words), ("characters", characters)]:
+        answers = decode_answers(*logits, windows, [example], answer_text=answer_text)
+        assert answers == {"q": expected}
 
 
 @pytest.mark.parametrize(
     ("context", "span"),
     [
         (ZH, "北京市"),  # one token a character: the reference's own case
-        (EN, "Mr. Smith"),  # the decoder writes "Mr. Smith", the basic tokenizer "Mr . Smith"
+        (EN, "Mr. Smith"),  # as v2's BERT tokenizer, "Mr . Smith" (the decoder: "Mr. Smith")
         (EN, "France,"),  # F ##r ##a ##n ##c ##e ,
         (EN, "capital of"),
     ],
 )
 def test_wordpiece_span_decodes_to_its_text(context, span):
-    """The same through a cased WordPiece tokenizer.json (mBERT's kind) and BERT's layout; the
-    span's tokens are those of its text."""
+    """The same through a cased WordPiece tokenizer.json (mBERT's kind) and BERT's layout,
+    with either `answer_text`: its tokens' text is the basic tokenizer's, so `get_final_text`
+    aligns it; the span's tokens are those of its text."""
     tokenizer = task_tokenizer.wordpiece()
     example = QAExample("q", "Paris?", context)
     windows = encode_questions([example], tokenizer, layout=BERT, training=False, max_length=48)
@@ -218,10 +221,10 @@ def test_wordpiece_span_decodes_to_its_text(context, span):
     assert pieces(tokenizer, [row[0], row[-1]]) == ["[CLS]", "[SEP]"]
     c = windows.context_starts[0]
     start = next(i for i in range(c, len(row)) if row[i : i + len(target)] == target)
-    answers = decode_answers(
-        *gold_logits(windows, start, start + len(target) - 1), windows, [example]
-    )
-    assert answers == {"q": span}
+    logits = gold_logits(windows, start, start + len(target) - 1)
+    for answer_text in ("words", "characters"):
+        answers = decode_answers(*logits, windows, [example], answer_text=answer_text)
+        assert answers == {"q": span}
 
 
 def test_unknown_token_answers_the_words(tokenizer):
@@ -335,12 +338,17 @@ def test_bad_input(tokenizer):
 def test_final_text():
     """`get_final_text`'s cases: the prediction's characters in the original words; the
     reference's own example; the original words when the alignment fails (a no-break space
-    the basic tokenizer turns into a space), and when the prediction is not there at all."""
-    assert final_text("Steve Smith", "Steve Smith's") == "Steve Smith"
-    assert final_text("Smith ' s", "Steve Smith's") == "Smith's"
-    assert final_text("北京", "在北京大学") == "北京"
-    assert final_text("b", "a\u00a0b") == "a\u00a0b"
-    assert final_text("Berlin", "Paris") == "Paris"
+    the basic tokenizer turns into a space), and when the prediction is not there at all; a
+    span inside a word of no spaces: its words, or its characters; an unknown setting."""
+    for answer_text in ("words", "characters"):
+        assert final_text("Steve Smith", "Steve Smith's", answer_text) == "Steve Smith"
+        assert final_text("Smith ' s", "Steve Smith's", answer_text) == "Smith's"
+        assert final_text("b", "a\u00a0b", answer_text) == "a\u00a0b"
+        assert final_text("Berlin", "Paris", answer_text) == "Paris"
+    assert final_text("北京", "在北京大学") == "在北京大学"
+    assert final_text("北京", "在北京大学", "characters") == "北京"
+    with pytest.raises(ValueError, match="answer_text 'tokens': must be one of"):
+        final_text("北京", "在北京大学", "tokens")
 
 
 def test_basic_tokens_are_berts():

@@ -19,14 +19,19 @@ answer text is not in its context's words is dropped (`QAWindows.skipped`).
 Decoding: the best-scoring span over all windows of a question (start ≤ end, both in the
 context, the start in its max-context window, at most `max_answer_length` tokens, among the
 `n_best_size` best starts and ends of each window), its text found in the original context by
-`get_final_text`'s character alignment. One change, where the reference is known to fail: a span
-inside a whitespace-free word (zh, ja) comes back from an XLM-R tokenizer without the spaces
-that BERT's basic tokenizer puts between CJK characters, so the reference finds nothing and
-answers the *whole* word (google-research/xtreme#38, huggingface/transformers#3510: MLQA zh F1
-17 instead of 68; XTREME's own numbers used `final_text = tok_text` for zh). When the plain
-search fails, the span is looked up with spaces ignored on both sides instead. That also gives
-the characters of a span next to punctuation (XLM-R's "Mr. Smith" of the words "Mr. Smith.",
-which the basic tokenizer spells "Mr . Smith ."), where the reference answers the words.
+`get_final_text`'s character alignment, as XTREME runs it (`answer_text="words"`, the default):
+where the predicted tokens' text cannot be found in the basic tokenization of the words they
+lie in, the answer is those *whole* words: `get_final_text` returns `orig_text` then, in the
+transformers commit XTREME's `install_tools.sh` pins (cefd51c5, pinned 2020-04-20) as in the
+releases 2.8.0 (2020-04-06) and 2.9.0 (2020-05-07), and XTREME's `third_party/run_squad.py`
+calls that `compute_predictions_logits` unchanged. That happens to an XLM-R span inside a
+whitespace-free word (zh, ja: the tokens spell "北京市", the basic tokenizer "北 京 市"), next
+to punctuation ("Mr. Smith" of the words "Mr. Smith.", spelled "Mr . Smith ."), in a number
+("$5.50" of "$5.50.", spelled "$ 5 . 50 ."). `answer_text="characters"` looks such a span up
+once more with spaces ignored on both sides, so it answers the span's own characters. Users of
+XTREME's code report MLQA zh F1 of 17-19 for XLM-R, far below the paper's and the other
+languages' (google-research/xtreme#38, huggingface/transformers#3510); the fix suggested
+there, `final_text = tok_text` for zh, is in neither XTREME's code nor transformers'.
 Lower-casing models (`do_lower_case`) are not supported: XTREME's are cased.
 """
 
@@ -42,6 +47,7 @@ from xlpretrain.data.task_examples import Answer, PairLayout, QAExample
 from xlpretrain.data.task_rows import Batch, row_batch
 from xlpretrain.data.tokenizer import Tokenizer
 
+ANSWER_TEXTS = ("words", "characters")  # XTREME's; the span's own characters (see above)
 NO_ANSWER = "empty"  # the reference's nonce answer when no span is valid (kept, odd as it is)
 _WHITESPACE = frozenset(" \t\r\n\u202f")  # SQuAD's `_is_whitespace`, XTREME's U+202F included
 
@@ -267,10 +273,13 @@ def _strip_spaces(text: str) -> tuple[str, list[int]]:
     return "".join(text[i] for i in kept), kept
 
 
-def final_text(pred_text: str, orig_text: str) -> str:
+def final_text(pred_text: str, orig_text: str, answer_text: str = "words") -> str:
     """The characters of `orig_text` (the predicted words, as in the context) that spell
-    `pred_text` (the predicted tokens' text): `get_final_text`, cased, with the spaceless
-    search as a second try (see the module docstring); `orig_text` when both fail."""
+    `pred_text` (the predicted tokens' text): `get_final_text`, cased; `orig_text` where it
+    fails. `answer_text="characters"`: a failed search tried once more with spaces ignored
+    (see the module docstring)."""
+    if answer_text not in ANSWER_TEXTS:
+        raise ValueError(f"answer_text {answer_text!r}: must be one of {ANSWER_TEXTS}")
     tok_text = " ".join(basic_tokens(orig_text))
     orig_ns, orig_at = _strip_spaces(orig_text)
     tok_ns, tok_at = _strip_spaces(tok_text)
@@ -280,23 +289,27 @@ def final_text(pred_text: str, orig_text: str) -> str:
     if start != -1:
         ns_of = {s: ns for ns, s in enumerate(tok_at)}
         first, last = ns_of.get(start), ns_of.get(start + len(pred_text) - 1)
-    else:
+    elif answer_text == "characters":
         spaceless = pred_text.replace(" ", "")
         first = tok_ns.find(spaceless) if spaceless else -1
         if first == -1:
             return orig_text
         last = first + len(spaceless) - 1
+    else:
+        return orig_text
     if first is None or last is None:
         return orig_text
     return orig_text[orig_at[first] : orig_at[last] + 1]
 
 
 def span_text(ids: np.ndarray, tokenizer: Tokenizer) -> str | None:
-    """The tokens' text, whitespace collapsed; None with an `<unk>` among them, whose text is
-    lost (the reference's `<unk>` string is then found nowhere, so it answers the words)."""
+    """The tokens' text as the reference writes it (`Tokenizer.tokens_text`: a WordPiece
+    model's "Mr . Smith", not its decoder's "Mr. Smith"), whitespace collapsed; None with an
+    `<unk>` among them, whose text is lost (the reference's `<unk>` string is then found
+    nowhere, so it answers the words)."""
     if (np.asarray(ids) == tokenizer.unk_id).any():
         return None
-    return " ".join(tokenizer.decode(ids).split())
+    return " ".join(tokenizer.tokens_text(ids).split())
 
 
 def best_indexes(logits: np.ndarray, n: int) -> np.ndarray:
@@ -311,8 +324,10 @@ def decode_answers(
     examples: Sequence[QAExample],
     n_best_size: int = 20,
     max_answer_length: int = 30,
+    answer_text: str = "words",
 ) -> dict[str, str]:
-    """Each question's answer text (`examples` as given to `encode_questions`). The logits are
+    """Each question's answer text (`examples` as given to `encode_questions`; `answer_text`:
+    `final_text`'s). The logits are
     `[len(windows), L]`, row w of window w over the whole batch row (L = `max_length`, as the
     reference's padded rows): padding's logits compete for the n best too, as there."""
     start_logits = np.asarray(start_logits, np.float64)
@@ -341,5 +356,7 @@ def decode_answers(
         token_words = windows.token_words[w]
         orig_text = " ".join(words[token_words[s] : token_words[t] + 1])
         pred_text = span_text(windows.rows[w][s : t + 1], windows.tokenizer)
-        answers[example.id] = orig_text if pred_text is None else final_text(pred_text, orig_text)
+        answers[example.id] = (
+            orig_text if pred_text is None else final_text(pred_text, orig_text, answer_text)
+        )
     return answers

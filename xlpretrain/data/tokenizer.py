@@ -133,6 +133,12 @@ class Tokenizer(abc.ABC):
     def id_to_piece(self, i: int) -> str:
         """The piece behind id ``i`` (a special id gives its token, e.g. ``<s>``)."""
 
+    def tokens_text(self, ids: Sequence[int]) -> str:
+        """Text of ``ids`` as transformers v2's ``convert_tokens_to_string`` writes it (what
+        SQuAD's ``get_final_text`` looks for): ``decode``, but for a WordPiece decoder's
+        clean-up of spaces before punctuation, which v2's BERT tokenizer does not do."""
+        return self.decode(ids)
+
     def _valid(self, ids: Sequence[int]) -> np.ndarray:
         """``ids`` as int64, checked to lie in the vocabulary, without the special ones."""
         ids = np.asarray(ids, dtype=np.int64).reshape(-1)
@@ -325,6 +331,13 @@ class HFTokenizer(Tokenizer):
     def id_to_piece(self, i: int) -> str:
         self._check_id(i)
         return self._backend.id_to_token(i) or ""
+
+    def tokens_text(self, ids: Sequence[int]) -> str:
+        decoder = self._backend.decoder
+        if not isinstance(decoder, tokenizers.decoders.WordPiece) or not decoder.cleanup:
+            return self.decode(ids)
+        tokens = [self.id_to_piece(i) for i in self._valid(ids).tolist()]
+        return tokenizers.decoders.WordPiece(decoder.prefix, cleanup=False).decode(tokens)
 
 
 FILES = (SentencePieceTokenizer.FILE, HFTokenizer.FILE)  # one in a workdir, folder or store

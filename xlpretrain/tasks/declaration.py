@@ -52,14 +52,15 @@ class Encoding:
 class TaskSettings:
     """Settings only some kinds read: QA's windows (XTREME's `doc_stride`, `max_query_length`),
     loss (`loss_over`: "window" or "tokens", `objectives.task_losses`) and decoding
-    (`n_best_size`, `max_answer_length`), and whether VECO's cross-attention is
-    plugged in (sentence pairs)."""
+    (`n_best_size`, `max_answer_length`, `answer_text`: `qa_windows.ANSWER_TEXTS`), and
+    whether VECO's cross-attention is plugged in (sentence pairs)."""
 
     doc_stride: int = 128
     max_query_length: int = 64
     n_best_size: int = 20
     max_answer_length: int = 30
     loss_over: str = "window"
+    answer_text: str = "words"
     plug_in: bool = False
 
 

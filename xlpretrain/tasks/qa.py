@@ -50,6 +50,7 @@ def decode(logits, windows: QAWindows, examples, encoding: Encoding) -> list[str
         examples,
         n_best_size=encoding.settings.n_best_size,
         max_answer_length=encoding.settings.max_answer_length,
+        answer_text=encoding.settings.answer_text,
     )
     return [texts[e.id] for e in examples]
 

@@ -19,6 +19,7 @@ import math
 import ml_collections
 
 from xlpretrain.core.errors import ConfigError
+from xlpretrain.data.qa_windows import ANSWER_TEXTS
 from xlpretrain.training.config import LOOP_RANGES, MESH_RANGES, check_stop_at, loop_section
 from xlpretrain.training.config_keys import Ranges, check_keys
 from xlpretrain.training.finetune_config import RANGES as FINETUNE_RANGES
@@ -124,6 +125,9 @@ def qa_section() -> ml_collections.ConfigDict:
     # The start/end softmax of the training loss: "window", every position of the padded
     # window (run_squad.py's); "tokens", the row's tokens alone (padding masked out).
     qa.loss_over = "window"
+    # words: get_final_text's whole words where a span's text cannot be aligned (XTREME's);
+    # characters: the span's own characters, found with spaces ignored (data/qa_windows.py)
+    qa.answer_text = "words"
     return qa
 
 
@@ -189,6 +193,7 @@ _QA_RANGES: Ranges = {
     "qa.n_best_size": (lambda v: v > 0, "must be > 0"),
     "qa.max_answer_length": (lambda v: v > 0, "must be > 0"),
     "qa.loss_over": (lambda v: v in ("window", "tokens"), "must be 'window' or 'tokens'"),
+    "qa.answer_text": (lambda v: v in ANSWER_TEXTS, f"must be one of {ANSWER_TEXTS}"),
 }
 _SHARED_RANGES: Ranges = {
     key: value
