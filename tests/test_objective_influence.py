@@ -178,8 +178,13 @@ def _probe(run, outputs):
         record = {}
 
         def intercept(next_fun, args, kwargs, context):
-            out = next_fun(*args, **kwargs)
             module, name = context.module, context.method_name
+            if isinstance(module, MaskedLM) and name == "mlm_nll":
+                # The loss's hand-written gradient (a custom_vjp) has no forward mode, and the
+                # probe reads only what the loss is given.
+                record.setdefault("selected", args[0])
+                return jnp.zeros(args[1].shape), jnp.zeros(args[1].shape, bool)
+            out = next_fun(*args, **kwargs)
             if isinstance(module, Embeddings) and name == "__call__":
                 return out + scale[..., None] * DIRECTIONS
             if isinstance(module, MaskedLM):
@@ -187,8 +192,6 @@ def _probe(run, outputs):
                     record.setdefault("hidden", out)
                 elif name == "mlm_logits":
                     record.setdefault("logits", out)
-                elif name == "mlm_nll":
-                    record.setdefault("selected", args[0])
             return out
 
         with nn.intercept_methods(intercept):
