@@ -96,7 +96,7 @@ def test_every_test_language_is_predicted_in_the_submission_layout(finished, xtr
 def test_results_json_is_evaluate_py_on_the_predictions(finished, xtreme_dir):
     out, result = finished
     expected = score.score(out / "predictions", xtreme_dir / "labels", "xtreme").results
-    assert json.loads((out / "results.json").read_text())["test"] == expected
+    assert json.loads((out / "results.json").read_text()) == expected
     assert result.labels == xtreme_dir / "labels"
     assert set(expected) >= {*TASKS, "tatoeba"}
 
@@ -217,7 +217,8 @@ def test_a_download_without_test_labels_reports_every_dev_language(download):
     for task in FINE_TUNED:
         assert finished.selected[task]["en"]["score"] == finished.tasks[task]["dev"], task
     assert finished.selected["tydiqa"]["en"]["score"] is None  # no English dev: the last step
-    assert json.loads((out / "results.json").read_text()) == {
+    assert not (out / "results.json").exists()  # no test labels: no test table
+    assert json.loads((out / "dev_results.json").read_text()) == {
         "selected": finished.selected,
         "dev": dev,
     }
@@ -237,8 +238,8 @@ def test_the_test_table_with_the_original_test_answers(download, tmp_path):
     assert finished.test.results == expected and sorted(tables.task_results(expected)) == sorted(
         EVERY_TASK
     )
-    written = json.loads((out / "results.json").read_text())
-    assert written["test"] == expected and written["dev"] == finished.dev.results
+    assert json.loads((out / "results.json").read_text()) == expected
+    assert json.loads((out / "dev_results.json").read_text())["dev"] == finished.dev.results
     cfg.data.labels_dir = str(tmp_path / "nosuch")
     with pytest.raises(DataError, match="labels folder .*nosuch.* does not exist"):
         xtreme_run.run(resolve_xtreme(cfg), out)

@@ -8,10 +8,11 @@ language's dev set where XTREME ships one (XNLI, PAWS-X, PAN-X, UD-POS, MLQA) in
 `OUT/dev_predictions/` with its gold in `OUT/dev_labels/` (the same layout), and write
 `OUT/<task>/results.json` last: a task whose folder has it is done and is not redone when the
 run is started again (after a kill, with more tasks). Then the predictions are scored as
-google-research/xtreme's evaluate.py scores them (`eval.xtreme.score`) into `OUT/results.json`:
-`dev` (every language's dev set: the zero-shot dev table papers print beside test), `selected`
-(the dev score each fine-tuning selected its checkpoint on, by dev language) and, where test
-labels are found, `test`; the tables in `OUT/results.md`, each task per language in
+google-research/xtreme's evaluate.py scores them (`eval.xtreme.score`): where test labels
+are found, the test predictions into `OUT/results.json` (`score`'s JSON, as DESIGN's contract
+says); always `OUT/dev_results.json`: `dev` (every language's dev set: the zero-shot dev table
+papers print beside test) and `selected` (the dev score each fine-tuning selected its
+checkpoint on, by dev language); the tables in `OUT/results.md`, each task per language in
 `OUT/results.png`. A real download has no test labels (XTREME's utils_preprocess.py removes
 them): the run then reports dev alone, and `OUT/predictions` is what the leaderboard takes.
 
@@ -69,6 +70,7 @@ from xlpretrain.training.task_plan import XtremePlan
 
 log = logging.getLogger("xlpretrain")
 DONE = "results.json"  # in a task's folder, written last
+DEV_RESULTS = "dev_results.json"  # in OUT: the dev table and each task's selection
 # The task kind of each reader format (`TaskLayout.kind`) that fine-tunes.
 KIND_OF_FORMAT = {
     "pairs": "sequence_classification",
@@ -400,7 +402,8 @@ class RunResults:
     selected: dict[str, dict[str, Any]]
 
     def json(self) -> dict[str, Any]:
-        """`OUT/results.json`: `selected`, `dev` and, where test labels were found, `test`."""
+        """Every table of the run: `selected`, `dev` and, where test labels were found, `test`
+        (what `results.md` and `results.png` draw)."""
         tables = {"dev": self.dev, "test": self.test}
         found = {name: report.results for name, report in tables.items() if report is not None}
         return {"selected": self.selected, **found}
@@ -426,7 +429,10 @@ def run(plan: XtremePlan, out: str | os.PathLike, devices=None) -> RunResults | 
     test = score.score(out / "predictions", labels, plan.version) if labels else None
     finished = RunResults(results, dev_report, test, labels, selection(results))
     if jax.process_index() == 0:
-        (out / "results.json").write_text(json.dumps(finished.json(), indent=2))
+        written = finished.json()
+        if test is not None:
+            (out / "results.json").write_text(json.dumps(written.pop("test"), indent=2))
+        (out / DEV_RESULTS).write_text(json.dumps(written, indent=2))
     return finished
 
 

@@ -4,9 +4,10 @@
 [--tasks xnli,panx,...] [--labels DIR]` fine-tunes a pre-trained model on each task, zero-shot
 from English, into `OUT/<task>/` (each a workdir that resumes; a finished task is not redone),
 writes every test language's predictions in XTREME's submission layout (`OUT/predictions/`) and
-every language's dev set's (`OUT/dev_predictions/`), scores them into `OUT/results.json`
-(evaluate.py's JSON of dev, and of test where test labels are found: `--labels`),
-`OUT/results.md` and `OUT/results.png` (`xlpretrain.training.xtreme_run`), and prints which
+every language's dev set's (`OUT/dev_predictions/`), scores them into `OUT/dev_results.json`
+(evaluate.py's JSON of dev, and the dev score each task selected on) and, where test labels are
+found (`--labels`), `OUT/results.json` (evaluate.py's JSON of test), `OUT/results.md` and
+`OUT/results.png` (`xlpretrain.training.xtreme_run`), and prints which
 table is which and where the test predictions go.
 
 `score --predictions DIR --labels DIR --output FILE [--version xtreme|xtreme-r]` scores the
@@ -144,7 +145,8 @@ def summary(finished, out: str) -> str:
     lines += [
         "",
         f"test predictions: {os.path.join(out, 'predictions')}",
-        f"wrote {os.path.join(out, 'results.json')}, results.md, results.png",
+        f"wrote {os.path.join(out, 'results.json') + ', ' if finished.test else ''}"
+        f"{os.path.join(out, 'dev_results.json')}, results.md, results.png",
     ]
     return "\n".join(lines)
 

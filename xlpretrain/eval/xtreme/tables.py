@@ -3,9 +3,9 @@ per model, a column per task with its headline metric, then the average), each t
 below it; and `results.png`, each task's score per language.
 
 `markdown` draws one evaluate.py JSON (`score.Report.results`); `report_markdown` and `plot` a
-run's `results.json` (`xtreme_run.RunResults.json`): its test table where test labels were
-found, its dev table (every language's dev set) and the dev score each task selected on, so
-they say what `results.json` says.
+run's tables (`xtreme_run.RunResults.json`): its test table where test labels were found
+(`results.json`), its dev table (every language's dev set) and the dev score each task
+selected on (`dev_results.json`), so they say what those files say.
 """
 
 from __future__ import annotations
