@@ -10,9 +10,13 @@ Every key is in `xlpretrain.training.task_config.default_config()`. The presets:
   UD-POS 500 steps), the best kept and compared with the final model (`select`
   `best_then_final`); QA (`--save_steps -1`) predicts with the final model (`select` `none`);
   seed 1 for tagging, 42 otherwise; QA's 500 warm-up steps never capped (TyDiQA's ~351 steps
-  only warm up); BUCC and Tatoeba are not fine-tuned, their sentence embeddings are the state
-  after the 8th layer (`run_bucc2018.sh`: the first token's, `run_tatoeba.sh`: the mean).
-- `large`: the same scripts' XLM-R large (3e-5 on XNLI; the same cadence, selection and seeds;
+  only warm up); an epoch's steps counted as the scripts count them (`loader_batch_size`: 8-row
+  loader batches, 4 a step; QA 4 × 8), PAN-X's and UD-POS's scheduler stepped before the
+  optimizer (`scheduler_first`, run_tag.py's order); BUCC and Tatoeba are not fine-tuned,
+  their sentence embeddings are the state after the 8th layer (`run_bucc2018.sh`: the first
+  token's, `run_tatoeba.sh`: the mean).
+- `large`: the same scripts' XLM-R large (3e-5 on XNLI; 2-row loader batches, 16 a step, but for
+  QA; the same cadence, selection and seeds;
   Tatoeba after the 14th of 24 layers, `run_tatoeba.sh`'s `--num_layers 24 --specific_layer
   13`; BUCC after the 20th: `run_bucc2018.sh` passes `--specific_layer 7` and no
   `--num_layers`, so `evaluate_retrieval.py` takes state 7 of the last 12 of 25).
@@ -40,8 +44,12 @@ from xlpretrain.training.task_config import TASKS, default_config
 PRESETS = ("base", "large", "ernie_m", "ernie_m_large", "veco_large", "demo")
 DEMO_TASKS = ("pawsx", "panx", "xquad", "tatoeba")
 FINE_TUNED_DEMO_TASKS = DEMO_TASKS[:3]
-# The presets not of XTREME's scripts: dev once an epoch, the best kept, seed 0, on every task.
-ALONE = dict(eval_every_steps=0, select="best_then_final", seed=0)
+# The presets not of XTREME's scripts: dev once an epoch, the best kept, seed 0, on every task;
+# their steps ⌈rows / batch_size⌉ an epoch, each update at its own step's rate.
+ALONE = dict(
+    eval_every_steps=0, select="best_then_final", seed=0, loader_batch_size=0,
+    scheduler_first=False,
+)  # fmt: skip
 
 
 def get_config(arg: str = "base") -> ml_collections.ConfigDict:
@@ -51,6 +59,8 @@ def get_config(arg: str = "base") -> ml_collections.ConfigDict:
     cfg = default_config()
     if preset == "large":
         cfg.xnli.learning_rate = 3e-5
+        for task in ("xnli", "pawsx", "panx", "udpos"):
+            cfg[task].loader_batch_size = 2  # BATCH_SIZE=2, GRAD_ACC=16
         cfg.tatoeba.layer = 14  # run_tatoeba.sh's LAYER=13 of the last 24 states
         cfg.bucc2018.layer = 20  # run_bucc2018.sh's 7 of the last 12 (its default) states
     if preset not in ("base", "large"):

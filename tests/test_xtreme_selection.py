@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from configs import xtreme as xtreme_config
+from xlpretrain.core.errors import ConfigError
 from xlpretrain.training.task_config import check_run_config, task_config
 from xlpretrain.training.task_plan import resolve_task
 from xlpretrain.training.task_tuning import BestParams, selected_step
@@ -45,9 +46,8 @@ def xtreme_selected(scores, t_total, save_steps):
     model is saved in output_dir; --eval_all_checkpoints scores sorted(glob(output_dir/**/
     pytorch_model.bin)), checkpoint-best/ before output_dir's own file ('c' < 'p'), each replacing
     best_checkpoint (initially checkpoint-best/ if it exists, else output_dir) only when `>`
-    the best so far (from 0; where every score is 0 the final predicts, here the first
-    evaluated: docs/xtreme.md lists it). save_steps -1 (train_qa.sh): no checkpoint, the final
-    predicts."""
+    the best so far (from 0: where every score is 0 the final predicts). save_steps -1
+    (train_qa.sh): no checkpoint, the final predicts."""
     best_score, best = 0, None
     for step in range(1, t_total + 1):
         if save_steps > 0 and step % save_steps == 0 and scores[step] > best_score:
@@ -57,6 +57,22 @@ def xtreme_selected(scores, t_total, save_steps):
         if scores[candidate] > best_score:
             chosen, best_score = candidate, scores[candidate]
     return chosen
+
+
+def xtreme_t_total(rows, per_gpu_train_batch_size, gradient_accumulation_steps, epochs):
+    """run_*.py's `t_total = len(train_dataloader) // args.gradient_accumulation_steps *
+    args.num_train_epochs` on one GPU (a RandomSampler's DataLoader, the last batch short), and
+    the updates its loop makes: `(step + 1) % gradient_accumulation_steps == 0` in each of
+    `int(num_train_epochs)` epochs."""
+    batches = -(-rows // per_gpu_train_batch_size)  # len(train_dataloader)
+    t_total = batches // gradient_accumulation_steps * epochs
+    updates = sum(
+        (step + 1) % gradient_accumulation_steps == 0
+        for _ in range(int(epochs))
+        for step in range(batches)
+    )
+    assert updates == t_total
+    return int(t_total)
 
 
 # --- ours ------------------------------------------------------------------------------------
@@ -102,19 +118,50 @@ def test_tydiqa_warms_up_500_steps_over_351_and_never_decays():
 
 @pytest.mark.parametrize(
     ("task", "rows", "warmup"),
-    [("pawsx", 49_401, 0), ("xquad", 88_641, 500), ("panx", 20_000, 0)],
+    [("pawsx", 49_401, 0), ("xquad", 88_641, 500), ("panx", 20_000, 0), ("udpos", 21_253, 0)],
 )
 def test_a_normal_tasks_every_rate_is_xtremes(task, rows, warmup):
     p = plan(task, rows)
     assert p.optim.warmup_steps == warmup
     ours = our_rates(p)
     lr, steps = p.optim.learning_rate, p.loop.steps
-    if task == "panx":  # run_tag.py steps the scheduler first: its update k takes our k + 1
-        theirs = xtreme_rates(lr, warmup, steps, scheduler_first=True)
-        np.testing.assert_allclose(ours[1:], theirs[:-1], rtol=1e-5, atol=1e-6 * lr)
-        assert theirs[-1] == 0.0 and ours[0] == pytest.approx(lr)  # docs/xtreme.md lists it
-    else:
-        np.testing.assert_allclose(ours, xtreme_rates(lr, warmup, steps), rtol=1e-5, atol=1e-6 * lr)
+    tags = task in ("panx", "udpos")  # run_tag.py steps the scheduler first: update k at k + 1
+    theirs = xtreme_rates(lr, warmup, steps, scheduler_first=tags)
+    np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-6 * lr)
+    if tags:  # the first update already decays; the last trains at 0
+        assert 0 < ours[0] < lr and ours[-1] == 0.0
+
+
+# Row counts on either side of a step's edge: 8 × 4 × 210 rows, one more (a loader batch of
+# one row, no update), 8 × 3 more (three loader batches, still none), and the real tasks'.
+EDGES = (6_720, 6_721, 6_744, 6_752, 49_401, 392_702, 20_000, 21_253)
+
+
+@pytest.mark.parametrize("preset", ["base", "large"])
+def test_each_tasks_step_count_is_the_scripts(preset):
+    scripts = {  # task: (per_gpu_train_batch_size, gradient_accumulation_steps, epochs)
+        "xnli": (8, 4, 5.0),
+        "pawsx": (8, 4, 5.0),
+        "panx": (8, 4, 10.0),
+        "udpos": (8, 4, 10.0),
+        "xquad": (4, 8, 3.0),
+        "mlqa": (4, 8, 3.0),
+        "tydiqa": (4, 8, 3.0),
+    }
+    if preset == "large":  # train_{xnli,pawsx,panx,udpos}.sh's xlm-roberta-large branch
+        scripts.update({t: (2, 16, scripts[t][2]) for t in ("xnli", "pawsx", "panx", "udpos")})
+    for task, (per_gpu, accumulation, epochs) in scripts.items():
+        for rows in EDGES:
+            theirs = xtreme_t_total(rows, per_gpu, accumulation, epochs)
+            assert plan(task, rows, preset).loop.steps == theirs, (task, rows)
+
+
+def test_a_loader_batch_that_does_not_divide_the_step_is_refused():
+    cfg = xtreme_config.get_config("base")
+    cfg.init.path, cfg.data.dir = "model", "xtreme"
+    cfg.panx.loader_batch_size = 12
+    with pytest.raises(ConfigError, match=r"'panx.loader_batch_size' \(12\) must divide"):
+        check_run_config(cfg)
 
 
 # --- the selection ---------------------------------------------------------------------------
@@ -143,6 +190,8 @@ SCRIPTED = {  # dev scores at 200, 400, 600, 800, 1000, then the final model's a
     "final better": [0.5, 0.7, 0.6, 0.6, 0.6, 0.75],
     "final ties the best": [0.5, 0.7, 0.6, 0.6, 0.6, 0.7],
     "rises late": [0.0, 0.1, 0.2, 0.3, 0.4, 0.3],
+    "every score 0": [0.0, 0.0, 0.0, 0.0, 0.0, 0.0],
+    "0 until the final": [0.0, 0.0, 0.0, 0.0, 0.0, 0.1],
 }
 EXPECTED = {
     "a peak": 400,
@@ -150,6 +199,8 @@ EXPECTED = {
     "final better": 1050,
     "final ties the best": 400,
     "rises late": 1000,
+    "every score 0": 1050,
+    "0 until the final": 1050,
 }
 
 
@@ -177,3 +228,10 @@ def test_a_later_equal_score_does_not_replace_the_kept_one(tmp_path):
     assert not best.offer({"w": np.ones(2, np.float32)}, 4, 0.5)
     assert best.read()["step"] == 2 and selected_step(best, 6) == 2
     assert (tmp_path / "best" / "step_2").is_dir() and not (tmp_path / "best" / "step_4").exists()
+
+
+def test_a_score_of_0_is_never_kept(tmp_path):
+    """XTREME's best_score starts at 0: nothing kept, the final parameters predict."""
+    best = BestParams(str(tmp_path))
+    assert not best.offer({"w": np.zeros(2, np.float32)}, 2, 0.0)
+    assert best.read() is None and selected_step(best, 6) == 6

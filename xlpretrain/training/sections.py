@@ -152,6 +152,8 @@ class OptimizerSettings:
     decay_steps: int = 0  # wsd: the decay's length (`optim.decay_steps` or `decay_fraction`)
     decay_shape: str = "linear"  # wsd: linear | cosine | 1-sqrt
     cap_warmup: bool = True  # linear: a warm-up longer than `steps` ends at `steps` (XTREME: no)
+    # Update k at the schedule's rate of k + 1 (XTREME's run_tag.py steps its scheduler first)
+    scheduler_first: bool = False
 
     @classmethod
     def of(cls, config: Mapping[str, Any]) -> OptimizerSettings:
@@ -184,9 +186,10 @@ class OptimizerSettings:
                 self.learning_rate, self.warmup_steps, self.steps, self.decay_steps,
                 self.decay_shape,
             )  # fmt: skip
-        return warmup_linear_decay(
+        rates = warmup_linear_decay(
             self.learning_rate, self.warmup_steps, self.steps, self.cap_warmup
         )
+        return (lambda count: rates(count + 1)) if self.scheduler_first else rates
 
 
 @dataclasses.dataclass(frozen=True)

@@ -28,14 +28,20 @@ from xlpretrain.training.finetune_config import default_config as finetune_defau
 PROTOCOLS = ("zero_shot", "translate_train_all", "in_language")
 VERSIONS = ("xtreme", "xtreme-r")
 # Each task XTREME fine-tunes, and its default settings: XTREME's own baselines for XLM-R base
-# (google-research/xtreme scripts/train_*.sh: 8 rows × 4 accumulated = 32 per step; no warm-up
-# and no weight decay but for QA: 500 warm-up steps, weight decay 1e-4). English dev is scored
+# (google-research/xtreme scripts/train_*.sh: 8 rows × 4 accumulated = 32 per step, QA 4 × 8; no
+# warm-up and no weight decay but for QA: 500 warm-up steps, weight decay 1e-4; run_tag.py steps
+# its scheduler before the optimizer, `scheduler_first`). English dev is scored
 # every `--save_steps` (XNLI 100, PAWS-X 200, PAN-X 1,000, UD-POS 500) and the best kept
 # (`--save_only_best_checkpoint`), then compared with the final model (`--eval_all_checkpoints`);
 # train_qa.sh's `--save_steps -1` scores nothing during training and predicts with the final
 # model. Seeds: run_tag.py gets `--seed 1`, run_classify.py and run_squad.py their default 42.
-_SENTENCES = dict(epochs=5.0, learning_rate=2e-5, batch_size=32, max_length=128, seed=42)
-_TAGS = dict(epochs=10.0, learning_rate=2e-5, batch_size=32, max_length=128, seed=1)
+_SENTENCES = dict(
+    epochs=5.0, learning_rate=2e-5, batch_size=32, loader_batch_size=8, max_length=128, seed=42
+)
+_TAGS = dict(
+    epochs=10.0, learning_rate=2e-5, batch_size=32, loader_batch_size=8, max_length=128, seed=1,
+    scheduler_first=True,
+)  # fmt: skip
 _QA = dict(
     eval_every_steps=-1,
     select="none",
@@ -43,6 +49,7 @@ _QA = dict(
     epochs=3.0,
     learning_rate=3e-5,
     batch_size=32,
+    loader_batch_size=4,
     max_length=384,
     warmup_steps=500,
     weight_decay=1e-4,
@@ -88,6 +95,8 @@ def task_section(
     eval_every_steps: int = 0,
     select: str = "best_then_final",
     seed: int = 0,
+    loader_batch_size: int = 0,
+    scheduler_first: bool = False,
 ) -> ml_collections.ConfigDict:
     """One task's settings."""
     section = ml_collections.ConfigDict()
@@ -98,6 +107,13 @@ def task_section(
     section.weight_decay = float(weight_decay)
     section.layer_decay = float(layer_decay)  # layer-wise rate decay; 1: every layer alike
     section.batch_size = batch_size  # global rows per step (and per prediction batch)
+    # The script's data-loader batch, which its step count is of: an epoch is
+    # ⌊⌈rows / loader_batch_size⌉ / (batch_size / loader_batch_size)⌋ steps, as
+    # `len(train_dataloader) // gradient_accumulation_steps`; 0: batch_size (⌈rows / batch_size⌉)
+    section.loader_batch_size = loader_batch_size
+    # Update k trains at the schedule's rate of step k, not k - 1 (run_tag.py's scheduler.step()
+    # before optimizer.step(): the first update already decays, the last is at 0)
+    section.scheduler_first = scheduler_first
     section.max_length = max_length  # tokens per row, special tokens included
     # English dev scored each this many steps and at the end; 0: once an epoch; -1: at the end
     section.eval_every_steps = eval_every_steps
@@ -168,6 +184,7 @@ def _task_ranges(task: str) -> Ranges:
         f"{task}.epochs": (lambda v: v > 0, "must be > 0"),
         f"{task}.learning_rate": (lambda v: v > 0, "must be > 0"),
         f"{task}.batch_size": (lambda v: v > 0, "must be > 0"),
+        f"{task}.loader_batch_size": (lambda v: v >= 0, "must be >= 0 (0: batch_size)"),
         f"{task}.max_length": (lambda v: v >= 8, "must be >= 8"),
         f"{task}.warmup_fraction": (lambda v: 0.0 <= v < 1.0, "must be in [0, 1)"),
         f"{task}.warmup_steps": (lambda v: v >= 0, "must be >= 0 (0: warmup_fraction)"),
@@ -237,6 +254,7 @@ def task_default_config() -> ml_collections.ConfigDict:
     cfg.mesh = base.mesh
     cfg.qa = qa_section()
     cfg.select = "best_then_final"  # SELECTIONS
+    cfg.optim.scheduler_first = False  # `<task>.scheduler_first`
     return cfg
 
 
@@ -250,6 +268,15 @@ del TASK_RANGES["data.train_language"]
 # A warm-up may outlast a task's steps (`<task>.warmup_steps` 500 on TyDiQA's ~350), as in
 # get_linear_schedule_with_warmup; `task_plan` leaves it uncapped.
 TASK_RANGES["optim.warmup_fraction"] = (lambda v: v >= 0.0, "must be >= 0")
+
+
+def steps_per_epoch(rows: int, batch_size: int, loader_batch_size: int = 0) -> int:
+    """An epoch's steps as XTREME's scripts count them (`len(train_dataloader) //
+    gradient_accumulation_steps`: loader batches of `loader_batch_size` rows, the last one
+    short, `batch_size / loader_batch_size` of them a step, an incomplete last step not
+    counted), at least 1."""
+    loader = loader_batch_size or batch_size
+    return max(1, math.ceil(rows / loader) // (batch_size // loader))
 
 
 def task_config(
@@ -277,7 +304,8 @@ def task_config(
     out.optim.update({key: own[key] for key in _OWN_OPTIM})
     out.train = ml_collections.ConfigDict(cfg.train.to_dict())
     out.train.seed = own.seed
-    per_epoch = max(1, math.ceil(train_rows / own.batch_size))
+    out.optim.scheduler_first = own.scheduler_first
+    per_epoch = steps_per_epoch(train_rows, own.batch_size, own.loader_batch_size)
     if out.train.steps == 0:
         out.train.steps = max(1, math.ceil(own.epochs * per_epoch))
     if own.warmup_steps:  # as a share of the steps, which rounds back to them; never capped:
@@ -293,6 +321,12 @@ def check_run_config(cfg: ml_collections.ConfigDict) -> None:
     check_keys(cfg, default_config(), RANGES)
     check_stop_at(cfg.train)
     for task in TASKS:
+        loader, batch = cfg[task].loader_batch_size, cfg[task].batch_size
+        if loader and batch % loader:
+            raise ConfigError(
+                f"config key '{task}.loader_batch_size' ({loader}) must divide "
+                f"'{task}.batch_size' ({batch}): a step accumulates whole loader batches"
+            )
         if cfg[task].warmup_fraction and cfg[task].warmup_steps:
             raise ConfigError(
                 f"config keys '{task}.warmup_fraction' ({cfg[task].warmup_fraction}) and "

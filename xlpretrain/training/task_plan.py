@@ -79,7 +79,11 @@ def resolve_task(cfg: ml_collections.ConfigDict) -> TaskPlan:
         model=model_overrides(cfg.model),
         pipeline=PipelineSettings.of(cfg),
         # XTREME's run_*.py: get_linear_schedule_with_warmup, a warm-up longer than the run kept
-        optim=dataclasses.replace(OptimizerSettings.of(cfg), cap_warmup=False),
+        optim=dataclasses.replace(
+            OptimizerSettings.of(cfg),
+            cap_warmup=False,
+            scheduler_first=cfg.optim.scheduler_first,
+        ),
         loop=LoopSettings.of(cfg),
         mesh=MeshSettings.of(cfg),
         record=ConfigRecord.of(json.loads(cfg.to_json_best_effort())),

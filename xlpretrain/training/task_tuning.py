@@ -209,9 +209,11 @@ class BestParams:
 
     def offer(self, params, step: int, score: float) -> bool:
         """Keeps `params` if `score` beats the best so far, strictly (a later equal score leaves
-        the earlier kept, as run_classify.py's and run_tag.py's `>`); whether it did."""
+        the earlier kept, as run_classify.py's and run_tag.py's `>`); whether it did. The best
+        starts at 0 there (`best_score = 0`): a score of 0 is never kept, so where every dev
+        score is 0 the final parameters predict, as XTREME's final model does."""
         best = self.read()
-        if best is not None and score <= best["score"]:
+        if score <= (0.0 if best is None else best["score"]):
             return False
         path = os.path.join(self.folder, f"step_{step}")
         if os.path.exists(path):
