@@ -502,6 +502,37 @@ def test_a_row_with_one_boundary_kept_counts_it_once():
     np.testing.assert_allclose(float(loss), -(s[0, 1] + s[1, 2] + e[0, 2]) / 3, rtol=1e-6)
 
 
+@pytest.mark.parametrize("family", ["xlmr", "bert"])
+def test_qa_padding_is_hugging_faces_so_the_window_loss_is(family, tmp_path):
+    """XTREME's QA loss runs its softmax over the padded window, padding's logits included, so
+    a padding position's state must be the transformers class's: there padding attends to its
+    row's tokens (`attention_mask` masks keys alone; `masks.padding_sees_row`). On padded rows
+    every position's logits, and the loss over the window, are HF's."""
+    params = initial_params(family, QUESTION_ANSWERING)
+    tagged, _ = make_batch(family, TOKEN_CLASSIFICATION, seed=5)  # rows of 5 to 12 tokens
+    ours = {key: tagged[key] for key in ("input_ids", "segment_ids", "positions", "token_types")
+            if key in tagged}  # fmt: skip
+    lengths = ours["segment_ids"].sum(1)
+    assert (lengths[:ROWS] < LENGTH).sum() >= 2  # padding to read
+    start = np.where(np.arange(len(lengths)) < ROWS, np.minimum(lengths - 3, 1 + np.arange(6)), 0)
+    ours.update(
+        start_positions=start.astype(np.int32),
+        end_positions=(start + (start > 0)).astype(np.int32),
+        pred_weights=(np.arange(len(lengths)) < ROWS).astype(np.float32),
+    )
+    write_task(family, QUESTION_ANSWERING, params, tmp_path / "hf")
+    model = hf_model(family, QUESTION_ANSWERING, tmp_path / "hf", train=False)
+    inputs = hf_inputs(ours)
+    with torch.no_grad():
+        out = model(**inputs)
+    want = np.stack([out.start_logits.numpy(), out.end_logits.numpy()], -1)
+    got = our_outputs(family, QUESTION_ANSWERING, params, ours)  # padding rows last
+    scale = np.abs(want).max()
+    np.testing.assert_allclose(got[:ROWS], want, rtol=0, atol=LOGIT_TOLERANCE * scale)
+    loss, _, _ = task_losses.span_cross_entropy(got[..., 0], got[..., 1], ours)
+    np.testing.assert_allclose(float(loss), float(out.loss), rtol=1e-5)
+
+
 @pytest.mark.parametrize("region", [None, np.zeros((1, 4), np.int32)])
 def test_a_padding_row_alone_gives_zero_and_finite_gradients(region):
     batch = {

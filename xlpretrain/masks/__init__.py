@@ -92,6 +92,16 @@ def mmlm(q: Meta, k: Meta) -> jax.Array:
     return q["segment_ids"] == k["segment_ids"]
 
 
+def padding_sees_row(q: Meta, k: Meta) -> jax.Array:
+    """Fine-tuning rows as Hugging Face's `attention_mask` runs them, a mask of keys alone: a
+    token sees its segment, and padding (segment 0) sees every token of its row, so that a
+    padding position's state is the reference's (XTREME's QA loss runs its softmax over the
+    padded window, padding's logits included). A row of padding alone sees its first place."""
+    padding = q["segment_ids"] == 0
+    own = (q["segment_ids"] == k["segment_ids"]) & ~padding
+    return own | (padding & ((k["segment_ids"] > 0) | (k["index"] == 0)))
+
+
 def tlm(q: Meta, k: Meta) -> jax.Array:
     """Translation LM: a pair ``<s> A </s></s> B </s>`` is one segment, so both sides see
     each other — the same rule as MMLM, registered separately because objectives name it."""
@@ -161,6 +171,7 @@ MASKS: dict[str, MaskFn] = {
     "btmlm": btmlm,
     "veco_cross": veco_cross,
     "veco_causal": veco_causal,
+    "padding_sees_row": padding_sees_row,  # fine-tuning's QA (model.task_heads.SpanExtractor)
 }
 
 

@@ -105,10 +105,16 @@ class Embeddings(nn.Module):
 
 
 def position_rows(config: ModelConfig, positions: jax.Array) -> jax.Array:
-    """The batch's positions (a unit's first token at ``pad_token_id + 1``, as the data
-    numbers them) as rows of the model's table, the first at ``positions_from``; padding at 0
-    where the table has no row before its first."""
-    return jnp.maximum(positions - (config.pad_token_id + 1) + config.positions_from, 0)
+    """The batch's positions `[B, L]` (a unit's first token at ``pad_token_id + 1``, as the
+    data numbers them; padding at ``pad_token_id``) as rows of the model's table, the first at
+    ``positions_from``. Padding takes XLM-R's padding row where the table has one before its
+    first; where it has none (BERT) padding takes its place in the row, as HF's BERT numbers
+    every token (padding's state, which a loss over the padded window reads, is then HF's)."""
+    rows = positions - (config.pad_token_id + 1) + config.positions_from
+    if config.positions_from > 0:
+        return jnp.maximum(rows, 0)
+    place = jax.lax.broadcasted_iota(positions.dtype, positions.shape, positions.ndim - 1)
+    return jnp.where(positions <= config.pad_token_id, place, rows)
 
 
 class Mlp(nn.Module):

@@ -55,15 +55,16 @@ def encode(
     batch: dict[str, jax.Array],
     deterministic: bool,
     memory: jax.Array | None = None,
+    mask_fn: masks.MaskFn = masks.mmlm,
 ) -> jax.Array:
-    """The encoder's own forward pass over a batch of rows (`masks.mmlm`: each token attends
-    within its segment), with the batch's `token_types` where it has them: `[B, L, H]`. With
-    `memory` (VECO's plugged-in stream s), each token also attends to the other sequence's
+    """The encoder's own forward pass over a batch of rows (`mask_fn`, `masks.mmlm`: each token
+    attends within its segment), with the batch's `token_types` where it has them: `[B, L, H]`.
+    With `memory` (VECO's plugged-in stream s), each token also attends to the other sequence's
     states there (`masks.veco_cross`)."""
     return backbone(
         batch["input_ids"],
         batch["positions"],
-        mask_fn=masks.mmlm,
+        mask_fn=mask_fn,
         mask_meta={k: batch[k] for k in META_KEYS if k in batch},
         lang_ids=batch.get("lang_ids"),
         token_types=batch.get("token_types"),
@@ -128,8 +129,18 @@ class SpanExtractor(nn.Module):
     def __call__(
         self, batch: dict[str, jax.Array], deterministic: bool = True
     ) -> tuple[jax.Array, jax.Array]:
-        logits = self.head(encode(self.backbone, batch, deterministic), deterministic)
+        hidden = encode(self.backbone, batch, deterministic, mask_fn=self.mask_fn)
+        logits = self.head(hidden, deterministic)
         return logits[..., 0], logits[..., 1]
+
+    @property
+    def mask_fn(self) -> masks.MaskFn:
+        """Padding attends to its row's tokens, as in Hugging Face's classes, whose padding
+        logits XTREME's loss over the window reads (`masks.padding_sees_row`); a model with
+        local layers (ModernBERT) keeps padding to padding (`masks.mmlm`), where a window
+        could leave a padding position no token in reach."""
+        local = self.config.layer_type == "pre_ln" and self.config.global_every > 1
+        return masks.mmlm if local else masks.padding_sees_row
 
 
 class PairClassifier(nn.Module):
