@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from xlpretrain.eval.xtreme import answers, score
+from xlpretrain.eval.xtreme import answers, score, tables
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 MOCK = REPO / "tests" / "data" / "xtreme_mock"
@@ -318,3 +318,22 @@ def test_without_seqeval_score_says_what_to_install(tmp_path):
     assert done.stderr.count("\n") == 1, done.stderr
     assert "needs seqeval, which is not installed: pip install seqeval" in done.stderr
     assert not (tmp_path / "x.json").exists()
+
+
+def test_a_panels_average_line_is_the_metric_its_bars_show():
+    """results.png: QA's bars are F1 in every language, so its line is evaluate.py's F1 average
+    over the version's languages (`avg_f1`), not `avg_metric` (the mean of F1 and EM); a task
+    whose JSON has no average of its metric draws no line."""
+    from matplotlib.figure import Figure
+
+    qa = {
+        "f1": {"en": 80.0, "de": 60.0, "xx": 10.0},
+        "exact_match": {"en": 70.0, "de": 50.0, "xx": 5.0},
+        "avg_f1": 70.0,
+        "avg_exact_match": 60.0,
+        "avg_metric": 65.0,
+    }
+    axes = Figure().subplots()
+    tables.panel(axes, "xquad", {"test": qa, "dev": {"f1": {"en": 90.0}}})
+    assert [bar.get_height() for bar in axes.patches] == [80.0, 60.0, 10.0, 90.0]
+    assert [list(line.get_ydata()) for line in axes.lines] == [[70.0, 70.0]]

@@ -107,6 +107,14 @@ def report_markdown(report: Mapping[str, Any], model: str) -> str:
     return "\n".join(parts)
 
 
+def bars_average(scores: Mapping[str, Any], metric: str) -> float | None:
+    """The average line of a task's panel: the metric its bars show, averaged as evaluate.py
+    averages it (`avg_<metric>`, over the version's languages; QA's `avg_metric`, the mean of
+    F1 and EM, is not what its F1 bars show). None where evaluate.py has no such average."""
+    average = scores.get(f"avg_{metric}")
+    return None if average is None else float(average)
+
+
 def plot(report: Mapping[str, Any], path: str, title: str) -> None:
     """`path` (PNG): a panel per task, its headline metric per language, test and dev side by
     side where both are scored."""
@@ -119,11 +127,11 @@ def plot(report: Mapping[str, Any], path: str, title: str) -> None:
     figure.suptitle(title)
     panels = figure.subplots(max(1, len(names)), 1, squeeze=False)[:, 0]
     for axes, name in zip(panels, names, strict=False):
-        _panel(axes, name, {table: tasks[name] for table, tasks in drawn.items() if name in tasks})
+        panel(axes, name, {table: tasks[name] for table, tasks in drawn.items() if name in tasks})
     FigureCanvasAgg(figure).print_png(path)
 
 
-def _panel(axes: Any, name: str, scores: Mapping[str, Mapping[str, Any]]) -> None:
+def panel(axes: Any, name: str, scores: Mapping[str, Mapping[str, Any]]) -> None:
     """One task's bars per language, one colour per table (test, dev)."""
     values = {table: per_language(task_scores) for table, task_scores in scores.items()}
     languages = list(dict.fromkeys(lang for _, v in values.values() for lang in v))
@@ -132,8 +140,10 @@ def _panel(axes: Any, name: str, scores: Mapping[str, Mapping[str, Any]]) -> Non
     for offset, (table, (metric, by_language)) in enumerate(values.items()):
         x = [languages.index(lang) + offset * width for lang in by_language]
         axes.bar(x, list(by_language.values()), width, color=colours[table], label=table)
-        if "avg_metric" in scores[table]:
-            axes.axhline(scores[table]["avg_metric"], color=colours[table], linestyle="--")
+        average = bars_average(scores[table], metric)
+        if average is not None:
+            axes.axhline(average, color=colours[table], linestyle="--",
+                         label=f"{table}: average over XTREME's languages")  # fmt: skip
         axes.set_ylabel(HEADLINES.get(metric, metric))
     axes.set_xticks([i + 0.4 - width / 2 for i in range(len(languages))], languages)
     axes.legend(loc="upper right")
