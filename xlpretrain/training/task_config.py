@@ -14,12 +14,14 @@ run's.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import ml_collections
 
 from xlpretrain.core.errors import ConfigError
 from xlpretrain.data.qa_windows import ANSWER_TEXTS
+from xlpretrain.tasks.declaration import TaskSettings
 from xlpretrain.training.config import LOOP_RANGES, MESH_RANGES, check_stop_at, loop_section
 from xlpretrain.training.config_keys import Ranges, check_keys
 from xlpretrain.training.finetune_config import RANGES as FINETUNE_RANGES
@@ -132,18 +134,10 @@ def retrieval_section(*, layer: int, pooling: str, batch_size: int) -> ml_collec
 
 
 def qa_section() -> ml_collections.ConfigDict:
-    """QA's windows and decoding: XTREME's (scripts/train_qa.sh, run_squad.py defaults)."""
-    qa = ml_collections.ConfigDict()
-    qa.doc_stride = 128  # tokens between the starts of a context's windows
-    qa.max_query_length = 64  # the question's tokens kept
-    qa.n_best_size = 20  # starts and ends considered per window
-    qa.max_answer_length = 30  # tokens
-    # The start/end softmax of the training loss: "window", every position of the padded
-    # window (run_squad.py's); "tokens", the row's tokens alone (padding masked out).
-    qa.loss_over = "window"
-    # words: get_final_text's whole words where a span's text cannot be aligned (XTREME's);
-    # characters: the span's own characters, found with spaces ignored (data/qa_windows.py)
-    qa.answer_text = "words"
+    """QA's windows, loss and decoding (`qa.*`): `TaskSettings`' defaults, XTREME's
+    (scripts/train_qa.sh, run_squad.py); `plug_in` is the model's (`model.plug_in`)."""
+    qa = ml_collections.ConfigDict(dataclasses.asdict(TaskSettings()))
+    del qa.plug_in
     return qa
 
 
