@@ -166,6 +166,63 @@ def _fit_pair(a: np.ndarray, b: np.ndarray, budget: int) -> tuple[np.ndarray, np
     return a[:a_len], b[: budget - a_len]
 
 
+# A unit's two sentences and their language ids: (x, y, lang_x, lang_y).
+_SentencePair = tuple[np.ndarray, np.ndarray, int, int]
+
+
+def _sentence_pair_row(
+    draw: Callable[[int], _SentencePair],
+    add_unit: Callable[[RowPacker, np.ndarray, np.ndarray, int, int], None],
+    pad_id: int,
+    *,
+    length: int,
+    pack: bool,
+    max_draws: int | None = None,
+    max_units: int = 0,
+) -> Batch:
+    """Units of two sentences and 4 special tokens, `draw(i)` the i-th, laid out by `add_unit`:
+    the one packing rule of TLM and VECO rows. A first unit too long for the row is cut
+    (`_fit_pair`), a later one ends the row; at most `max_draws` draws (None: no limit) and
+    `max_units` units (0: as many as fit)."""
+    packer = RowPacker(length, pad_id)
+    for taken in itertools.count() if max_draws is None else range(max_draws):
+        if max_units and packer.units == max_units:
+            break
+        budget = packer.remaining - 4
+        if budget < 2 * MIN_SEGMENT_TOKENS:
+            break
+        x, y, first_lang, second_lang = draw(taken)
+        if len(x) + len(y) > budget:
+            if packer.units > 0:
+                break
+            x, y = _fit_pair(x, y, budget)
+        add_unit(packer, x, y, first_lang, second_lang)
+        if not pack:
+            break
+    return packer.row
+
+
+def _aligned_pair_draw(
+    source: ParallelCorpus,
+    tokenizer: Tokenizer,
+    pair: tuple[str, str],
+    lang_ids: tuple[int, int],
+    rng: np.random.Generator,
+) -> Callable[[int], _SentencePair]:
+    """Consecutive aligned lines from a random one, each in a random order, so that both
+    languages appear as the first sentence."""
+    n_lines = source.num_lines(pair)
+    index = int(rng.integers(n_lines))
+
+    def draw(taken: int) -> _SentencePair:
+        first, second = source.token_pair(pair, (index + taken) % n_lines, tokenizer)
+        if rng.random() < 0.5:
+            return second, first, lang_ids[1], lang_ids[0]
+        return first, second, lang_ids[0], lang_ids[1]
+
+    return draw
+
+
 def translation_pair_row(
     source: ParallelCorpus,
     tokenizer: Tokenizer,
@@ -183,22 +240,8 @@ def translation_pair_row(
     `reset_positions` restarts positions for the second sentence (XLM); XLM-R/InfoXLM keep them
     continuous.
     """
-    packer = RowPacker(length, tokenizer.pad_id)
-    n_lines = source.num_lines(pair)
-    index = int(rng.integers(n_lines))
-    for taken in range(n_lines):
-        budget = packer.remaining - 4
-        if budget < 2 * MIN_SEGMENT_TOKENS:
-            break
-        a, b = source.token_pair(pair, (index + taken) % n_lines, tokenizer)
-        first_lang, second_lang = lang_ids
-        if rng.random() < 0.5:
-            a, b = b, a
-            first_lang, second_lang = second_lang, first_lang
-        if len(a) + len(b) > budget:
-            if packer.units > 0:
-                break
-            a, b = _fit_pair(a, b, budget)
+
+    def add_unit(packer: RowPacker, a: np.ndarray, b: np.ndarray, lang_a: int, lang_b: int) -> None:
         side_a = np.concatenate([[tokenizer.bos_id], a, [tokenizer.eos_id]])
         side_b = np.concatenate([[tokenizer.eos_id], b, [tokenizer.eos_id]])
         ids = np.concatenate([side_a, side_b])
@@ -208,38 +251,34 @@ def translation_pair_row(
         side = np.concatenate(
             [np.full(len(side_a), SIDE_SOURCE), np.full(len(side_b), SIDE_TARGET)]
         )
-        lang = np.concatenate([np.full(len(side_a), first_lang), np.full(len(side_b), second_lang)])
+        lang = np.concatenate([np.full(len(side_a), lang_a), np.full(len(side_b), lang_b)])
         packer.add(ids, positions, side, lang)
-        if not pack:
-            break
-    return packer.row
+
+    draw = _aligned_pair_draw(source, tokenizer, pair, lang_ids, rng)
+    return _sentence_pair_row(
+        draw,
+        add_unit,
+        tokenizer.pad_id,
+        length=length,
+        pack=pack,
+        max_draws=source.num_lines(pair),
+    )
 
 
 def _segment_pair_row(
-    draw: Callable[[int], tuple[np.ndarray, np.ndarray, int, int]],
+    draw: Callable[[int], _SentencePair],
     tokenizer: Tokenizer,
-    rng: np.random.Generator,
     *,
     length: int,
     pack: bool,
     max_units: int = 0,
 ) -> Batch:
     """Units of two segments `<s> x </s>` (side 0) and `<s> y </s>` (side 1), each with its
-    own positions from 2, sharing `pair_ids`; `draw(i)` gives the i-th (x, y, lang_x, lang_y);
-    at most `max_units` units (0: as many as fit)."""
-    packer = RowPacker(length, tokenizer.pad_id)
-    for taken in itertools.count():
-        if max_units and packer.units == max_units:
-            break
-        budget = packer.remaining - 4
-        if budget < 2 * MIN_SEGMENT_TOKENS:
-            break
-        x, y, first_lang, second_lang = draw(taken)
-        if len(x) + len(y) > budget:
-            if packer.units > 0:
-                break
-            x, y = _fit_pair(x, y, budget)
-        for i, (tokens, lang) in enumerate(((x, first_lang), (y, second_lang))):
+    own positions from 2, sharing `pair_ids`; `draw(i)` gives the i-th; at most `max_units`
+    units (0: as many as fit)."""
+
+    def add_unit(packer: RowPacker, x: np.ndarray, y: np.ndarray, lang_x: int, lang_y: int) -> None:
+        for i, (tokens, lang) in enumerate(((x, lang_x), (y, lang_y))):
             ids = np.concatenate([[tokenizer.bos_id], tokens, [tokenizer.eos_id]])
             packer.add(
                 ids,
@@ -248,9 +287,10 @@ def _segment_pair_row(
                 np.full(len(ids), lang),
                 same_pair=bool(i),
             )
-        if not pack:
-            break
-    return packer.row
+
+    return _sentence_pair_row(
+        draw, add_unit, tokenizer.pad_id, length=length, pack=pack, max_units=max_units
+    )
 
 
 def parallel_segment_pairs_row(
@@ -265,16 +305,8 @@ def parallel_segment_pairs_row(
     max_units: int = 0,
 ) -> Batch:
     """VECO bilingual units: a sentence and its translation as two segments (random order)."""
-    n_lines = source.num_lines(pair)
-    index = int(rng.integers(n_lines))
-
-    def draw(taken: int) -> tuple[np.ndarray, np.ndarray, int, int]:
-        first, second = source.token_pair(pair, (index + taken) % n_lines, tokenizer)
-        if rng.random() < 0.5:
-            return second, first, lang_ids[1], lang_ids[0]
-        return first, second, lang_ids[0], lang_ids[1]
-
-    return _segment_pair_row(draw, tokenizer, rng, length=length, pack=pack, max_units=max_units)
+    draw = _aligned_pair_draw(source, tokenizer, pair, lang_ids, rng)
+    return _segment_pair_row(draw, tokenizer, length=length, pack=pack, max_units=max_units)
 
 
 def monolingual_segment_pairs_row(
@@ -294,9 +326,9 @@ def monolingual_segment_pairs_row(
         raise ValueError(f"language {language!r} has one usable line: no adjacent segments")
     index = int(rng.integers(n_lines - 1))
 
-    def draw(taken: int) -> tuple[np.ndarray, np.ndarray, int, int]:
+    def draw(taken: int) -> _SentencePair:
         first = (index + 2 * taken) % (n_lines - 1)  # never pairs the last line with the first
         x = source.tokens(language, first, tokenizer)
         return x, source.tokens(language, first + 1, tokenizer), lang_id, lang_id
 
-    return _segment_pair_row(draw, tokenizer, rng, length=length, pack=pack, max_units=max_units)
+    return _segment_pair_row(draw, tokenizer, length=length, pack=pack, max_units=max_units)
