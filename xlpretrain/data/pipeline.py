@@ -98,26 +98,27 @@ class StepBatchBuilder(grain.transforms.Map):
         def readers(source: str) -> str:
             return ", ".join(sorted({n for n, spec in every if source in spec.sources()}))
 
-        self._mono_keys, self._mono_p = [], np.zeros(0)
-        self._pair_keys, self._pair_p = [], np.zeros(0)
-        self.mono_probabilities: dict[str, float] = {}  # by language; empty if unused
-        self.parallel_probabilities: dict[tuple[str, str], float] = {}
-        if MONO in sources:
-            if corpus.mono is None:
-                raise ValueError(f"{readers(MONO)} need monolingual data, but the corpus has none")
-            counts = {lang: corpus.mono.num_lines(lang) for lang in corpus.mono.languages}
-            self._mono_counts = counts
-            self.mono_probabilities = language_probabilities(counts, mono_alpha)
-            self._mono_keys = list(self.mono_probabilities)
-            self._mono_p = np.array(list(self.mono_probabilities.values()))
-        if PARALLEL in sources:
-            if corpus.parallel is None:
-                raise ValueError(f"{readers(PARALLEL)} need parallel data, but the corpus has none")
-            counts = {pair: corpus.parallel.num_lines(pair) for pair in corpus.parallel.pairs}
-            self._pair_counts = counts
-            self.parallel_probabilities = language_probabilities(counts, parallel_alpha)
-            self._pair_keys = list(self.parallel_probabilities)
-            self._pair_p = np.array(list(self.parallel_probabilities.values()))
+        # By corpus kind: lines per language (pair), and its languages' sampling order and
+        # probabilities; empty for a kind no stream reads.
+        self._counts: dict[str, dict] = {}
+        probabilities: dict[str, dict] = {MONO: {}, PARALLEL: {}}
+        for source, lines, what in (
+            (MONO, corpus.mono, "monolingual"),
+            (PARALLEL, corpus.parallel, "parallel"),
+        ):
+            if source not in sources:
+                continue
+            if lines is None:
+                raise ValueError(f"{readers(source)} need {what} data, but the corpus has none")
+            keys = lines.languages if source == MONO else lines.pairs
+            self._counts[source] = {key: lines.num_lines(key) for key in keys}
+            probabilities[source] = language_probabilities(
+                self._counts[source], self._alpha[source]
+            )
+        self._keys = {source: list(p) for source, p in probabilities.items()}
+        self._p = {source: np.array(list(p.values())) for source, p in probabilities.items()}
+        self.mono_probabilities: dict[str, float] = probabilities[MONO]  # by language
+        self.parallel_probabilities: dict[tuple[str, str], float] = probabilities[PARALLEL]
         self._special_ids = tokenizer.special_ids()
         self._builders: list[dict[str, RowBuilder]] = [  # per phase: its row lengths
             {
@@ -133,8 +134,8 @@ class StepBatchBuilder(grain.transforms.Map):
         alpha_key = f"{source}_alpha"
         count_key = "mono_languages" if source == MONO else "parallel_pairs"
         if self.anneal is None or not {alpha_key, count_key} & set(self.anneal.points):
-            return self._mono_p if source == MONO else self._pair_p
-        counts = self._mono_counts if source == MONO else self._pair_counts
+            return self._p[source]
+        counts = self._counts[source]
         alpha = self._alpha[source]
         if alpha_key in self.anneal:
             alpha = self.anneal.value(alpha_key, step)
@@ -197,7 +198,7 @@ class _LinesAt:
 
     @property
     def monolingual_languages(self) -> list[str]:
-        return self.run._mono_keys
+        return self.run._keys[MONO]
 
     @property
     def reset_positions(self) -> bool:
@@ -206,13 +207,13 @@ class _LinesAt:
     def monolingual(self, build, rng: np.random.Generator, length: int, **options) -> Batch:
         """A row of one language drawn by the α-sampling probabilities at this step."""
         corpus = self.run.corpus
-        lang = self._draw(MONO, self.run._mono_keys, rng)
+        lang = self._draw(MONO, self.run._keys[MONO], rng)
         return self._build(build, corpus.mono, lang, corpus.lang_id(lang), rng, length, options)
 
     def parallel(self, build, rng: np.random.Generator, length: int, **options) -> Batch:
         """A row of one language pair drawn by the α-sampling probabilities at this step."""
         corpus = self.run.corpus
-        pair = self._draw(PARALLEL, self.run._pair_keys, rng)
+        pair = self._draw(PARALLEL, self.run._keys[PARALLEL], rng)
         ids = (corpus.lang_id(pair[0]), corpus.lang_id(pair[1]))
         return self._build(build, corpus.parallel, pair, ids, rng, length, options)
 
