@@ -19,6 +19,7 @@ from xlpretrain.data import store as store_lib
 from xlpretrain.data.folders import MonolingualSource, ParallelSource
 from xlpretrain.data.held_out import DEFAULT_FRACTION, LineSplit, MonolingualPart, ParallelPart
 from xlpretrain.data.pipeline import Corpus, language_vocabulary
+from xlpretrain.data.protocols import MonolingualCorpus, ParallelCorpus
 from xlpretrain.data.sources import format_stats
 from xlpretrain.data.streams import MONO, PARALLEL
 from xlpretrain.data.tokenizer import (
@@ -194,52 +195,61 @@ def load_corpus(data: CorpusSettings, readers: Mapping[str, Sequence[str]]) -> C
     options = dict(strict=data.strict, max_line_bytes=data.max_line_bytes)
     mono = parallel = None
     if MONO in readers:
-        if mono_tfds.name:
-            from xlpretrain.data.tfds_source import TfdsMonolingualSource  # optional extra
-
-            mono = TfdsMonolingualSource.from_tfds(
-                mono_tfds.name,
-                split=mono_tfds.split,
-                data_dir=mono_tfds.data_dir or None,
-                text_key=mono_tfds.text_key,
-                language_key=mono_tfds.language_key or None,
-                language=mono_tfds.language or None,
-                **options,
-            )
-        elif mono_dir:
-            mono = MonolingualSource.from_dir(
-                configured_folder("data.mono_dir", mono_dir), **options
-            )
-        else:
-            raise ConfigError(
-                f"config key 'data.mono_dir': {', '.join(readers[MONO])} read monolingual data: "
-                "set it to a folder of <lang>.txt files (or data.mono_tfds.name)"
-            )
-        _log_stats(MONO, mono)
+        mono = _source(MONO, mono_tfds, mono_dir, readers[MONO], options)
     if PARALLEL in readers:
-        if parallel_tfds.name:
-            from xlpretrain.data.tfds_source import TfdsParallelSource  # optional extra
-
-            parallel = TfdsParallelSource.from_tfds(
-                parallel_tfds.name,
-                split=parallel_tfds.split,
-                data_dir=parallel_tfds.data_dir or None,
-                pair=parallel_tfds.pair or None,
-                language_keys=parallel_tfds.language_keys or None,
-                source_key=parallel_tfds.source_key or None,
-                target_key=parallel_tfds.target_key or None,
-                **options,
-            )
-        elif parallel_dir:
-            folder = configured_folder("data.parallel_dir", parallel_dir)
-            parallel = ParallelSource.from_dir(folder, **options)
-        else:
-            raise ConfigError(
-                f"config key 'data.parallel_dir': {', '.join(readers[PARALLEL])} read parallel "
-                "data: set it to a folder of <l1>-<l2>.tsv files (or data.parallel_tfds.name)"
-            )
-        _log_stats(PARALLEL, parallel)
+        parallel = _source(PARALLEL, parallel_tfds, parallel_dir, readers[PARALLEL], options)
     return Corpus(mono, parallel, language_vocabulary(mono, parallel))
+
+
+# Per corpus kind: its folder source, and what the folder holds (for the error when none is set).
+_FOLDERS = {
+    MONO: (MonolingualSource, "monolingual data: set it to a folder of <lang>.txt files"),
+    PARALLEL: (ParallelSource, "parallel data: set it to a folder of <l1>-<l2>.tsv files"),
+}
+
+
+def _source(
+    kind: str, tfds: TfdsSettings, folder: str, readers: Sequence[str], options: dict
+) -> MonolingualCorpus | ParallelCorpus:
+    """The `kind` corpus that the objectives `readers` read, logged: the TFDS dataset
+    `data.<kind>_tfds`, else the folder `data.<kind>_dir`."""
+    folder_source, holds = _FOLDERS[kind]
+    if tfds.name:
+        source = _tfds_source(kind, tfds, options)
+    elif folder:
+        source = folder_source.from_dir(configured_folder(f"data.{kind}_dir", folder), **options)
+    else:
+        raise ConfigError(
+            f"config key 'data.{kind}_dir': {', '.join(readers)} read {holds} "
+            f"(or data.{kind}_tfds.name)"
+        )
+    _log_stats(kind, source)
+    return source
+
+
+def _tfds_source(
+    kind: str, tfds: TfdsSettings, options: dict
+) -> MonolingualCorpus | ParallelCorpus:
+    """The TFDS dataset `data.<kind>_tfds`; TFDS is an optional extra, imported only here."""
+    from xlpretrain.data import tfds_source
+
+    common = dict(split=tfds.split, data_dir=tfds.data_dir or None, **options)
+    if kind == MONO:
+        return tfds_source.TfdsMonolingualSource.from_tfds(
+            tfds.name,
+            text_key=tfds.text_key,
+            language_key=tfds.language_key or None,
+            language=tfds.language or None,
+            **common,
+        )
+    return tfds_source.TfdsParallelSource.from_tfds(
+        tfds.name,
+        pair=tfds.pair or None,
+        language_keys=tfds.language_keys or None,
+        source_key=tfds.source_key or None,
+        target_key=tfds.target_key or None,
+        **common,
+    )
 
 
 def _log_stats(kind: str, source) -> None:
