@@ -26,6 +26,16 @@ def comma_list(kind: type):
     return parse
 
 
+def add_conversion(
+    commands: argparse._SubParsersAction, name: str, *, help: str, description: str
+) -> argparse.ArgumentParser:
+    """The command ``name SRC DST``: every conversion reads folder SRC into new folder DST."""
+    command = commands.add_parser(name, help=help, description=description)
+    command.add_argument("src", metavar="SRC")
+    command.add_argument("dst", metavar="DST")
+    return command
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = programs.ArgumentParser(
         prog="python -m xlpretrain.convert",
@@ -34,7 +44,8 @@ def main(argv: list[str] | None = None) -> None:
         "merge checkpoints of one model.",
     )
     commands = parser.add_subparsers(dest="command", required=True)
-    pull = commands.add_parser(
+    pull = add_conversion(
+        commands,
         "from-hf",
         help="HF XLMRobertaForMaskedLM, ModernBertForMaskedLM or BertForMaskedLM folder -> "
         "xlpretrain checkpoint folder",
@@ -43,14 +54,13 @@ def main(argv: list[str] | None = None) -> None:
         "new xlpretrain checkpoint folder (model.json, params/, tokenizer.model or "
         "tokenizer.json).",
     )
-    pull.add_argument("src", metavar="SRC")
-    pull.add_argument("dst", metavar="DST")
     pull.add_argument(
         "--allow-missing-head",
         action="store_true",
         help="accept a bare encoder (XLMRobertaModel, no lm_head.*) and initialise a new MLM head",
     )
-    push = commands.add_parser(
+    add_conversion(
+        commands,
         "to-hf",
         help="xlpretrain checkpoint folder, training workdir or task workdir -> HF folder",
         description="SRC: an xlpretrain checkpoint folder, or a training workdir (its latest "
@@ -63,9 +73,8 @@ def main(argv: list[str] | None = None) -> None:
         "or BERT one's SentencePiece model as both); for an XLM-E workdir, its discriminator "
         "as an XLMRobertaModel (ModernBertModel, BertModel) folder.",
     )
-    push.add_argument("src", metavar="SRC")
-    push.add_argument("dst", metavar="DST")
-    seq = commands.add_parser(
+    seq = add_conversion(
+        commands,
         "to-hf-seq2seq",
         help="VECO checkpoint folder or training workdir -> HF EncoderDecoderModel folder",
         description="SRC: an xlpretrain checkpoint folder or training workdir of a model with "
@@ -73,8 +82,6 @@ def main(argv: list[str] | None = None) -> None:
         "plain stream), XLM-R causal decoder from the last N layers whose cross-attention is "
         "the pre-trained plug-in.",
     )
-    seq.add_argument("src", metavar="SRC")
-    seq.add_argument("dst", metavar="DST")
     seq.add_argument(
         "--decoder-layers",
         type=int,
