@@ -70,7 +70,7 @@ REASONS = {
 # as in ``xlmr.RULES``.
 _HEAD = "cls.predictions."
 RULES: tuple[Rule, ...] = (
-    *(("bert." + name, ours, layout) for name, ours, layout in xlmr.ENCODER_RULES),
+    *hf.prefixed(xlmr.ENCODER_RULES, "bert."),
     (_HEAD + "transform.dense.weight", "lm_head/dense/kernel", LINEAR),
     (_HEAD + "transform.dense.bias", "lm_head/dense/bias", COPY),
     (_HEAD + "transform.LayerNorm.weight", "lm_head/layer_norm/scale", COPY),

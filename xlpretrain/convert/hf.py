@@ -168,6 +168,12 @@ def import_tensors(
     return traverse_util.unflatten_dict(flat, sep="/")
 
 
+def prefixed(rules: Iterable[Rule], hf: str = "", ours: str = "") -> tuple[Rule, ...]:
+    """``rules`` one level down: ``hf`` before each HF name, ``ours`` before each path (an
+    encoder's rules under its masked LM's prefix, a layer's under the stack's)."""
+    return tuple((hf + name, ours + path, layout) for name, path, layout in rules)
+
+
 class Part(NamedTuple):
     """One model of an export: ``rules``' HF names under ``prefix``, HF layer ``j`` taken from
     our layer ``layers[j]``."""
@@ -322,7 +328,7 @@ def head_of(params: Params) -> Params:
 def encoder_task_rules(prefix: str, encoder_rules: Sequence[Rule]) -> tuple[Rule, ...]:
     """A task class's encoder: the bare encoder's rules under ``prefix`` (HF), ``backbone/``
     (ours)."""
-    return tuple((prefix + hf, "backbone/" + ours, layout) for hf, ours, layout in encoder_rules)
+    return prefixed(encoder_rules, prefix, "backbone/")
 
 
 def linear_head_rules(name: str) -> tuple[Rule, ...]:

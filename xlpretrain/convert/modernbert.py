@@ -111,11 +111,11 @@ _LAYER_RULES: tuple[Rule, ...] = (
 ENCODER_RULES: tuple[Rule, ...] = (
     ("embeddings.tok_embeddings.weight", "embeddings/word_embeddings/embedding", COPY),
     ("embeddings.norm.weight", "embeddings/layer_norm/scale", COPY),
-    *((_LAYER + name, _STACK + ours, layout) for name, ours, layout in _LAYER_RULES),
+    *hf.prefixed(_LAYER_RULES, _LAYER, _STACK),
     ("final_norm.weight", "encoder/final_norm/scale", COPY),
 )
 RULES: tuple[Rule, ...] = (
-    *(("model." + name, ours, layout) for name, ours, layout in ENCODER_RULES),
+    *hf.prefixed(ENCODER_RULES, "model."),
     ("head.dense.weight", "lm_head/dense/kernel", LINEAR),
     ("head.norm.weight", "lm_head/layer_norm/scale", COPY),
     ("decoder.bias", "lm_head/bias", COPY),

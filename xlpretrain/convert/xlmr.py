@@ -37,6 +37,7 @@ from xlpretrain.convert.hf import (
     import_tensors,
     linear_head_rules,
     pair_head_rules,
+    prefixed,
     read_config,
     read_task,
     read_tensors,
@@ -130,10 +131,10 @@ ENCODER_RULES: tuple[Rule, ...] = (
     ),
     ("embeddings.LayerNorm.weight", "embeddings/layer_norm/scale", COPY),
     ("embeddings.LayerNorm.bias", "embeddings/layer_norm/bias", COPY),
-    *((_LAYER + hf, _STACK + ours, layout) for hf, ours, layout in _layer_rules()),
+    *prefixed(_layer_rules(), _LAYER, _STACK),
 )
 RULES: tuple[Rule, ...] = (
-    *(("roberta." + hf, ours, layout) for hf, ours, layout in ENCODER_RULES),
+    *prefixed(ENCODER_RULES, "roberta."),
     ("lm_head.dense.weight", "lm_head/dense/kernel", LINEAR),
     ("lm_head.dense.bias", "lm_head/dense/bias", COPY),
     ("lm_head.layer_norm.weight", "lm_head/layer_norm/scale", COPY),
@@ -141,11 +142,10 @@ RULES: tuple[Rule, ...] = (
     ("lm_head.bias", "lm_head/bias", COPY),
 )
 # VECO's plug-in as a decoder layer's HF cross-attention (``XLMRobertaForCausalLM`` names).
-CROSS_ATTENTION_RULES: tuple[Rule, ...] = tuple(
-    ("roberta." + _LAYER + hf, _STACK + ours, layout)
-    for hf, ours, layout in _attention_rules(
-        "crossattention", "cross_attention", "cross_attention_norm"
-    )
+CROSS_ATTENTION_RULES = prefixed(
+    _attention_rules("crossattention", "cross_attention", "cross_attention_norm"),
+    "roberta." + _LAYER,
+    _STACK,
 )
 # Tied copies some checkpoints also store (pytorch_model.bin does): they must equal the original.
 TIED = {
