@@ -231,7 +231,7 @@ def test_the_xlm_e_discriminator_exports_as_a_bert_model_with_a_fresh_pooler(tmp
     params = random_params(config, seed=4)
     del params["lm_head"]
     discriminator = folder.Pretrained(config, params, kind=folder.DISCRIMINATOR)
-    bert.write_hf(discriminator, tmp_path / "hf")
+    bert.CONVERTER.write_hf(discriminator, tmp_path / "hf")
     model, info = transformers.AutoModel.from_pretrained(tmp_path / "hf", output_loading_info=True)
     assert type(model).__name__ == "BertModel" and not any(info.values()), info
     ids, mask = batch(seed=5, lengths=(12, 8))
@@ -282,7 +282,7 @@ def test_the_bench_peer_is_the_model_to_hf_writes():
     holds, two token types and BERT's epsilon, with PyTorch's fused attention."""
     config = our_config()
     peer = backbones.get("bert").hf_peer(config)
-    exported = bert.params_to_hf(random_params(config), config)
+    exported = bert.CONVERTER.params_to_hf(random_params(config), config)
     shapes = {n: tuple(t.shape) for n, t in peer.state_dict().items() if n not in bert.TIED}
     assert shapes == {n: t.shape for n, t in exported.items()}
     assert (peer.config.layer_norm_eps, peer.config._attn_implementation) == (1e-12, "sdpa")
@@ -337,7 +337,7 @@ def test_params_from_hf_names_the_offending_tensor(converted, edit, message):
     tensors = safetensors_numpy.load_file(root / "hf" / "model.safetensors")
     edit(tensors)
     with pytest.raises(ValueError, match=message):
-        bert.params_from_hf(tensors, folder.read(root / "ours").config)
+        bert.CONVERTER.params_from_hf(tensors, folder.read(root / "ours").config)
 
 
 @pytest.mark.parametrize(

@@ -83,7 +83,7 @@ def our_run(plan: RunPlan, workdir) -> tuple[Trained, dict, list[dict]]:
     config = plan.model
     trained = Trained(
         [r["loss"] for r in records], [r["grad_norm"] for r in records],
-        xlmr.params_to_hf(final, config),
+        xlmr.CONVERTER.params_to_hf(final, config),
     )  # fmt: skip
     return trained, initial, batches
 
@@ -112,7 +112,8 @@ def hf_run(plan: RunPlan, params, batches) -> Trained:
     model = transformers.XLMRobertaForMaskedLM(
         transformers.XLMRobertaConfig(**xlmr.config_to_hf(config))
     )
-    state = {name: torch.tensor(t) for name, t in xlmr.params_to_hf(params, config).items()}
+    exported = xlmr.CONVERTER.params_to_hf(params, config)
+    state = {name: torch.tensor(t) for name, t in exported.items()}
     missing, unexpected = model.load_state_dict(state, strict=False)
     assert not unexpected and set(missing) <= TIED
     assert model.lm_head.decoder.weight is model.roberta.embeddings.word_embeddings.weight

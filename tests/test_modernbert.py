@@ -183,7 +183,7 @@ def test_to_hf_matches_our_outputs(kind, tmp_path):
         got = our_logits(config, params, ids, meta)
     else:  # an XLM-E discriminator: no MLM head, a bare ModernBertModel
         del params["lm_head"]
-        modernbert.write_hf(folder.Pretrained(config, params, kind=kind), tmp_path / "hf")
+        modernbert.CONVERTER.write_hf(folder.Pretrained(config, params, kind=kind), tmp_path / "hf")
         model = transformers.AutoModel.from_pretrained(
             tmp_path / "hf", attn_implementation="eager"
         ).eval()
@@ -341,7 +341,7 @@ def test_params_from_hf_names_the_offending_tensor(converted, edit, message):
     tensors = safetensors_numpy.load_file(root / "hf" / "model.safetensors")
     edit(tensors)
     with pytest.raises(ValueError, match=message):
-        modernbert.params_from_hf(tensors, folder.read(root / "ours").config)
+        modernbert.CONVERTER.params_from_hf(tensors, folder.read(root / "ours").config)
 
 
 def test_to_hf_refuses_options_modernbert_cannot_express(tmp_path):

@@ -189,7 +189,7 @@ class Trained:
 
 
 def hf_state(family: str, kind: str, params: dict) -> dict[str, np.ndarray]:
-    converter = backbones.get(family).converter_module()
+    converter = backbones.get(family).hf_converter()
     return converter.task_params_to_hf(params, our_config(family), kind)
 
 

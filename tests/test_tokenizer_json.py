@@ -206,7 +206,7 @@ def test_an_xlmr_export_refuses_a_tokenizer_that_pads_elsewhere(tok, tmp_path):
     config = model_config(vocab_size=2002)
     params = jax.tree.map(np.asarray, nn.unbox(init_params(config, jax.random.key(0))))
     with pytest.raises(ValueError, match="tokenizer pads with id 2000"):
-        xlmr.write_hf(folder.Pretrained(config, params, tok), tmp_path / "hf")
+        xlmr.CONVERTER.write_hf(folder.Pretrained(config, params, tok), tmp_path / "hf")
 
 
 @pytest.fixture(scope="module")
@@ -261,7 +261,7 @@ def test_a_modernbert_export_carries_the_tokenizer_and_its_ids(workdir, tok, tmp
     back: its tokenizer gives our rows, its model our logits."""
     transformers = pytest.importorskip("transformers")
     torch = pytest.importorskip("torch")
-    modernbert.write_hf(folder.read(workdir), tmp_path / "hf")
+    modernbert.CONVERTER.write_hf(folder.read(workdir), tmp_path / "hf")
     config = json.loads((tmp_path / "hf" / "config.json").read_text())
     assert [config[f"{k}_token_id"] for k in ("cls", "sep", "pad")] == [1998, 1999, 2000]
     text = "Deutschland, Frankreich und Ägypten"
@@ -273,7 +273,7 @@ def test_a_modernbert_export_carries_the_tokenizer_and_its_ids(workdir, tok, tmp
         theirs = exported(torch.tensor([ids])).logits.numpy()
     ours = xlpretrain.load(workdir).mlm_logits(np.array([ids]))
     np.testing.assert_allclose(ours, theirs, atol=2e-4)
-    again = modernbert.read_hf(tmp_path / "hf")
+    again = modernbert.CONVERTER.read_hf(tmp_path / "hf")
     assert again.tokenizer.special == tok.special
 
 

@@ -29,7 +29,7 @@ from xlpretrain.model.config import ModelConfig
 
 if TYPE_CHECKING:  # the converters import Flax; checking a config needs none of it
     from xlpretrain.convert.folder import Params, Pretrained
-    from xlpretrain.convert.hf import TaskModel
+    from xlpretrain.convert.hf import Converter, TaskModel
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,10 +45,10 @@ class Backbone:
     - ``function_settings``: the `ModelConfig` fields in which the same weights compute another
       function without a parameter changing shape; a warm start shares them with its
       checkpoint or names them in `init.changes` (`training.warm_start`).
-    - ``converter``: the module converting its Hugging Face folders both ways (`read_hf(path,
-      allow_missing_head=…)`, `write_hf(model, path)`) and writing their `config.json`
-      (`config_to_hf(config)`); and its fine-tuned models as the HF class of each task kind
-      (`TASK_ARCHITECTURES`, `write_hf_task`, `read_hf_task`).
+    - ``converter``: the module converting its Hugging Face folders both ways (its `CONVERTER`,
+      a `convert.hf.Converter`: `read_hf(path, allow_missing_head=…)`, `write_hf(model, path)`,
+      and its fine-tuned models as the HF class of each task kind: `task_architectures`,
+      `write_hf_task`, `read_hf_task`) and writing their `config.json` (`config_to_hf(config)`).
     - ``peer_name``: how `bench --peer` names its peer (`hf_peer`).
     """
 
@@ -89,17 +89,21 @@ class Backbone:
         """Its converter, imported now (with Flax)."""
         return importlib.import_module(self.converter)
 
+    def hf_converter(self) -> Converter:
+        """Its converter's entry points (its module's `CONVERTER`), imported now (with Flax)."""
+        return self.converter_module().CONVERTER
+
     def read_hf(self, path: str | os.PathLike, allow_missing_head: bool = False) -> Pretrained:
         """The model of an HF folder of this family."""
-        return self.converter_module().read_hf(path, allow_missing_head=allow_missing_head)
+        return self.hf_converter().read_hf(path, allow_missing_head=allow_missing_head)
 
     def write_hf(self, model: Pretrained, path: str | os.PathLike) -> None:
         """Writes `model` as an HF folder of this family; `path` must not exist yet."""
-        self.converter_module().write_hf(model, path)
+        self.hf_converter().write_hf(model, path)
 
     def hf_task_architecture(self, kind: str) -> str:
         """The transformers class of fine-tuning task `kind` (`model.task_heads.TASK_KINDS`)."""
-        return self.converter_module().TASK_ARCHITECTURES[kind]
+        return self.hf_converter().task_architectures[kind]
 
     def write_hf_task(
         self,
@@ -111,11 +115,11 @@ class Backbone:
     ) -> None:
         """Writes a fine-tuned model (encoder `model`, `head`) as this family's HF class of task
         `kind`; `path` must not exist yet."""
-        self.converter_module().write_hf_task(model, head, kind, labels, path)
+        self.hf_converter().write_hf_task(model, head, kind, labels, path)
 
     def read_hf_task(self, path: str | os.PathLike) -> TaskModel:
         """The fine-tuned model of an HF task folder of this family."""
-        return self.converter_module().read_hf_task(path)
+        return self.hf_converter().read_hf_task(path)
 
     def hf_peer(self, config: ModelConfig) -> Any:
         """A fresh HF masked LM of `config`, built from the `config.json` `convert to-hf`

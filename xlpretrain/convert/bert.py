@@ -31,11 +31,9 @@ from collections.abc import Mapping
 import numpy as np
 
 from xlpretrain.convert import hf, xlmr
-from xlpretrain.convert.folder import DISCRIMINATOR, Params, Pretrained, unpadded
-from xlpretrain.convert.hf import COPY, LINEAR, Part, Rule
+from xlpretrain.convert.hf import COPY, LINEAR, Rule
 from xlpretrain.data.tokenizer import SpecialIds
 from xlpretrain.families import BERT
-from xlpretrain.model import vocab
 from xlpretrain.model.config import ModelConfig
 from xlpretrain.model.task_heads import (
     QUESTION_ANSWERING,
@@ -66,11 +64,12 @@ REASONS = {
     "absolute_positions": "HF BERT always adds absolute position embeddings",
 }
 
+PREFIX = "bert."  # the encoder's, in the masked LM and the task classes
 # RULES name ``BertForMaskedLM``'s tensors: the encoder under ``bert.``, then the head; "{i}"
 # as in ``xlmr.RULES``.
 _HEAD = "cls.predictions."
 RULES: tuple[Rule, ...] = (
-    *hf.prefixed(xlmr.ENCODER_RULES, "bert."),
+    *hf.prefixed(xlmr.ENCODER_RULES, PREFIX),
     (_HEAD + "transform.dense.weight", "lm_head/dense/kernel", LINEAR),
     (_HEAD + "transform.dense.bias", "lm_head/dense/bias", COPY),
     (_HEAD + "transform.LayerNorm.weight", "lm_head/layer_norm/scale", COPY),
@@ -148,98 +147,28 @@ def check_exportable(config: ModelConfig, architecture: str = MASKED_LM_ARCHITEC
     )
 
 
-# --- parameters -----------------------------------------------------------------------------
+# --- converter ------------------------------------------------------------------------------
 
 
-def params_from_hf(tensors: Mapping[str, np.ndarray], config: ModelConfig) -> Params:
-    """Our float32 params (layers stacked) from an HF ``BertForMaskedLM`` (or
-    ``BertForPreTraining``) state dict."""
-    tensors = hf.untie(_current_names(tensors), TIED)
-    return hf.import_tensors(tensors, RULES, config, model="a BERT masked LM", ignored=IGNORED)
+class BertConverter(hf.Converter):
+    """BERT's converter: a hub checkpoint's TensorFlow LayerNorm names read as transformers
+    reads them."""
+
+    def renamed(self, tensors: hf.Tensors, config: ModelConfig) -> dict[str, np.ndarray]:
+        """``tensors`` with TensorFlow's LayerNorm names renamed as transformers renames them."""
+        renamed = {}
+        for name, tensor in tensors.items():
+            for legacy, current in LEGACY_NORM_NAMES.items():
+                if name.endswith(legacy):
+                    name = name.removesuffix(legacy) + current
+            renamed[name] = tensor
+        return renamed
 
 
-def _current_names(tensors: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """``tensors`` with TensorFlow's LayerNorm names renamed as transformers renames them."""
-    renamed = {}
-    for name, tensor in tensors.items():
-        for legacy, current in LEGACY_NORM_NAMES.items():
-            if name.endswith(legacy):
-                name = name.removesuffix(legacy) + current
-        renamed[name] = tensor
-    return renamed
-
-
-def params_to_hf(params: Params, config: ModelConfig) -> dict[str, np.ndarray]:
-    """The HF ``BertForMaskedLM`` state dict (as ``save_pretrained`` writes it: no tied
-    copies) of our masked LM, without the vocabulary rows padded for sharding."""
-    params = vocab.with_rows(params, config.vocab_size)
-    return hf.export_tensors(params, [Part("", RULES, range(config.num_layers))])
-
-
-def task_rules(kind: str) -> tuple[Rule, ...]:
-    """The tensors of the HF task class of ``kind``: the encoder under ``bert.``, the head."""
-    return (*hf.encoder_task_rules("bert.", xlmr.ENCODER_RULES), *TASK_HEAD_RULES[kind])
-
-
-def task_params_to_hf(params: Params, config: ModelConfig, kind: str) -> dict[str, np.ndarray]:
-    """The HF state dict of a task module's params (``backbone/``, ``head/``)."""
-    params = vocab.with_rows(params, config.vocab_size)
-    return hf.export_tensors(params, [Part("", task_rules(kind), range(config.num_layers))])
-
-
-def task_params_from_hf(
-    tensors: Mapping[str, np.ndarray], config: ModelConfig, kind: str, labels: int
-) -> Params:
-    """A task module's float32 params from the HF task class's state dict."""
-    return hf.import_tensors(
-        _current_names(tensors),
-        task_rules(kind),
-        config,
-        model=f"an HF {TASK_ARCHITECTURES[kind]}",
-        ignored=IGNORED,
-        abstract=hf.abstract_task_params(config, kind, BERT.task_head, labels),
-    )
-
-
-# --- folders --------------------------------------------------------------------------------
-
-
-def read_hf(path: str | os.PathLike, *, allow_missing_head: bool = False) -> Pretrained:
-    """Reads an HF ``BertForMaskedLM`` folder: config, weights, and its tokenizer (a
-    ``tokenizer.json``, or the SentencePiece model of an xlpretrain export), if it has one.
-    ``allow_missing_head`` (every converter's option, XLM-R's alone uses it) changes nothing:
-    a ``BertModel`` folder is refused."""
-    return hf.read_masked_lm(path, config_from_hf, params_from_hf, READ_ARCHITECTURES, "BERT")
-
-
-def write_hf(model: Pretrained, path: str | os.PathLike) -> None:
-    """Writes an HF ``BertForMaskedLM`` folder, or for an XLM-E discriminator (no MLM head) a
-    ``BertModel`` one with a fresh pooler (``hf.fresh_pooler``); ``path`` must not exist yet."""
-    model = unpadded(model)
-    config = model.config
-    special = hf.export_ids(config, model.tokenizer)
-    if model.kind == DISCRIMINATOR:
-        hf_config = config_to_hf(config, ENCODER_ARCHITECTURE, special)
-        encoder = Part("", xlmr.ENCODER_RULES, range(config.num_layers))
-        tensors = {**hf.export_tensors(model.params, [encoder]), **hf.fresh_pooler(config)}
-    else:
-        hf_config = config_to_hf(config, special=special)
-        tensors = params_to_hf(model.params, config)
-    files = hf.tokenizer_files(model.tokenizer)  # before writing: a failure leaves no folder
-    hf.write_folder(path, hf_config, tensors, model.tokenizer, files)
-
-
-def write_hf_task(
-    model: Pretrained, head: Params, kind: str, labels: list[str], path: str | os.PathLike
-) -> None:
-    """Writes a fine-tuned model (its encoder in ``model``, its ``head``) as the HF task class
-    of ``kind`` with ``labels`` (a classifier's); ``path`` must not exist yet."""
-    hf.write_task(
-        model, head, kind, labels, path, config_to_hf=config_to_hf,
-        architectures=TASK_ARCHITECTURES, params_to_hf=task_params_to_hf, tokenizer_json=True,
-    )  # fmt: skip
-
-
-def read_hf_task(path: str | os.PathLike) -> hf.TaskModel:
-    """Reads an HF ``BertFor{Sequence,Token}Classification`` or ``…ForQuestionAnswering``."""
-    return hf.read_task(path, config_from_hf, TASK_ARCHITECTURES, task_params_from_hf)
+CONVERTER = BertConverter(
+    family=BERT, title="BERT", config_from_hf=config_from_hf, config_to_hf=config_to_hf,
+    masked_lm=MASKED_LM_ARCHITECTURE, encoder=ENCODER_ARCHITECTURE,
+    read_architectures=READ_ARCHITECTURES, task_architectures=TASK_ARCHITECTURES,
+    prefix=PREFIX, encoder_rules=xlmr.ENCODER_RULES, rules=RULES, tied=TIED, ignored=IGNORED,
+    task_head_rules=TASK_HEAD_RULES,
+)  # fmt: skip

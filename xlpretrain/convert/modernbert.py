@@ -33,11 +33,9 @@ from collections.abc import Mapping
 import numpy as np
 
 from xlpretrain.convert import hf
-from xlpretrain.convert.folder import DISCRIMINATOR, Params, Pretrained, unpadded
-from xlpretrain.convert.hf import COPY, HEADS_IN, HEADS_OUT, LINEAR, Part, Rule
+from xlpretrain.convert.hf import COPY, HEADS_IN, HEADS_OUT, LINEAR, Rule
 from xlpretrain.data.tokenizer import SpecialIds
 from xlpretrain.families import MODERNBERT
-from xlpretrain.model import vocab
 from xlpretrain.model.config import ModelConfig
 from xlpretrain.model.task_heads import (
     QUESTION_ANSWERING,
@@ -92,6 +90,7 @@ REASONS = {
 
 # HF tensors holding several of our parameters, stacked on the output (first) axis in order.
 FUSED = {"attn.Wqkv.weight": ("query", "key", "value"), "mlp.Wi.weight": ("input", "gate")}
+PREFIX = "model."  # the encoder's, in the masked LM and the task classes
 _LAYER = "layers.{i}."
 _STACK = "encoder/layers/"
 _LAYER_RULES: tuple[Rule, ...] = (
@@ -115,7 +114,7 @@ ENCODER_RULES: tuple[Rule, ...] = (
     ("final_norm.weight", "encoder/final_norm/scale", COPY),
 )
 RULES: tuple[Rule, ...] = (
-    *hf.prefixed(ENCODER_RULES, "model."),
+    *hf.prefixed(ENCODER_RULES, PREFIX),
     ("head.dense.weight", "lm_head/dense/kernel", LINEAR),
     ("head.norm.weight", "lm_head/layer_norm/scale", COPY),
     ("decoder.bias", "lm_head/bias", COPY),
@@ -270,63 +269,7 @@ def check_exportable(config: ModelConfig, architecture: str = MASKED_LM_ARCHITEC
     )
 
 
-# --- parameters -----------------------------------------------------------------------------
-
-
-def params_from_hf(tensors: Mapping[str, np.ndarray], config: ModelConfig) -> Params:
-    """Our float32 params (layers stacked) from an HF ``ModernBertForMaskedLM`` state dict."""
-    tensors = _with_first_norm(hf.untie(_split(tensors), TIED), config)
-    return hf.import_tensors(tensors, RULES, config, model="a ModernBERT masked LM")
-
-
-def _with_first_norm(tensors: dict[str, np.ndarray], config: ModelConfig) -> dict[str, np.ndarray]:
-    """``tensors`` with the first layer's attention norm HF lacks, as ones (layer 0 ignores it)."""
-    first_norm = "model." + FIRST_NORM
-    if first_norm in tensors:
-        raise ValueError(
-            f"unexpected tensor {first_norm}: ModernBERT's first layer has no attention norm"
-        )
-    tensors[first_norm] = np.ones(config.hidden_size, np.float32)
-    return tensors
-
-
-def params_to_hf(params: Params, config: ModelConfig) -> dict[str, np.ndarray]:
-    """The HF ``ModernBertForMaskedLM`` state dict (as ``save_pretrained`` writes it: no tied
-    ``decoder.weight``) of our masked LM, without the vocabulary rows padded for sharding."""
-    return _export(params, config, RULES, "model.")
-
-
-def task_rules(kind: str) -> tuple[Rule, ...]:
-    """The tensors of the HF task class of ``kind``: the encoder under ``model.``, the head."""
-    return (*hf.encoder_task_rules("model.", ENCODER_RULES), *TASK_HEAD_RULES[kind])
-
-
-def task_params_to_hf(params: Params, config: ModelConfig, kind: str) -> dict[str, np.ndarray]:
-    """The HF state dict of a task module's params (``backbone/``, ``head/``)."""
-    return _export(params, config, task_rules(kind), "model.")
-
-
-def task_params_from_hf(
-    tensors: Mapping[str, np.ndarray], config: ModelConfig, kind: str, labels: int
-) -> Params:
-    """A task module's float32 params from the HF task class's state dict."""
-    return hf.import_tensors(
-        _with_first_norm(_split(tensors), config),
-        task_rules(kind),
-        config,
-        model=f"an HF {TASK_ARCHITECTURES[kind]}",
-        abstract=hf.abstract_task_params(config, kind, MODERNBERT.task_head, labels),
-    )
-
-
-def _export(
-    params: Params, config: ModelConfig, rules: tuple[Rule, ...], prefix: str
-) -> dict[str, np.ndarray]:
-    """HF tensors of ``params`` by ``rules`` (the encoder's under ``prefix``)."""
-    params = vocab.with_rows(params, config.vocab_size)
-    tensors = hf.export_tensors(params, [Part("", rules, range(config.num_layers))])
-    del tensors[prefix + FIRST_NORM]
-    return _fuse(tensors)
+# --- fused tensors --------------------------------------------------------------------------
 
 
 def _parts(name: str) -> tuple[str, ...] | None:
@@ -365,46 +308,35 @@ def _fuse(tensors: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     return fused
 
 
-# --- folders --------------------------------------------------------------------------------
+# --- converter ------------------------------------------------------------------------------
 
 
-def read_hf(path: str | os.PathLike, *, allow_missing_head: bool = False) -> Pretrained:
-    """Reads an HF ``ModernBertForMaskedLM`` folder: config, weights, and its tokenizer (a
-    ``tokenizer.json``, or the SentencePiece model of an xlpretrain export), if it has one.
-    ``allow_missing_head`` (every converter's option, XLM-R's alone uses it) changes nothing:
-    a ``ModernBertModel`` folder is refused."""
-    return hf.read_masked_lm(
-        path, config_from_hf, params_from_hf, (MASKED_LM_ARCHITECTURE,), "ModernBERT"
-    )
+class ModernBertConverter(hf.Converter):
+    """ModernBERT's converter: its fused tensors split into the rules' parts and joined back,
+    its first layer's missing attention norm added as ones and left out again."""
+
+    def renamed(self, tensors: hf.Tensors, config: ModelConfig) -> dict[str, np.ndarray]:
+        """``tensors`` split (``_split``), with the first layer's attention norm HF lacks, as
+        ones (layer 0 ignores it)."""
+        tensors = _split(tensors)
+        first_norm = PREFIX + FIRST_NORM
+        if first_norm in tensors:
+            raise ValueError(
+                f"unexpected tensor {first_norm}: ModernBERT's first layer has no attention norm"
+            )
+        tensors[first_norm] = np.ones(config.hidden_size, np.float32)
+        return tensors
+
+    def exported(self, tensors: dict[str, np.ndarray], prefix: str) -> dict[str, np.ndarray]:
+        """``tensors`` without the first layer's attention norm, fused (``_fuse``)."""
+        del tensors[prefix + FIRST_NORM]
+        return _fuse(tensors)
 
 
-def write_hf(model: Pretrained, path: str | os.PathLike) -> None:
-    """Writes an HF ``ModernBertForMaskedLM`` folder, or for an XLM-E discriminator (no MLM
-    head) a ``ModernBertModel`` one; ``path`` must not exist yet."""
-    model = unpadded(model)
-    config = model.config
-    special = hf.export_ids(config, model.tokenizer)
-    if model.kind == DISCRIMINATOR:
-        hf_config = config_to_hf(config, ENCODER_ARCHITECTURE, special)
-        tensors = _export(model.params, config, ENCODER_RULES, "")
-    else:
-        hf_config = config_to_hf(config, special=special)
-        tensors = params_to_hf(model.params, config)
-    files = hf.tokenizer_files(model.tokenizer)  # before writing: a failure leaves no folder
-    hf.write_folder(path, hf_config, tensors, model.tokenizer, files)
-
-
-def write_hf_task(
-    model: Pretrained, head: Params, kind: str, labels: list[str], path: str | os.PathLike
-) -> None:
-    """Writes a fine-tuned model (its encoder in ``model``, its ``head``) as the HF task class
-    of ``kind`` with ``labels`` (a classifier's); ``path`` must not exist yet."""
-    hf.write_task(
-        model, head, kind, labels, path, config_to_hf=config_to_hf,
-        architectures=TASK_ARCHITECTURES, params_to_hf=task_params_to_hf, tokenizer_json=True,
-    )  # fmt: skip
-
-
-def read_hf_task(path: str | os.PathLike) -> hf.TaskModel:
-    """Reads an HF ``ModernBertFor{Sequence,Token}Classification`` or ``…ForQuestionAnswering``."""
-    return hf.read_task(path, config_from_hf, TASK_ARCHITECTURES, task_params_from_hf)
+CONVERTER = ModernBertConverter(
+    family=MODERNBERT, title="ModernBERT", config_from_hf=config_from_hf,
+    config_to_hf=config_to_hf, masked_lm=MASKED_LM_ARCHITECTURE, encoder=ENCODER_ARCHITECTURE,
+    read_architectures=(MASKED_LM_ARCHITECTURE,), task_architectures=TASK_ARCHITECTURES,
+    prefix=PREFIX, encoder_rules=ENCODER_RULES, rules=RULES, tied=TIED,
+    task_head_rules=TASK_HEAD_RULES, pooler=False,
+)  # fmt: skip

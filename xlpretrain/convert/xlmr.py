@@ -1,8 +1,10 @@
 """Hugging Face ``XLMRobertaForMaskedLM`` folders ⇄ xlpretrain XLM-R / RoBERTa models.
 
 XLM-R's names for ``hf.py``'s machinery: the rules of ``XLMRobertaForMaskedLM`` (the encoder
-under ``roberta.``, then the head), its config keys and the settings it fixes, and the folders
-both ways. Exports also write bare encoders (``XLMRobertaModel``: an XLM-E discriminator) and,
+under ``roberta.``, then the head), its config keys and the settings it fixes, and its
+``CONVERTER``, which reads and writes the folders both ways (``hf.Converter``) with XLM-R's own
+checks: a bare encoder read with a fresh MLM head, a tokenizer that pads otherwise than HF XLM-R
+refused. Exports also write bare encoders (``XLMRobertaModel``: an XLM-E discriminator) and,
 through ``seq2seq.py``, VECO's ``EncoderDecoderModel``, from the same rules; BERT's converter
 (``bert.py``) reads the same encoder under ``bert.``.
 """
@@ -16,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from xlpretrain.convert.folder import DISCRIMINATOR, Params, Pretrained, unpadded
+from xlpretrain.convert.folder import Params
 from xlpretrain.convert.hf import (
     COMMON_REASONS,
     COPY,
@@ -24,32 +26,21 @@ from xlpretrain.convert.hf import (
     HEADS_IN,
     HEADS_OUT,
     LINEAR,
-    Part,
+    Converter,
     Rule,
-    TaskModel,
-    abstract_task_params,
+    Tensors,
     check_hf_settings,
-    encoder_task_rules,
     export_ids,
-    export_tensors,
     fresh_head,
-    fresh_pooler,
     import_tensors,
     linear_head_rules,
     pair_head_rules,
     prefixed,
-    read_config,
-    read_task,
-    read_tensors,
-    read_tokenizer,
     refuse_options,
     untie,
-    write_folder,
-    write_task,
 )
 from xlpretrain.data.tokenizer import SpecialIds, Tokenizer
 from xlpretrain.families import XLMR
-from xlpretrain.model import vocab
 from xlpretrain.model.config import ModelConfig
 from xlpretrain.model.task_heads import (
     QUESTION_ANSWERING,
@@ -94,6 +85,7 @@ OPTION_REASONS = {
 MASKED_LM_ARCHITECTURE = "XLMRobertaForMaskedLM"
 ENCODER_ARCHITECTURE = "XLMRobertaModel"
 
+PREFIX = "roberta."  # the encoder's, in the masked LM and the task classes
 _LAYER = "encoder.layer.{i}."
 _STACK = "encoder/layers/"
 
@@ -134,7 +126,7 @@ ENCODER_RULES: tuple[Rule, ...] = (
     *prefixed(_layer_rules(), _LAYER, _STACK),
 )
 RULES: tuple[Rule, ...] = (
-    *prefixed(ENCODER_RULES, "roberta."),
+    *prefixed(ENCODER_RULES, PREFIX),
     ("lm_head.dense.weight", "lm_head/dense/kernel", LINEAR),
     ("lm_head.dense.bias", "lm_head/dense/bias", COPY),
     ("lm_head.layer_norm.weight", "lm_head/layer_norm/scale", COPY),
@@ -144,7 +136,7 @@ RULES: tuple[Rule, ...] = (
 # VECO's plug-in as a decoder layer's HF cross-attention (``XLMRobertaForCausalLM`` names).
 CROSS_ATTENTION_RULES = prefixed(
     _attention_rules("crossattention", "cross_attention", "cross_attention_norm"),
-    "roberta." + _LAYER,
+    PREFIX + _LAYER,
     _STACK,
 )
 # Tied copies some checkpoints also store (pytorch_model.bin does): they must equal the original.
@@ -235,119 +227,59 @@ def check_exportable(
     )
 
 
-# --- parameters -----------------------------------------------------------------------------
-
-
-def params_from_hf(
-    tensors: Mapping[str, np.ndarray], config: ModelConfig, *, allow_missing_head: bool = False
-) -> Params:
-    """Our float32 params (layers stacked) from an HF ``XLMRobertaForMaskedLM`` state dict.
-
-    With ``allow_missing_head`` a state dict without any ``lm_head.*`` tensor (a bare
-    ``XLMRobertaModel``) gets a freshly initialised head, as ``init_params`` would make it.
-    """
-    tensors = untie(_with_prefix(tensors), TIED)
-    headless = allow_missing_head and not any(n.startswith("lm_head.") for n in tensors)
-    rules = [r for r in RULES if not (headless and r[0].startswith("lm_head."))]
-    params = import_tensors(tensors, rules, config, model="an XLM-R masked LM", ignored=IGNORED)
-    if headless:
-        log.warning("no lm_head.* tensors: the MLM head is freshly initialised")
-        params["lm_head"] = fresh_head(config, params)
-    return params
-
-
-def params_to_hf(params: Params, config: ModelConfig) -> dict[str, np.ndarray]:
-    """The HF state dict (as ``save_pretrained`` writes it: no tied copies) of our masked LM,
-    without the vocabulary rows padded for sharding."""
-    params = vocab.with_rows(params, config.vocab_size)
-    return export_tensors(params, [Part("", RULES, range(config.num_layers))])
+# --- converter ------------------------------------------------------------------------------
 
 
 def _with_prefix(tensors: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     """A bare encoder's names lack the ``roberta.`` prefix the masked LM's have."""
-    if any(name.startswith("roberta.") for name in tensors):
+    if any(name.startswith(PREFIX) for name in tensors):
         return dict(tensors)
-    return {(n if n.startswith("lm_head.") else "roberta." + n): t for n, t in tensors.items()}
+    return {(n if n.startswith("lm_head.") else PREFIX + n): t for n, t in tensors.items()}
 
 
-def task_rules(kind: str) -> tuple[Rule, ...]:
-    """The tensors of the HF task class of ``kind``: the encoder under ``roberta.``, the head."""
-    return (*encoder_task_rules("roberta.", ENCODER_RULES), *TASK_HEAD_RULES[kind])
+class XLMRConverter(Converter):
+    """XLM-R's converter: it also reads a bare encoder (``XLMRobertaModel``) when a fresh MLM
+    head is allowed, and exports only a model whose tokenizer pads as HF XLM-R does."""
+
+    def check_tokenizer(self, config: ModelConfig, tokenizer: Tokenizer | None) -> None:
+        check_xlmr_tokenizer(config, tokenizer)
+
+    def check_architectures(self, named: list[str], source: Path, allow_missing_head: bool) -> None:
+        """Any masked LM; with ``allow_missing_head``, a bare encoder too."""
+        if not named or any(a.endswith("ForMaskedLM") for a in named):
+            return
+        if allow_missing_head and all(a in BARE_ENCODERS for a in named):
+            return
+        raise ValueError(
+            f"{source}: unsupported architecture {named}: from-hf converts masked LMs "
+            f"({' or '.join(self.read_architectures)}); a bare encoder ({self.encoder}) needs "
+            "--allow-missing-head"
+        )
+
+    def params_from_hf(
+        self, tensors: Tensors, config: ModelConfig, *, allow_missing_head: bool = False
+    ) -> Params:
+        """Our float32 params (layers stacked) from an HF ``XLMRobertaForMaskedLM`` state dict.
+
+        With ``allow_missing_head`` a state dict without any ``lm_head.*`` tensor (a bare
+        ``XLMRobertaModel``) gets a freshly initialised head, as ``init_params`` would make it.
+        """
+        tensors = untie(_with_prefix(tensors), self.tied)
+        headless = allow_missing_head and not any(n.startswith("lm_head.") for n in tensors)
+        rules = [r for r in self.rules if not (headless and r[0].startswith("lm_head."))]
+        params = import_tensors(
+            tensors, rules, config, model="an XLM-R masked LM", ignored=self.ignored
+        )
+        if headless:
+            log.warning("no lm_head.* tensors: the MLM head is freshly initialised")
+            params["lm_head"] = fresh_head(config, params)
+        return params
 
 
-def task_params_to_hf(params: Params, config: ModelConfig, kind: str) -> dict[str, np.ndarray]:
-    """The HF state dict of a task module's params (``backbone/``, ``head/``)."""
-    params = vocab.with_rows(params, config.vocab_size)
-    return export_tensors(params, [Part("", task_rules(kind), range(config.num_layers))])
-
-
-def task_params_from_hf(
-    tensors: Mapping[str, np.ndarray], config: ModelConfig, kind: str, labels: int
-) -> Params:
-    """A task module's float32 params from the HF task class's state dict."""
-    return import_tensors(
-        tensors,
-        task_rules(kind),
-        config,
-        model=f"an HF {TASK_ARCHITECTURES[kind]}",
-        ignored=IGNORED,
-        abstract=abstract_task_params(config, kind, XLMR.task_head, labels),
-    )
-
-
-# --- folders --------------------------------------------------------------------------------
-
-
-def read_hf(path: str | os.PathLike, *, allow_missing_head: bool = False) -> Pretrained:
-    """Reads an HF ``XLMRobertaForMaskedLM`` folder (config, weights, SentencePiece model)."""
-    path, hf_config = read_config(path)
-    config_file = path / "config.json"
-    config = config_from_hf(hf_config, config_file)
-    _check_architectures(hf_config.get("architectures") or [], config_file, allow_missing_head)
-    params = params_from_hf(read_tensors(path), config, allow_missing_head=allow_missing_head)
-    return Pretrained(config, params, read_tokenizer(path, config))
-
-
-def _check_architectures(architectures: list[str], source: Path, allow_missing_head: bool) -> None:
-    if not architectures or any(a.endswith("ForMaskedLM") for a in architectures):
-        return
-    if allow_missing_head and all(a in BARE_ENCODERS for a in architectures):
-        return
-    raise ValueError(
-        f"{source}: unsupported architecture {architectures}: from-hf converts masked LMs "
-        "(XLMRobertaForMaskedLM); a bare encoder (XLMRobertaModel) needs --allow-missing-head"
-    )
-
-
-def write_hf(model: Pretrained, path: str | os.PathLike) -> None:
-    """Writes an HF ``XLMRobertaForMaskedLM`` folder, or for an XLM-E discriminator (no MLM
-    head) an ``XLMRobertaModel`` one; ``path`` must not exist yet."""
-    model = unpadded(model)
-    config = model.config
-    check_xlmr_tokenizer(config, model.tokenizer)
-    special = export_ids(config, model.tokenizer)
-    if model.kind == DISCRIMINATOR:
-        hf_config = config_to_hf(config, ENCODER_ARCHITECTURE, special=special)
-        encoder = Part("", ENCODER_RULES, range(config.num_layers))
-        tensors = {**export_tensors(model.params, [encoder]), **fresh_pooler(config)}
-    else:
-        hf_config = config_to_hf(config, special=special)
-        tensors = params_to_hf(model.params, config)
-    write_folder(path, hf_config, tensors, model.tokenizer)
-
-
-def write_hf_task(
-    model: Pretrained, head: Params, kind: str, labels: list[str], path: str | os.PathLike
-) -> None:
-    """Writes a fine-tuned model (its encoder in ``model``, its ``head``) as the HF task class
-    of ``kind`` with ``labels`` (a classifier's); ``path`` must not exist yet."""
-    check_xlmr_tokenizer(model.config, model.tokenizer)
-    write_task(
-        model, head, kind, labels, path, config_to_hf=config_to_hf,
-        architectures=TASK_ARCHITECTURES, params_to_hf=task_params_to_hf, tokenizer_json=False,
-    )  # fmt: skip
-
-
-def read_hf_task(path: str | os.PathLike) -> TaskModel:
-    """Reads an HF ``XLMRobertaFor{Sequence,Token}Classification`` or ``…ForQuestionAnswering``."""
-    return read_task(path, config_from_hf, TASK_ARCHITECTURES, task_params_from_hf)
+CONVERTER = XLMRConverter(
+    family=XLMR, title="XLM-R", config_from_hf=config_from_hf, config_to_hf=config_to_hf,
+    masked_lm=MASKED_LM_ARCHITECTURE, encoder=ENCODER_ARCHITECTURE,
+    read_architectures=(MASKED_LM_ARCHITECTURE,), task_architectures=TASK_ARCHITECTURES,
+    prefix=PREFIX, encoder_rules=ENCODER_RULES, rules=RULES, tied=TIED, ignored=IGNORED,
+    task_head_rules=TASK_HEAD_RULES, tokenizer_json=False,
+)  # fmt: skip
