@@ -26,7 +26,14 @@ from xlpretrain.masks import catalog
 from xlpretrain.model.config import ModelFamily
 from xlpretrain.objectives import flops
 from xlpretrain.objectives.declaration import Context, Objective, Requirement
-from xlpretrain.objectives.mlm import mask_meta, masked_lm, masked_lm_flops, prediction_loss
+from xlpretrain.objectives.mlm import (
+    encode,
+    mask_meta,
+    masked_lm,
+    masked_lm_flops,
+    prediction_loss,
+    prediction_slots,
+)
 
 if TYPE_CHECKING:  # the model is built by the trainer, not imported by declarations
     from xlpretrain.model.encoder import MaskedLM
@@ -96,24 +103,8 @@ def make_btmlm(decode: str = "argmax", temperature: float = 1.0, special: Specia
         input_ids = input_ids.at[rows, slots].set(jnp.where(filled, pseudo, input_ids[rows, slots]))
         side = side.at[rows, slots].set(jnp.where(filled, SIDE_PSEUDO, side[rows, slots]))
         second = {**batch, "input_ids": input_ids, "side": side}
-        hidden = model.apply(
-            {"params": params},
-            input_ids,
-            batch["positions"],
-            mask_fn=masks.btmlm,
-            mask_meta=mask_meta(second),
-            lang_ids=batch["lang_ids"],
-            deterministic=False,
-            rngs={"dropout": dropout_rng},
-        )
-        loss, metrics = prediction_loss(
-            model,
-            params,
-            hidden,
-            batch["pred_positions"],
-            batch["pred_labels"],
-            batch["pred_weights"],
-        )
+        hidden = encode(model, params, second, dropout_rng, masks.btmlm)
+        loss, metrics = prediction_loss(model, params, hidden, *prediction_slots(batch))
         stats = pseudo_token_statistics(pseudo, batch["placeholder_weights"], special)
         return loss, {**metrics, **stats}
 

@@ -45,6 +45,11 @@ def encode(model: MaskedLM, params, batch: Batch, rng: jax.Array, mask_fn) -> ja
     )
 
 
+def prediction_slots(batch: Batch) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """The batch's prediction slots `[B, P]`: positions, labels, weights."""
+    return batch["pred_positions"], batch["pred_labels"], batch["pred_weights"]
+
+
 def prediction_loss(
     model: MaskedLM, params, hidden: jax.Array, positions, labels, weights
 ) -> tuple[jax.Array, dict[str, jax.Array]]:
@@ -63,14 +68,7 @@ def masked_lm(mask_fn: masks.MaskFn):
 
     def objective(params, batch: Batch, rng: jax.Array, model: MaskedLM):
         hidden = encode(model, params, batch, rng, mask_fn)
-        return prediction_loss(
-            model,
-            params,
-            hidden,
-            batch["pred_positions"],
-            batch["pred_labels"],
-            batch["pred_weights"],
-        )
+        return prediction_loss(model, params, hidden, *prediction_slots(batch))
 
     return objective
 

@@ -27,7 +27,7 @@ from xlpretrain.masks import catalog
 from xlpretrain.model.config import ModelFamily
 from xlpretrain.objectives import flops
 from xlpretrain.objectives.declaration import Context, Objective, Requirement
-from xlpretrain.objectives.mlm import mask_meta, prediction_loss
+from xlpretrain.objectives.mlm import mask_meta, prediction_loss, prediction_slots
 
 if TYPE_CHECKING:  # the model is built by the trainer, not imported by declarations
     from xlpretrain.model.encoder import MaskedLM
@@ -44,7 +44,7 @@ def make_veco(name: str, variant: str = "acl"):
     def veco(params, batch: Batch, rng: jax.Array, model: MaskedLM):
         h_rng, s_rng = jax.random.split(rng)
         meta = mask_meta(batch)
-        slots = (batch["pred_positions"], batch["pred_labels"], batch["pred_weights"])
+        slots = prediction_slots(batch)
 
         def stream(mask_fn, dropout_rng, memory=None):
             return model.apply(
