@@ -30,7 +30,7 @@ from xlpretrain.objectives.mlm import (
     encode,
     mask_meta,
     masked_lm,
-    masked_lm_flops,
+    masked_lm_objective,
     prediction_loss,
     prediction_slots,
 )
@@ -165,13 +165,10 @@ BTMLM_SECTION = Section(
         "temperature": (lambda v: v > 0, "must be > 0"),
     },
 )
-CAMLM = Objective(
+CAMLM = masked_lm_objective(
     "camlm",
-    ModelFamily.MASKED_LM,
     lambda context: StreamSpec(TranslationPairs(), {PARALLEL: context.mask_rates.camlm}),
     lambda context: camlm,
-    catalog.BY_OBJECTIVE["camlm"],
-    masked_lm_flops,
 )
 BTMLM = Objective(
     "btmlm",

@@ -6,6 +6,7 @@ position, so no `[tokens, vocabulary]` logits tensor is built.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import jax
@@ -18,7 +19,7 @@ from xlpretrain.data.streams import MONO, PARALLEL, StreamSpec
 from xlpretrain.masks import catalog
 from xlpretrain.model.config import ModelFamily
 from xlpretrain.objectives import flops
-from xlpretrain.objectives.declaration import Context, Objective
+from xlpretrain.objectives.declaration import Context, LossFn, Objective
 
 if TYPE_CHECKING:  # the model is built by the trainer, not imported by declarations
     from xlpretrain.model.encoder import MaskedLM
@@ -84,19 +85,25 @@ def masked_lm_flops(context: Context, stream: StreamSpec, shape: flops.StepShape
     return flops.masked_lm(context.model, shape)
 
 
-MMLM = Objective(
+def masked_lm_objective(
+    name: str,
+    stream_spec: Callable[[Context], StreamSpec],
+    loss: Callable[[Context], LossFn],
+) -> Objective:
+    """The declaration of a one-pass MLM objective `name`: every such objective trains the
+    masked LM and costs one encoder pass plus the LM head on its predictions."""
+    return Objective(
+        name, ModelFamily.MASKED_LM, stream_spec, loss, catalog.BY_OBJECTIVE[name], masked_lm_flops
+    )
+
+
+MMLM = masked_lm_objective(
     "mmlm",
-    ModelFamily.MASKED_LM,
     lambda context: StreamSpec(Segments(), {MONO: context.mask_rates.mono}),
     lambda context: mmlm,
-    catalog.BY_OBJECTIVE["mmlm"],
-    masked_lm_flops,
 )
-TLM = Objective(
+TLM = masked_lm_objective(
     "tlm",
-    ModelFamily.MASKED_LM,
     lambda context: StreamSpec(TranslationPairs(), {PARALLEL: context.mask_rates.parallel}),
     lambda context: tlm,
-    catalog.BY_OBJECTIVE["tlm"],
-    masked_lm_flops,
 )
