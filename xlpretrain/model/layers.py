@@ -130,7 +130,20 @@ class Mlp(nn.Module):
         return dense(cfg, cfg.hidden_size, ("mlp", "embed"), "wo")(h)
 
 
-class EncoderLayer(nn.Module):
+class StackedLayer(nn.Module):
+    """The attributes the ``Encoder`` builds each of its layers with, whatever their kind.
+
+    ``mask_fn``, ``cross_mask_fn`` and ``deterministic`` are attributes rather than call
+    arguments so that the lifted ``nn.scan``/``nn.remat`` only ever see arrays.
+    """
+
+    config: ModelConfig
+    mask_fn: masks.MaskFn
+    deterministic: bool
+    cross_mask_fn: masks.MaskFn | None = None
+
+
+class EncoderLayer(StackedLayer):
     """Post-LN layer: LN(x + drop(attn(x))), [LN(x + drop(cross_attn(x, memory)))],
     then LN(x + drop(wo(gelu(wi(x))))).
 
@@ -138,17 +151,9 @@ class EncoderLayer(nn.Module):
     ``cross_attention`` / ``cross_attention_norm``) runs only when a ``memory`` is given: one
     state per token of the same row (VECO: the plain stream's last layer), of which
     ``cross_mask_fn`` decides what each token reads. Without memory the layer is exactly the
-    plain encoder layer — the module is "plugged out".
-
-    ``mask_fn``, ``cross_mask_fn`` and ``deterministic`` are attributes rather than call
-    arguments so that the lifted ``nn.scan``/``nn.remat`` only ever see arrays. Returns
-    ``(hidden, None)``, the carry/output pair ``nn.scan`` expects.
+    plain encoder layer — the module is "plugged out". Returns ``(hidden, None)``, the
+    carry/output pair ``nn.scan`` expects.
     """
-
-    config: ModelConfig
-    mask_fn: masks.MaskFn
-    deterministic: bool
-    cross_mask_fn: masks.MaskFn | None = None
 
     @nn.compact
     def __call__(

@@ -36,7 +36,7 @@ import numpy as np
 from xlpretrain import masks
 from xlpretrain.model.attention import MultiHeadAttention
 from xlpretrain.model.config import ModelConfig
-from xlpretrain.model.layers import dense, gelu, layer_norm
+from xlpretrain.model.layers import StackedLayer, dense, gelu, layer_norm
 from xlpretrain.model.rotary import rotary_positions
 from xlpretrain.parallel import sharding
 
@@ -72,15 +72,10 @@ class GatedMlp(nn.Module):
         return dense(cfg, cfg.hidden_size, ("mlp", "embed"), "wo")(h)
 
 
-class ModernLayer(nn.Module):
+class ModernLayer(StackedLayer):
     """One pre-norm layer; ``layer`` holds its slice of ``layer_schedule``. With a ``memory``
     (VECO's plug-in) a cross-attention sub-layer, ``x + cross_attn(norm(x), memory)``, runs
     between attention and MLP, rotary on both sides at the row's positions."""
-
-    config: ModelConfig
-    mask_fn: masks.MaskFn
-    deterministic: bool
-    cross_mask_fn: masks.MaskFn | None = None
 
     @nn.compact
     def __call__(
