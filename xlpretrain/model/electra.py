@@ -12,9 +12,8 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from xlpretrain import masks
 from xlpretrain.model.config import ModelConfig
-from xlpretrain.model.encoder import Encoder
+from xlpretrain.model.encoder import Encoder, init_inputs
 from xlpretrain.model.heads import LMHead
 from xlpretrain.model.layers import Embeddings, dense, gelu
 
@@ -68,13 +67,6 @@ def init_electra_params(
     config: ModelConfig, generator: ModelConfig, rng: jax.Array, batch_shape=(1, 8)
 ) -> dict:
     """Boxed parameters of both towers (see `init_params` for the boxing)."""
-    ids = jnp.zeros(batch_shape, jnp.int32)
-    positions = ids + config.pad_token_id + 1 + jnp.arange(batch_shape[1])
-    return ElectraPretrainer(config, generator).init(
-        {"params": rng},
-        ids,
-        positions,
-        mask_fn=masks.mmlm,
-        mask_meta={"segment_ids": ids + 1, "positions": positions},
-        lang_ids=ids if config.num_languages > 0 else None,
-    )["params"]
+    ids, positions, kwargs = init_inputs(config, batch_shape)
+    variables = ElectraPretrainer(config, generator).init({"params": rng}, ids, positions, **kwargs)
+    return variables["params"]

@@ -222,6 +222,21 @@ def _forward_and_head(
     return model.mlm_logits(model(input_ids, positions, **kwargs))
 
 
+def init_inputs(
+    config: ModelConfig, batch_shape: tuple[int, int]
+) -> tuple[jax.Array, jax.Array, dict]:
+    """``(input_ids, positions, keyword arguments)`` to trace a model's ``init`` with: zero ids
+    at the first positions under the MMLM mask, with language ids where the model has a table."""
+    ids = jnp.zeros(batch_shape, jnp.int32)
+    positions = ids + config.pad_token_id + 1 + jnp.arange(batch_shape[1])
+    kwargs = {
+        "mask_fn": masks.mmlm,
+        "mask_meta": {"segment_ids": ids + 1, "positions": positions},
+        "lang_ids": ids if config.num_languages > 0 else None,
+    }
+    return ids, positions, kwargs
+
+
 @functools.partial(jax.jit, static_argnames=("config", "batch_shape"))
 def init_params(config: ModelConfig, rng: jax.Array, batch_shape: tuple[int, int] = (1, 8)) -> dict:
     """Initialises all parameters, including the LM head.
@@ -231,8 +246,7 @@ def init_params(config: ModelConfig, rng: jax.Array, batch_shape: tuple[int, int
     use. Jitted (eager init is slow); works under ``jax.eval_shape``, so shardings can be
     derived before allocating.
     """
-    ids = jnp.zeros(batch_shape, jnp.int32)
-    positions = ids + config.pad_token_id + 1 + jnp.arange(batch_shape[1])
+    ids, positions, kwargs = init_inputs(config, batch_shape)
     memory = None
     if config.cross_attention:  # create the plug-in's parameters too
         memory = jnp.zeros((*batch_shape, config.hidden_size), config.compute_dtype)
@@ -240,9 +254,7 @@ def init_params(config: ModelConfig, rng: jax.Array, batch_shape: tuple[int, int
         {"params": rng},
         ids,
         positions,
-        mask_fn=masks.mmlm,
-        mask_meta={"segment_ids": ids + 1, "positions": positions},
-        lang_ids=ids if config.num_languages > 0 else None,
+        **kwargs,
         memory=memory,
         cross_mask_fn=masks.mmlm,
         method=_forward_and_head,
