@@ -21,6 +21,7 @@ import ml_collections
 
 from xlpretrain.core.errors import ConfigError
 from xlpretrain.data.qa_windows import ANSWER_TEXTS
+from xlpretrain.data.xtreme import VERSIONS
 from xlpretrain.tasks.declaration import TaskSettings
 from xlpretrain.training.config import LOOP_RANGES, MESH_RANGES, check_stop_at, loop_section
 from xlpretrain.training.config_keys import Ranges, check_keys
@@ -28,7 +29,6 @@ from xlpretrain.training.finetune_config import RANGES as FINETUNE_RANGES
 from xlpretrain.training.finetune_config import default_config as finetune_defaults
 
 PROTOCOLS = ("zero_shot", "translate_train_all", "in_language")
-VERSIONS = ("xtreme", "xtreme-r")
 # Each task XTREME fine-tunes, and its default settings: XTREME's own baselines for XLM-R base
 # (google-research/xtreme scripts/train_*.sh: 8 rows × 4 accumulated = 32 per step, QA 4 × 8; no
 # warm-up and no weight decay but for QA: 500 warm-up steps, weight decay 1e-4; run_tag.py steps
@@ -219,7 +219,7 @@ RANGES: Ranges = {
     "data.prefetch": (lambda v: v >= 0, "must be >= 0"),
     "tasks": (bool, f"required: comma-separated, of {', '.join([*TASKS, *RETRIEVAL])}"),
     "protocol": (lambda v: v in PROTOCOLS, f"must be one of {PROTOCOLS}"),
-    "version": (lambda v: v in VERSIONS, f"must be one of {VERSIONS}"),
+    "version": (lambda v: v in VERSIONS, f"must be one of {tuple(VERSIONS)}"),
     "eval.every_steps": (lambda v: v >= 0, "must be >= 0 (0: each task's eval_every_steps)"),
     **_QA_RANGES,
     **{key: value for task in TASKS for key, value in _task_ranges(task).items()},

@@ -6,7 +6,7 @@ Paths are templates relative to XTREME_DIR, `{lang}` standing for a language cod
 tuple of files because the retrieval tasks keep one split in two or three files (BUCC: source,
 English, gold; Tatoeba: source, English); every other task keeps one.
 
-The language lists are evaluate.py's `XTREME_TASK2LANGS` and `XTREME_R_TASK2LANGS`; the label
+The test languages are each version's (`versions.VERSIONS`, evaluate.py's lists); the label
 lists are XTREME's processors' (`get_labels`) and its tagging data's.
 """
 
@@ -18,32 +18,16 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from xlpretrain.data.sources import DataError
+from xlpretrain.data.xtreme.versions import VERSIONS
 
 __all__ = ["LAYOUTS", "VERSIONS", "TaskFiles", "TaskLayout", "find_task", "task_languages"]
 
 Files = tuple[Path, ...]
-VERSIONS = ("xtreme", "xtreme-r")
 
-_PANX = (
-    "ar he vi id jv ms tl eu ml ta te af nl en de el bn hi mr ur fa fr it pt es bg ru ja ka ko "
-    "th sw yo my zh kk tr et fi hu"
-).split()
-_UDPOS = (
-    "af ar bg de el en es et eu fa fi fr he hi hu id it ja kk ko mr nl pt ru ta te th tl tr ur "
-    "vi yo zh"
-).split()
 # Universal POS tags, UD-POS's labels.
 _UPOS = tuple(
     "ADJ ADP ADV AUX CCONJ DET INTJ NOUN NUM PART PRON PROPN PUNCT SCONJ SYM VERB X".split()
 )
-_TATOEBA = (
-    "ar he vi id jv tl eu ml ta te af nl de el bn hi mr ur fa fr it pt es bg ru ja ka ko th sw "
-    "zh kk tr et fi hu"
-).split()
-_XNLI = "ar bg de el en es fr hi ru sw th tr ur vi zh".split()
-_XQUAD = "en es de el ru tr ar vi th zh hi".split()
-_MLQA = "en es de ar hi vi zh".split()
-_TYDIQA = "en ar bn fi id ko ru sw te".split()
 
 _DOWNLOAD = "XTREME's scripts/download_data.sh leaves them there"
 _PANX_STEP = (
@@ -65,8 +49,6 @@ class TaskLayout:
     test: tuple[str, ...] | None  # per language, `{lang}`: the data a submission predicts
     dev_by_language: tuple[str, ...] | None  # per language where XTREME ships it
     translate_train: tuple[str, ...] | None  # per language; never made by the download script
-    languages: tuple[str, ...]  # XTREME's test languages
-    languages_r: tuple[str, ...] | None  # XTREME-R's; None: not an XTREME-R task
     labels: tuple[str, ...] | None = None  # the classes or tags, where fixed
     hint: str = _DOWNLOAD  # what to do when a file is missing
     # per language where XTREME ships training data in the test languages (in_language)
@@ -85,8 +67,6 @@ LAYOUTS: dict[str, TaskLayout] = {
             test=("xnli/test-{lang}.tsv",),
             dev_by_language=("xnli/dev-{lang}.tsv",),
             translate_train=("xnli/translate-train/en-{lang}-translated.tsv",),
-            languages=tuple(_XNLI),
-            languages_r=tuple(_XNLI),
             labels=("contradiction", "entailment", "neutral"),
         ),
         TaskLayout(
@@ -98,8 +78,6 @@ LAYOUTS: dict[str, TaskLayout] = {
             test=("pawsx/test-{lang}.tsv",),
             dev_by_language=("pawsx/dev-{lang}.tsv",),
             translate_train=("pawsx/translate-train/en-{lang}-translated.tsv",),
-            languages=tuple("de en es fr ja ko zh".split()),
-            languages_r=None,
             labels=("0", "1"),
         ),
         TaskLayout(
@@ -111,8 +89,6 @@ LAYOUTS: dict[str, TaskLayout] = {
             test=("panx/test-{lang}.tsv",),
             dev_by_language=("panx/dev-{lang}.tsv",),
             translate_train=None,
-            languages=tuple(_PANX),
-            languages_r=tuple(_PANX + "qu pl uk az lt pa gu ro".split()),
             labels=("B-LOC", "B-ORG", "B-PER", "I-LOC", "I-ORG", "I-PER", "O"),
             hint=_PANX_STEP,
             train_by_language=("panx/train-{lang}.tsv",),
@@ -126,8 +102,6 @@ LAYOUTS: dict[str, TaskLayout] = {
             test=("udpos/test-{lang}.tsv",),
             dev_by_language=("udpos/dev-{lang}.tsv",),
             translate_train=None,
-            languages=tuple(_UDPOS),
-            languages_r=tuple(_UDPOS + "lt pl uk wo ro".split()),
             labels=_UPOS,
             train_by_language=("udpos/train-{lang}.tsv",),
         ),
@@ -140,8 +114,6 @@ LAYOUTS: dict[str, TaskLayout] = {
             test=None,
             dev_by_language=None,
             translate_train=("squad/translate-train/squad.translate.train.en-{lang}.json",),
-            languages=(),
-            languages_r=(),
         ),
         TaskLayout(
             name="xquad",
@@ -152,8 +124,6 @@ LAYOUTS: dict[str, TaskLayout] = {
             test=("xquad/xquad.{lang}.json",),
             dev_by_language=None,
             translate_train=("squad/translate-train/squad.translate.train.en-{lang}.json",),
-            languages=tuple(_XQUAD),
-            languages_r=tuple(_XQUAD + ["ro"]),
         ),
         TaskLayout(
             name="mlqa",
@@ -164,8 +134,6 @@ LAYOUTS: dict[str, TaskLayout] = {
             test=("mlqa/MLQA_V1/test/test-context-{lang}-question-{lang}.json",),
             dev_by_language=("mlqa/MLQA_V1/dev/dev-context-{lang}-question-{lang}.json",),
             translate_train=("squad/translate-train/squad.translate.train.en-{lang}.json",),
-            languages=tuple(_MLQA),
-            languages_r=tuple(_MLQA),
         ),
         TaskLayout(
             name="tydiqa",
@@ -176,8 +144,6 @@ LAYOUTS: dict[str, TaskLayout] = {
             test=("tydiqa/tydiqa-goldp-v1.1-dev/tydiqa.goldp.{lang}.dev.json",),
             dev_by_language=None,
             translate_train=("tydiqa/translate-train/tydiqa.translate.train.en-{lang}.json",),
-            languages=tuple(_TYDIQA),
-            languages_r=tuple(_TYDIQA),
             train_by_language=("tydiqa/tydiqa-goldp-v1.1-train/tydiqa.goldp.{lang}.train.json",),
         ),
         TaskLayout(
@@ -193,8 +159,6 @@ LAYOUTS: dict[str, TaskLayout] = {
                 "bucc2018/{lang}-en.dev.gold",
             ),
             translate_train=None,
-            languages=tuple("de fr ru zh".split()),
-            languages_r=None,
         ),
         TaskLayout(
             name="tatoeba",
@@ -205,8 +169,6 @@ LAYOUTS: dict[str, TaskLayout] = {
             test=("tatoeba/{lang}-en.{lang}", "tatoeba/{lang}-en.en"),
             dev_by_language=None,
             translate_train=None,
-            languages=tuple(_TATOEBA),
-            languages_r=tuple(_TATOEBA + "az lt pl uk ro".split()),
         ),
     )
 }
@@ -215,7 +177,13 @@ LAYOUTS: dict[str, TaskLayout] = {
 # Every language an XTREME or XTREME-R task tests: where optional files are looked for.
 ALL_LANGUAGES = tuple(
     sorted(
-        {lang for task in LAYOUTS.values() for lang in task.languages + (task.languages_r or ())}
+        {
+            lang
+            for version in VERSIONS.values()
+            for task, languages in version.languages.items()
+            if task in LAYOUTS
+            for lang in languages
+        }
     )
 )
 
@@ -238,10 +206,12 @@ class TaskFiles:
 
 def task_languages(task: str, version: str = "xtreme") -> tuple[str, ...]:
     """XTREME's (or XTREME-R's) test languages of `task`."""
-    layout = _layout(task)
+    _layout(task)
     if version not in VERSIONS:
-        raise ValueError(f"unknown XTREME version {version!r}: expected one of {VERSIONS}")
-    languages = layout.languages if version == "xtreme" else layout.languages_r
+        raise ValueError(f"unknown XTREME version {version!r}: expected one of {tuple(VERSIONS)}")
+    if not any(task in known.languages for known in VERSIONS.values()):
+        return ()  # a source of training data alone (SQuAD): nothing tested
+    languages = VERSIONS[version].languages.get(task)
     if languages is None:
         raise ValueError(f"{task} is not an XTREME-R task (XTREME-R drops PAWS-X and BUCC)")
     return languages
