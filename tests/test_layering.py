@@ -26,8 +26,8 @@ LAYERS = (
     # Hugging Face machinery and each family's converter, then the backbone declarations that
     # name them, then what dispatches by backbone (the package's `from_hf` / `to_hf`).
     (
-        "convert.folder", "convert.hf", "convert.xlmr", "convert.modernbert", "convert.bert",
-        "convert.merging", "convert.seq2seq", "convert.task_workdir",
+        "convert.folder", "convert.hf", "convert.converter", "convert.xlmr", "convert.modernbert",
+        "convert.bert", "convert.merging", "convert.seq2seq", "convert.task_workdir",
     ),
     ("backbones",),
     ("convert", "api", "eval"),

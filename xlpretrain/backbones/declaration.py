@@ -28,8 +28,9 @@ from xlpretrain.families import Family
 from xlpretrain.model.config import ModelConfig
 
 if TYPE_CHECKING:  # the converters import Flax; checking a config needs none of it
+    from xlpretrain.convert.converter import Converter
     from xlpretrain.convert.folder import Params, Pretrained
-    from xlpretrain.convert.hf import Converter, TaskModel
+    from xlpretrain.convert.hf import TaskModel
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,9 +47,10 @@ class Backbone:
       function without a parameter changing shape; a warm start shares them with its
       checkpoint or names them in `init.changes` (`training.warm_start`).
     - ``converter``: the module converting its Hugging Face folders both ways (its `CONVERTER`,
-      a `convert.hf.Converter`: `read_hf(path, allow_missing_head=…)`, `write_hf(model, path)`,
-      and its fine-tuned models as the HF class of each task kind: `task_architectures`,
-      `write_hf_task`, `read_hf_task`) and writing their `config.json` (`config_to_hf(config)`).
+      a `convert.converter.Converter`: `read_hf(path, allow_missing_head=…)`,
+      `write_hf(model, path)`, and its fine-tuned models as the HF class of each task kind:
+      `task_architectures`, `write_hf_task`, `read_hf_task`) and writing their `config.json`
+      (`config_to_hf(config)`).
     - ``peer_name``: how `bench --peer` names its peer (`hf_peer`).
     """
 

@@ -31,6 +31,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from xlpretrain.convert import hf, xlmr
+from xlpretrain.convert.converter import Converter
 from xlpretrain.convert.hf import COPY, LINEAR, Rule
 from xlpretrain.data.tokenizer import SpecialIds
 from xlpretrain.families import BERT
@@ -150,7 +151,7 @@ def check_exportable(config: ModelConfig, architecture: str = MASKED_LM_ARCHITEC
 # --- converter ------------------------------------------------------------------------------
 
 
-class BertConverter(hf.Converter):
+class BertConverter(Converter):
     """BERT's converter: a hub checkpoint's TensorFlow LayerNorm names read as transformers
     reads them."""
 

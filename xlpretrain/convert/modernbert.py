@@ -33,6 +33,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from xlpretrain.convert import hf
+from xlpretrain.convert.converter import Converter
 from xlpretrain.convert.hf import COPY, HEADS_IN, HEADS_OUT, LINEAR, Rule
 from xlpretrain.data.tokenizer import SpecialIds
 from xlpretrain.families import MODERNBERT
@@ -311,7 +312,7 @@ def _fuse(tensors: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
 # --- converter ------------------------------------------------------------------------------
 
 
-class ModernBertConverter(hf.Converter):
+class ModernBertConverter(Converter):
     """ModernBERT's converter: its fused tensors split into the rules' parts and joined back,
     its first layer's missing attention norm added as ones and left out again."""
 

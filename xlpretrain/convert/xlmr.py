@@ -2,11 +2,11 @@
 
 XLM-R's names for ``hf.py``'s machinery: the rules of ``XLMRobertaForMaskedLM`` (the encoder
 under ``roberta.``, then the head), its config keys and the settings it fixes, and its
-``CONVERTER``, which reads and writes the folders both ways (``hf.Converter``) with XLM-R's own
-checks: a bare encoder read with a fresh MLM head, a tokenizer that pads otherwise than HF XLM-R
-refused. Exports also write bare encoders (``XLMRobertaModel``: an XLM-E discriminator) and,
-through ``seq2seq.py``, VECO's ``EncoderDecoderModel``, from the same rules; BERT's converter
-(``bert.py``) reads the same encoder under ``bert.``.
+``CONVERTER``, which reads and writes the folders both ways (``converter.Converter``) with
+XLM-R's own checks: a bare encoder read with a fresh MLM head, a tokenizer that pads otherwise
+than HF XLM-R refused. Exports also write bare encoders (``XLMRobertaModel``: an XLM-E
+discriminator) and, through ``seq2seq.py``, VECO's ``EncoderDecoderModel``, from the same
+rules; BERT's converter (``bert.py``) reads the same encoder under ``bert.``.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
+from xlpretrain.convert.converter import Converter
 from xlpretrain.convert.folder import Params
 from xlpretrain.convert.hf import (
     COMMON_REASONS,
@@ -26,7 +27,6 @@ from xlpretrain.convert.hf import (
     HEADS_IN,
     HEADS_OUT,
     LINEAR,
-    Converter,
     Rule,
     Tensors,
     check_hf_settings,
