@@ -1,7 +1,7 @@
-"""XTREME, zero-shot from English: `python -m xlpretrain.eval.xtreme run --config
+"""XTREME, zero-shot from English: `python -m xlpretrain.finetune run --config
 configs/xtreme.py[:PRESET] --init WORKDIR --data XTREME_DIR --out OUT [--tasks ...]`.
 
-Every key is in `xlpretrain.training.task_config.default_config()`. The presets:
+Every key is in `xlpretrain.finetune.schema.default_config()`. The presets:
 
 - `base` (the default): XTREME's own baseline for XLM-R base, per task (google-research/xtreme
   `scripts/train_*.sh`: 32 rows a step, 2e-5 for 5 epochs on XNLI and PAWS-X, 10 on PAN-X and
@@ -39,13 +39,15 @@ Every key is in `xlpretrain.training.task_config.default_config()`. The presets:
 
 import ml_collections
 
-from xlpretrain.training.task_config import TASKS, default_config
+from xlpretrain.finetune import registry
+from xlpretrain.finetune.schema import default_config, xtreme_tasks
 
 PRESETS = ("base", "large", "ernie_m", "ernie_m_large", "veco_large", "demo")
 DEMO_TASKS = ("pawsx", "panx", "xquad", "tatoeba")
 FINE_TUNED_DEMO_TASKS = DEMO_TASKS[:3]
 # The presets not of XTREME's scripts: dev once an epoch, the best kept, seed 0, on every task;
 # their steps ⌈rows / batch_size⌉ an epoch, each update at its own step's rate.
+FINE_TUNED = tuple(task for task in xtreme_tasks() if registry.get(task).fine_tuned)
 ALONE = dict(
     eval_every_steps=0, select="best_then_final", seed=0, loader_batch_size=0,
     scheduler_first=False,
@@ -64,7 +66,7 @@ def get_config(arg: str = "base") -> ml_collections.ConfigDict:
         cfg.tatoeba.layer = 14  # run_tatoeba.sh's LAYER=13 of the last 24 states
         cfg.bucc2018.layer = 20  # run_bucc2018.sh's 7 of the last 12 (its default) states
     if preset not in ("base", "large"):
-        for task in TASKS:
+        for task in FINE_TUNED:
             cfg[task].update(ALONE)
     if preset in ("ernie_m", "ernie_m_large"):
         cfg.tasks = "xnli,mlqa"

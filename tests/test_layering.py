@@ -34,20 +34,27 @@ LAYERS = (
     # The kinds of fine-tuning task: reader rows, head, loss, decoding and metric, per kind.
     ("tasks",),
     ("training",),  # checkpoints, optimizer, metrics, workdir, warm start, preemption, divergence
-    (
-        "training.config", "training.finetune_config", "training.config_files",
-        "training.task_config",
-    ),
-    ("training.plan", "training.finetune_plan", "training.task_plan", "training.step"),
+    ("training.config", "training.config_files"),
+    ("training.plan", "training.step"),
     ("training.evaluation", "training.prediction"),
     ("training.loop",),
-    ("training.trainer", "training.finetuning", "training.task_tuning"),
-    ("training.xtreme_run",),
+    ("training.trainer",),
     ("training.cli",),
+    # Fine-tuning on training's loop: a task's examples from its source and its batches, the
+    # registry of tasks, the config schema made from it, the plan, one task's run, the suite.
+    (
+        "finetune", "finetune.examples", "finetune.batches", "finetune.layer_decay",
+        "finetune.xtreme_source", "finetune.folder_source",
+    ),
+    ("finetune.registry",),
+    ("finetune.schema",),
+    ("finetune.plan",),
+    ("finetune.task_run",),
+    ("finetune.suite",),
     ("bench",),
 )  # fmt: skip
 # A program is a root entry point (`python -m xlpretrain.train`) or a package's `__main__`
-# module (`python -m xlpretrain.eval.finetune` runs `eval/finetune/__main__.py`); every other
+# module (`python -m xlpretrain.finetune` runs `finetune/__main__.py`); every other
 # module is library code and has a layer.
 ROOT_PROGRAMS = ("train", "aot", "launch")
 
@@ -144,12 +151,20 @@ def test_imports_go_down_and_no_module_imports_a_program():
     assert not wrong, "\n".join(sorted(wrong))
 
 
-def test_evals_library_stays_below_training():
-    """`eval`'s library modules (the measures, the benchmark files) sit below `training`; what
-    fine-tunes, which runs training's loop, is a program (`eval.finetune.__main__`)."""
+def test_eval_only_measures():
+    """`eval` measures: its library modules sit below `training`, and no module of it, its
+    programs included, imports training or fine-tuning (which lives in `finetune`)."""
     library = [m for m in modules() if m.startswith("eval.") and not is_program(m)]
     above = sorted(m for m in library if rank(m) >= rank("training"))
     assert library and not above, f"{above}: eval's library sits below training"
+    training = sorted(
+        f"{module} imports {target}"
+        for module, path in modules().items()
+        if module == "eval" or module.startswith("eval.")
+        for target in imports(path)
+        if target.split(".")[0] in ("training", "finetune")
+    )
+    assert not training, "\n".join(training) + ": eval measures; fine-tuning is finetune's"
 
 
 # What the command lines share (absl's flags, their error lines and exit statuses): a program
@@ -189,17 +204,15 @@ def test_no_modules_import_each_other_in_a_circle():
 
 
 # The modules that read a raw config: its defaults and key checks, the plans that resolve it
-# (`training.plan.resolve`, `training.finetune_plan.resolve_finetuning`), the loading of config
+# (`training.plan.resolve`, `finetune.plan.resolve`), the loading of config
 # files and the command lines that parse one. Everything else reads a plan's typed sections.
 CONFIG_READERS = (
     "training.config",
     "training.config_keys",
-    "training.finetune_config",
     "training.stages",
     "training.plan",
-    "training.finetune_plan",
-    "training.task_config",
-    "training.task_plan",
+    "finetune.schema",
+    "finetune.plan",
     "training.config_files",
     "training.cli",
 )

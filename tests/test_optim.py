@@ -11,11 +11,12 @@ import pytest
 
 from tests.test_plan import shipped_config
 from xlpretrain.core.errors import ConfigError
+from xlpretrain.finetune.plan import resolve as resolve_finetuning
+from xlpretrain.finetune.schema import default_config as finetune_config
 from xlpretrain.training import optim
 from xlpretrain.training.config import default_config
-from xlpretrain.training.finetune_config import default_config as finetune_config
 from xlpretrain.training.plan import resolve
-from xlpretrain.training.sections import OptimizerSettings, warmup_linear_decay
+from xlpretrain.training.sections import warmup_linear_decay
 
 PARAMS = {
     "dense": {"kernel": np.ones((3, 2), np.float32), "bias": np.zeros(2, np.float32)},
@@ -27,9 +28,10 @@ def test_warmup_steps_and_warmup_fraction_give_one_schedule():
     cfg = default_config()
     cfg.optim.learning_rate, cfg.optim.warmup_steps, cfg.train.steps = 1e-3, 3, 10
     tuning = finetune_config()
-    tuning.optim.learning_rate, tuning.optim.warmup_fraction, tuning.train.steps = 1e-3, 0.3, 10
+    tuning.init.path, tuning.data.dir, tuning.tasks = "model", "pairs", "pairs"
+    tuning.pairs.learning_rate, tuning.pairs.warmup_fraction, tuning.train.steps = 1e-3, 0.3, 10
     pretraining = resolve(cfg).optim.learning_rates()
-    finetuning = OptimizerSettings.of(tuning).learning_rates()
+    finetuning = resolve_finetuning(tuning).task_plan("pairs", 100).optim.learning_rates()
     explicit = warmup_linear_decay(1e-3, warmup_steps=3, total_steps=10)
     for schedule in (pretraining, finetuning):
         assert [float(schedule(s)) for s in range(12)] == [float(explicit(s)) for s in range(12)]

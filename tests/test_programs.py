@@ -104,8 +104,11 @@ def without(module: str, program: str, *args: str) -> tuple[str, ...]:
             id="retrieval",
         ),
         pytest.param(
-            ("-m", "xlpretrain.eval.finetune", "--config=configs/finetune_pair.py", "--workdir=x"),
-            "xlpretrain.eval.finetune: error: --config configs/finetune_pair.py: no such file "
+            (
+                "-m", "xlpretrain.finetune", "run", "--config=configs/finetune_pair.py",
+                "--init=x", "--data=x", "--out=x",
+            ),
+            "xlpretrain.finetune: error: --config configs/finetune_pair.py: no such file "
             f"({REPO / 'configs' / 'finetune_pair.py'}), and shipped configs are named without .py "
             "or a folder (shipped: demo, ernie_m, finetune_pairs, mbert, mmbert, veco, xlm_e, "
             "xlmr, xtreme); did you mean configs/finetune_pairs.py?",

@@ -10,13 +10,13 @@ import json
 import pytest
 
 from tests.test_plan import SHIPPED, shipped_config
+from xlpretrain.finetune import schema as finetune_schema
+from xlpretrain.finetune.plan import resolve as resolve_finetuning
 from xlpretrain.training import config as pretraining
-from xlpretrain.training import finetune_config
-from xlpretrain.training.finetune_plan import resolve_finetuning
 from xlpretrain.training.plan import resolve, resolve_record
 from xlpretrain.training.workdir import CONFIG, save_config
 
-DEFAULTS = (pretraining.default_config(), finetune_config.default_config())
+DEFAULTS = (pretraining.default_config(), finetune_schema.default_config())
 # The sections every task's config has, and each one's keys in either task: a mapping keyed by
 # two names of one of these is a raw config or a section of one.
 SECTIONS = set(DEFAULTS[0]) & set(DEFAULTS[1])
@@ -58,8 +58,8 @@ def config(file: str, arg: str, data: dict):
 
 
 def finetuning_config():
-    cfg = finetune_config.default_config()
-    cfg.init.path, cfg.data.dir = "runs/pretrained", "data/xnli"
+    cfg = finetune_schema.default_config()
+    cfg.init.path, cfg.data.dir = "runs/pretrained", "data/xtreme"
     return cfg
 
 
@@ -71,7 +71,11 @@ def test_a_plan_holds_no_mapping_of_config_keys(file, arg, data):
 
 
 def test_a_finetuning_plan_holds_no_mapping_of_config_keys():
-    assert not raw_config_fields(resolve_finetuning(finetuning_config()))
+    """The run's plan and a task's (its steps counted on typed values, not a config built
+    again)."""
+    plan = resolve_finetuning(finetuning_config())
+    assert not raw_config_fields(plan)
+    assert not raw_config_fields(plan.task_plan("xnli", 1000))
 
 
 @pytest.mark.parametrize("file, arg, data", CASES, ids=[f"{f}:{a}" for f, a, _ in CASES])

@@ -12,12 +12,14 @@ import dataclasses
 import json
 from collections.abc import Callable
 
+import ml_collections
 import pytest
 
 from xlpretrain.core.errors import ConfigError
 from xlpretrain.data.streams import MONO, PARALLEL
+from xlpretrain.finetune import plan as finetune_plan
+from xlpretrain.finetune import schema as finetune_schema
 from xlpretrain.training import config as pretraining
-from xlpretrain.training import finetune_config, finetune_plan
 from xlpretrain.training.plan import resume_terms
 from xlpretrain.training.record import ConfigRecord
 from xlpretrain.training.workdir import check_resume
@@ -68,8 +70,20 @@ TASKS = {
         # As the trainer calls it: eval.* decide the lines training reads of each kind.
         lambda record: resume_terms(record, (MONO, PARALLEL)),
     ),
-    "finetuning": Task(finetune_config.default_config, LOOP_NEUTRAL, finetune_plan.resume_terms),
+    "finetuning": Task(lambda: task_record(), LOOP_NEUTRAL, finetune_plan.resume_terms),
 }
+
+
+def task_record() -> ml_collections.ConfigDict:
+    """A fine-tuning task's config as its workdir records it (a user's `pairs` task, whose
+    record also names its folders and labels)."""
+    cfg = finetune_schema.default_config()
+    cfg.init.path, cfg.data.dir, cfg.tasks = "model", "pairs", "pairs"
+    return ml_collections.ConfigDict(
+        finetune_plan.resolve(cfg).task_plan("pairs", 1000).record.tree()
+    )
+
+
 # Keys no default has (an empty section) that a run may add.
 ADDED = {"pretraining": {"data.per_objective.tlm.max_length": 256}, "finetuning": {}}
 

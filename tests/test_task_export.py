@@ -1,5 +1,5 @@
 """`python -m xlpretrain.convert to-hf TASK_WORKDIR DST`: a task fine-tuned by `python -m
-xlpretrain.eval.xtreme run` (tiny ModernBERT, the tiny XTREME_DIR's PAN-X, XQuAD, PAWS-X, 4
+xlpretrain.finetune run` (tiny ModernBERT, the tiny XTREME_DIR's PAN-X, XQuAD, PAWS-X, 4
 steps) exports as its family's transformers class of its kind, with the params selected on
 English dev, its labels and its tokenizer: transformers' logits equal our module's on the task's
 own rows. A half-finished workdir and a damaged record are refused in one line; a checkpoint
@@ -27,11 +27,11 @@ from xlpretrain.convert import folder, task_workdir
 from xlpretrain.convert.__main__ import main as convert_main
 from xlpretrain.data.tokenizer import Tokenizer
 from xlpretrain.families import MODERNBERT
+from xlpretrain.finetune import suite
+from xlpretrain.finetune.plan import resolve
+from xlpretrain.finetune.schema import check as check_run_config
 from xlpretrain.model import init_params
 from xlpretrain.tasks.declaration import Encoding, Head, TaskSettings
-from xlpretrain.training import xtreme_run
-from xlpretrain.training.task_config import check_run_config
-from xlpretrain.training.task_plan import resolve_xtreme
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -78,7 +78,7 @@ def out(tiny_model, tmp_path_factory) -> pathlib.Path:
         cfg[task].update(batch_size=8, max_length=MAX_LENGTH, learning_rate=3e-3)
     check_run_config(cfg)
     out = tmp_path_factory.mktemp("out")
-    assert xtreme_run.run(resolve_xtreme(cfg), out) is not None
+    assert suite.run(resolve(cfg), out) is not None
     return out
 
 

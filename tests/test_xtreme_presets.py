@@ -7,8 +7,8 @@ import pytest
 
 from configs import xtreme as xtreme_config
 from xlpretrain.core.errors import ConfigError
-from xlpretrain.training.task_config import check_run_config, task_config
-from xlpretrain.training.task_plan import resolve_task, resolve_xtreme
+from xlpretrain.finetune.plan import resolve
+from xlpretrain.finetune.schema import check as check_run_config
 
 SQUAD_ROWS = 88_000  # about SQuAD v1.1's training windows
 
@@ -17,7 +17,7 @@ def plan(preset: str, task: str, rows: int = SQUAD_ROWS):
     cfg = xtreme_config.get_config(preset)
     cfg.init.path, cfg.data.dir = "model", "xtreme"
     check_run_config(cfg)
-    return resolve_task(task_config(cfg, task, rows))
+    return resolve(cfg).task_plan(task, rows)
 
 
 @pytest.mark.parametrize("preset", xtreme_config.PRESETS)
@@ -25,7 +25,7 @@ def test_every_preset_resolves(preset):
     cfg = xtreme_config.get_config(preset)
     cfg.init.path, cfg.data.dir = "model", "xtreme"
     check_run_config(cfg)
-    assert resolve_xtreme(cfg).tasks
+    assert resolve(cfg).tasks
 
 
 def test_xtreme_baseline_fine_tunes_every_layer_alike_without_weight_decay():
@@ -58,8 +58,8 @@ def test_veco_xquad_warms_up_500_steps():
     assert (xnli.optim.warmup_steps, xnli.batch_size, xnli.max_length) == (0, 64, 128)
     cfg = xtreme_config.get_config("veco_large")
     cfg.init.path, cfg.data.dir = "model", "xtreme"
-    assert resolve_xtreme(cfg).retrieval["tatoeba"].layer == 18
-    tiny = resolve_task(task_config(cfg, "xquad", train_rows=16))  # 2 steps: still 500 (uncapped)
+    assert resolve(cfg).retrieval["tatoeba"].layer == 18
+    tiny = resolve(cfg).task_plan("xquad", 16)  # 2 steps: still 500 (uncapped)
     assert tiny.optim.warmup_steps == 500 and not tiny.optim.cap_warmup
 
 

@@ -1,6 +1,6 @@
 """The XTREME run's protocols, on the tiny XTREME_DIR of `tests/xtreme_fixtures`: which examples
 each fine-tuning run trains, selects and predicts on, and where its workdir is. The fine-tuning
-itself is `task_tuning`'s (tests/test_xtreme_run.py runs it); here it is replaced by a recorder
+itself is `task_run`'s (tests/test_suite.py runs it); here it is replaced by a recorder
 that predicts a constant, so what is checked is the protocol alone.
 
 - zero_shot: one run in OUT/<task>/ on English training data, English dev, every test language;
@@ -20,9 +20,9 @@ from tests import xtreme_fixtures as fx
 from xlpretrain.core.errors import ConfigError
 from xlpretrain.data.task_examples import PairExample, TaggedSentence
 from xlpretrain.data.xtreme import read_tagged_file
-from xlpretrain.training import xtreme_run
-from xlpretrain.training.task_config import check_run_config
-from xlpretrain.training.task_plan import resolve_xtreme
+from xlpretrain.finetune import suite
+from xlpretrain.finetune.plan import resolve
+from xlpretrain.finetune.schema import check as check_run_config
 
 
 @pytest.fixture(scope="module")
@@ -47,7 +47,7 @@ def runs(monkeypatch):
         chosen = {"selected_step": 1, "dev": None, "train_language": examples.train_language}
         return {**chosen, "predictions": tests, "dev_predictions": devs}
 
-    monkeypatch.setattr(xtreme_run, "fine_tune", fine_tune)
+    monkeypatch.setattr(suite, "fine_tune", fine_tune)
     return seen
 
 
@@ -55,11 +55,11 @@ def plan(data, tasks, protocol):
     cfg = xtreme_config.get_config("base")
     cfg.init.path, cfg.data.dir, cfg.tasks, cfg.protocol = "model", str(data), tasks, protocol
     check_run_config(cfg)
-    return resolve_xtreme(cfg)
+    return resolve(cfg)
 
 
 def test_zero_shot_trains_on_english_and_tests_every_language(data, runs, tmp_path):
-    xtreme_run.run(plan(data, "panx", "zero_shot"), tmp_path)
+    suite.run(plan(data, "panx", "zero_shot"), tmp_path)
     [(workdir, examples)] = runs
     assert workdir == tmp_path / "panx" / ""
     english = read_tagged_file(data / "panx" / "train-en.tsv", training=True)[0]
@@ -68,7 +68,7 @@ def test_zero_shot_trains_on_english_and_tests_every_language(data, runs, tmp_pa
 
 
 def test_translate_train_all_adds_every_translation(data, runs, tmp_path):
-    xtreme_run.run(plan(data, "pawsx", "translate_train_all"), tmp_path)
+    suite.run(plan(data, "pawsx", "translate_train_all"), tmp_path)
     [(_, examples)] = runs
     english = len(fx.PAIRS["pawsx"]["en"]) + 1  # train-en.tsv has one pair more than dev
     translated = len(fx.PAIRS["pawsx"]["en"]) * (len(fx.LANGUAGES["pawsx"]) - 1)
@@ -81,7 +81,7 @@ def test_translate_train_all_adds_every_translation(data, runs, tmp_path):
 
 def test_in_language_runs_each_language_on_its_own_data(data, runs, tmp_path):
     """The fixtures ship PAN-X training data in English and German, not Arabic."""
-    finished = xtreme_run.run(plan(data, "panx", "in_language"), tmp_path)
+    finished = suite.run(plan(data, "panx", "in_language"), tmp_path)
     by_language = {workdir.name: examples for workdir, examples in runs}
     assert sorted(by_language) == ["de", "en"]
     assert all(workdir.parent == tmp_path / "panx" for workdir, _ in runs)

@@ -17,9 +17,9 @@ from xlpretrain.core.errors import ConfigError
 from xlpretrain.data.xtreme import BuccSplit, TatoebaSplit
 from xlpretrain.eval.xtreme import retrieval, score
 from xlpretrain.eval.xtreme.retrieval import RetrievalSettings
-from xlpretrain.training import xtreme_run
-from xlpretrain.training.task_config import check_run_config
-from xlpretrain.training.task_plan import resolve_xtreme
+from xlpretrain.finetune import suite
+from xlpretrain.finetune.plan import resolve
+from xlpretrain.finetune.schema import check as check_run_config
 
 SETTINGS = RetrievalSettings(layer=1, pooling="mean", batch_size=100)
 
@@ -113,13 +113,13 @@ def test_run_predicts_both_tasks_into_the_submission_layout(tmp_path, monkeypatc
         loaded.append((path, batch_size))
         return _fixture_model()
 
-    monkeypatch.setattr(xtreme_run.api, "load", load)
+    monkeypatch.setattr(suite.api, "load", load)
     cfg = xtreme_config.get_config("base")
     cfg.init.path, cfg.data.dir, cfg.tasks = "pretrained", str(data), "bucc2018,tatoeba"
     cfg.bucc2018.layer = cfg.tatoeba.layer = 2
     check_run_config(cfg)
     out = tmp_path / "out"
-    finished = xtreme_run.run(resolve_xtreme(cfg), out)
+    finished = suite.run(resolve(cfg), out)
     assert loaded == [("pretrained", 100), ("pretrained", 100)]
     for task in ("bucc2018", "tatoeba"):
         for lang in xtreme_fixtures.LANGUAGES[task]:
@@ -133,9 +133,9 @@ def test_run_predicts_both_tasks_into_the_submission_layout(tmp_path, monkeypatc
     bucc = json.loads((out / "bucc2018" / "results.json").read_text())
     assert bucc["layer"] == 2 and bucc["pooling"] == "cls" and set(bucc["dev"]) == {"de", "zh"}
     # done: not redone, nothing loaded
-    xtreme_run.run(resolve_xtreme(cfg), out)
+    suite.run(resolve(cfg), out)
     assert len(loaded) == 2
     cfg.tatoeba.layer = 3
     (out / "tatoeba" / "results.json").unlink()
     with pytest.raises(ConfigError, match=r"'tatoeba.layer': 3.*states 0 to 2"):
-        xtreme_run.run(resolve_xtreme(cfg), out)
+        suite.run(resolve(cfg), out)

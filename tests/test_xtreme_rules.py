@@ -527,9 +527,9 @@ def test_tagging_labels_come_from_every_languages_files(tmp_path, protocol):
     one included, which before stopped at it (`label(s) ['B-MISC'] not among ...`)."""
     from configs import xtreme as xtreme_config
     from tests import xtreme_fixtures as fx
-    from xlpretrain.training import xtreme_run
-    from xlpretrain.training.task_config import check_run_config
-    from xlpretrain.training.task_plan import resolve_xtreme
+    from xlpretrain.finetune import registry
+    from xlpretrain.finetune.plan import resolve
+    from xlpretrain.finetune.schema import check as check_run_config
 
     root = fx.write_xtreme_dir(tmp_path / "x", ("panx",))
     with open(root / "panx" / "dev-de.tsv", "a", encoding="utf-8") as f:
@@ -537,7 +537,7 @@ def test_tagging_labels_come_from_every_languages_files(tmp_path, protocol):
     cfg = xtreme_config.get_config("base")
     cfg.init.path, cfg.data.dir, cfg.tasks, cfg.protocol = "model", str(root), "panx", protocol
     check_run_config(cfg)
-    runs = xtreme_run.task_runs(resolve_xtreme(cfg), "panx")
+    runs = registry.get("panx").source.runs(resolve(cfg), "panx")
     theirs = xtreme_labels_txt(root / "panx", "O", tmp_path)
     assert "B-MISC" in theirs
     assert {run.labels for run in runs.values()} == {tuple(theirs)}

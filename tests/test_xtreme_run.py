@@ -1,4 +1,4 @@
-"""`python -m xlpretrain.eval.xtreme run`: each task of the demo benchmark (one of each kind:
+"""`python -m xlpretrain.finetune run`: each task of the demo benchmark (one of each kind:
 pawsx, panx, xquad fine-tuned on a tiny model, tatoeba retrieved), every test language predicted
 into XTREME's
 submission layout, `results.json` equal to what the scorer (evaluate.py's functions) gives on
@@ -24,10 +24,10 @@ from xlpretrain.data.sources import DataError
 from xlpretrain.data.tokenizer import Tokenizer
 from xlpretrain.eval.xtreme import score, tables
 from xlpretrain.families import XLMR
+from xlpretrain.finetune import suite
+from xlpretrain.finetune.plan import resolve, tasks_of
+from xlpretrain.finetune.schema import check as check_run_config
 from xlpretrain.model import init_params
-from xlpretrain.training import xtreme_run
-from xlpretrain.training.task_config import check_run_config, task_config
-from xlpretrain.training.task_plan import resolve_xtreme, tasks_of
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 TASKS = ("pawsx", "panx", "xquad")
@@ -71,7 +71,7 @@ def run_config(model, data, **overrides):
 @pytest.fixture(scope="module")
 def finished(tiny_model, xtreme_dir, tmp_path_factory):
     out = tmp_path_factory.mktemp("out")
-    return out, xtreme_run.run(resolve_xtreme(run_config(tiny_model, xtreme_dir)), out)
+    return out, suite.run(resolve(run_config(tiny_model, xtreme_dir)), out)
 
 
 def test_every_test_language_is_predicted_in_the_submission_layout(finished, xtreme_dir):
@@ -114,15 +114,15 @@ def test_a_killed_run_resumes_without_redoing_a_finished_task(
 ):
     cfg = run_config(tiny_model, xtreme_dir)
     cfg.tasks = "pawsx"
-    assert xtreme_run.run(resolve_xtreme(cfg), tmp_path) is not None
+    assert suite.run(resolve(cfg), tmp_path) is not None
     done = (tmp_path / "pawsx" / "results.json").stat().st_mtime_ns
     cfg.tasks = "pawsx,panx"
     cfg.train.stop_at = 2  # panx halts mid-way with a checkpoint, as a kill leaves it
-    assert xtreme_run.run(resolve_xtreme(cfg), tmp_path) is None
+    assert suite.run(resolve(cfg), tmp_path) is None
     assert not (tmp_path / "panx" / "results.json").exists()
     cfg.train.stop_at = -1
     with caplog.at_level("INFO", logger="xlpretrain"):
-        assert xtreme_run.run(resolve_xtreme(cfg), tmp_path) is not None
+        assert suite.run(resolve(cfg), tmp_path) is not None
     assert (tmp_path / "pawsx" / "results.json").stat().st_mtime_ns == done
     assert any("pawsx: done already" in r.getMessage() for r in caplog.records)
     assert (tmp_path / "panx" / "results.json").is_file()
@@ -132,10 +132,10 @@ def test_a_task_config_takes_its_epochs_over_its_rows(tiny_model, xtreme_dir):
     cfg = run_config(tiny_model, xtreme_dir)
     cfg.train.steps = 0
     cfg.pawsx.update(epochs=2.5, batch_size=8, learning_rate=1e-3)
-    own = task_config(cfg, "pawsx", train_rows=20)
-    assert own.train.steps == 8  # 3 steps an epoch, 2.5 epochs
-    assert own.eval.every_steps == 2  # as run_config sets it (0: once an epoch, 3)
-    assert own.optim.learning_rate == 1e-3 and own.data.batch_size == 8
+    own = resolve(cfg).task_plan("pawsx", train_rows=20)
+    assert own.loop.steps == own.optim.steps == 8  # 3 steps an epoch, 2.5 epochs
+    assert own.loop.eval_every == 2  # as run_config sets it (0: once an epoch, 3)
+    assert own.optim.learning_rate == 1e-3 and own.batch_size == 8
 
 
 def test_config_and_data_errors(tiny_model, xtreme_dir, tmp_path):
@@ -149,13 +149,13 @@ def test_config_and_data_errors(tiny_model, xtreme_dir, tmp_path):
     missing = run_config(tiny_model, tmp_path)
     missing.tasks = "panx"
     with pytest.raises(Exception, match=r"panx.*AmazonPhotos"):
-        xtreme_run.run(resolve_xtreme(missing), tmp_path / "out")
+        suite.run(resolve(missing), tmp_path / "out")
 
 
 def test_the_command_line_runs_a_task_and_prints_the_table(tiny_model, xtreme_dir, tmp_path):
     out = tmp_path / "out"
     command = [
-        sys.executable, "-m", "xlpretrain.eval.xtreme", "run",
+        sys.executable, "-m", "xlpretrain.finetune", "run",
         f"--config={REPO / 'configs' / 'xtreme.py'}:demo", f"--init={tiny_model}",
         f"--data={xtreme_dir}", f"--out={out}", "--tasks=pawsx", "--config.train.steps=2",
         "--config.pawsx.batch_size=8", "--config.pawsx.max_length=32",
@@ -163,7 +163,7 @@ def test_the_command_line_runs_a_task_and_prints_the_table(tiny_model, xtreme_di
     done = subprocess.run(command, capture_output=True, text=True, cwd=REPO, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "pawsx" in done.stdout and "results.json" in done.stdout
-    for name in ("results.json", "results.md", "results.png", "xtreme.log"):
+    for name in ("results.json", "results.md", "results.png", "finetune.log"):
         assert (out / name).is_file(), name
     assert "| model | pawsx (Acc.) | avg |" in (out / "results.md").read_text()
     assert "test (against" in done.stdout and "dev (every language" in done.stdout
@@ -194,8 +194,8 @@ def download(tiny_model, tmp_path_factory):
         cfg[task].update(batch_size=8, max_length=48)
     cfg.bucc2018.layer = 1
     out = tmp_path_factory.mktemp("out")
-    finished = xtreme_run.run(resolve_xtreme(cfg), out)
-    xtreme_run.write_tables(finished, out, model="tiny")
+    finished = suite.run(resolve(cfg), out)
+    suite.write_tables(finished, out, model="tiny")
     return cfg, out, finished
 
 
@@ -233,7 +233,7 @@ def test_the_test_table_with_the_original_test_answers(download, tmp_path):
     answers = fx.write_labels_dir(tmp_path) / "labels"
     cfg = cfg.copy_and_resolve_references()
     cfg.data.labels_dir = str(answers)
-    finished = xtreme_run.run(resolve_xtreme(cfg), out)
+    finished = suite.run(resolve(cfg), out)
     expected = score.score(out / "predictions", answers, "xtreme").results
     assert finished.test.results == expected and sorted(tables.task_results(expected)) == sorted(
         EVERY_TASK
@@ -242,13 +242,13 @@ def test_the_test_table_with_the_original_test_answers(download, tmp_path):
     assert json.loads((out / "dev_results.json").read_text())["dev"] == finished.dev.results
     cfg.data.labels_dir = str(tmp_path / "nosuch")
     with pytest.raises(DataError, match="labels folder .*nosuch.* does not exist"):
-        xtreme_run.run(resolve_xtreme(cfg), out)
+        suite.run(resolve(cfg), out)
 
 
 def test_the_command_line_says_which_table_is_which(download, tiny_model, tmp_path):
     cfg, out, _ = download
     command = [
-        sys.executable, "-m", "xlpretrain.eval.xtreme", "run",
+        sys.executable, "-m", "xlpretrain.finetune", "run",
         f"--config={REPO / 'configs' / 'xtreme.py'}:demo", f"--init={tiny_model}",
         f"--data={cfg.data.dir}", f"--out={out}", f"--tasks={','.join(EVERY_TASK)}",
     ]  # fmt: skip

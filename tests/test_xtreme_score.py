@@ -1,4 +1,5 @@
-"""XTREME's official numbers (`python -m xlpretrain.eval.xtreme score`): on xtreme's own mock
+"""XTREME's official numbers (`python -m xlpretrain.finetune score`, and its old name `python -m
+xlpretrain.eval.xtreme score`): on xtreme's own mock
 submission, every key and value of the JSON that its evaluate.py writes, for XTREME and XTREME-R
 (tests/data/xtreme_mock/README.md says how the expected files were made); MLQA's per-language
 answer normalisation and SQuAD's exact match and F1 by hand; span F1 rather than tag accuracy;
@@ -271,8 +272,10 @@ def test_a_missing_folder_is_named(tmp_path):
 # --- The command line --------------------------------------------------------------------------
 
 
-def run(*arguments: str, code: str | None = None) -> subprocess.CompletedProcess:
-    command = ["-c", code] if code else ["-m", "xlpretrain.eval.xtreme"]
+def run(
+    *arguments: str, code: str | None = None, program: str = "xlpretrain.finetune"
+) -> subprocess.CompletedProcess:
+    command = ["-c", code] if code else ["-m", program]
     return subprocess.run(
         [sys.executable, *command, *arguments],
         capture_output=True,
@@ -307,10 +310,27 @@ def test_a_wrong_command_or_flag_is_one_line_and_exit_2(arguments, message):
     assert done.stderr.count("\n") == 1 and message in done.stderr, done.stderr
 
 
+def test_the_old_program_scores_and_names_the_new_one_for_the_rest(tmp_path):
+    """`python -m xlpretrain.eval.xtreme score` still scores (eval measures); its `run`, and
+    `python -m xlpretrain.eval.finetune`, say in one line what replaced them (exit 2)."""
+    output = tmp_path / "old.json"
+    flags = ["--predictions", str(MOCK / "predictions"), "--labels", str(MOCK / "labels")]
+    done = run("score", *flags, "--output", str(output), program="xlpretrain.eval.xtreme")
+    assert done.returncode == 0, done.stderr
+    assert_same_json(json.loads(output.read_text()), expected("xtreme"))
+    for program, arguments in (
+        ("xlpretrain.eval.xtreme", ("run",)),
+        ("xlpretrain.eval.finetune", ()),
+    ):
+        moved = run(*arguments, "--config=x", program=program)
+        assert moved.returncode == 2 and moved.stderr.count("\n") == 1, moved.stderr
+        assert "moved: python -m xlpretrain.finetune run --config configs/" in moved.stderr
+
+
 def test_without_seqeval_score_says_what_to_install(tmp_path):
     code = (
         "import runpy, sys; sys.modules['seqeval'] = None; "
-        "sys.argv[0] = 'xtreme'; runpy.run_module('xlpretrain.eval.xtreme', run_name='__main__')"
+        "sys.argv[0] = 'xtreme'; runpy.run_module('xlpretrain.finetune', run_name='__main__')"
     )
     flags = ["--predictions", str(MOCK / "predictions"), "--labels", str(MOCK / "labels")]
     done = run("score", *flags, "--output", str(tmp_path / "x.json"), code=code)

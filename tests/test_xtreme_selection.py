@@ -11,9 +11,9 @@ import pytest
 
 from configs import xtreme as xtreme_config
 from xlpretrain.core.errors import ConfigError
-from xlpretrain.training.task_config import check_run_config, task_config
-from xlpretrain.training.task_plan import resolve_task
-from xlpretrain.training.task_tuning import BestParams, selected_step
+from xlpretrain.finetune.plan import resolve
+from xlpretrain.finetune.schema import check as check_run_config
+from xlpretrain.finetune.task_run import BestParams, selected_step
 
 # --- xtreme's side ---------------------------------------------------------------------------
 
@@ -82,7 +82,7 @@ def plan(task, rows, preset="base"):
     cfg = xtreme_config.get_config(preset)
     cfg.init.path, cfg.data.dir = "model", "xtreme"
     check_run_config(cfg)
-    return resolve_task(task_config(cfg, task, rows))
+    return resolve(cfg).task_plan(task, rows)
 
 
 def our_rates(p):

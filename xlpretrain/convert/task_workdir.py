@@ -1,4 +1,4 @@
-"""A fine-tuning task's workdir (``training.task_tuning``) as an export reads it.
+"""A fine-tuning task's workdir (``finetune.task_run``) as an export reads it.
 
 Beside the run's ``config.json`` and ``checkpoints/``, the run writes before its first step::
 
@@ -30,7 +30,7 @@ from xlpretrain.model.config import ModelConfig
 from xlpretrain.model.task_heads import SEQUENCE_CLASSIFICATION, TASK_KINDS
 
 TASK_FILE = folder.TASK_FILE
-BEST_DIR = "best"  # as `training.task_tuning.BEST`
+BEST_DIR = "best"  # as `finetune.task_run.BEST`
 BEST_RECORD = "best.json"
 
 

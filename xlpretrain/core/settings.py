@@ -21,7 +21,7 @@ class Section:
     may share a section (the `xlm_e` objectives, the XLM-R and BERT backbones)."""
 
     name: str
-    values: type
+    values: Callable[..., Any]  # a frozen dataclass (or a partial of one, other defaults)
     ranges: Ranges = dataclasses.field(default_factory=dict)
 
     @property

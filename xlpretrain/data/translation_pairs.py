@@ -9,7 +9,7 @@ phrases), so the negative is mostly the same kind of item at about the same leng
 reading both sides tells the two apart.
 
 `write_task` reads a corpus in the demo's layout (`parallel/<l1>-<l2>.tsv` and
-`held_out/parallel/`) and writes the layout `xlpretrain.eval.finetune` reads:
+`held_out/parallel/`) and writes the layout the `pairs` task of `xlpretrain.finetune` reads:
 `OUT/<l1>-<l2>/train.tsv` from the training file and `OUT/<l1>-<l2>/test.tsv` from the held-out
 one, each with negatives from its own file. A held-out line sharing a text with the training
 file is left out, so no text of a test pair occurs in training. The folder is named by the pair:

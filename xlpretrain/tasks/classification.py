@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 
 import numpy as np
@@ -32,7 +33,7 @@ def encode(examples: Sequence[PairExample], encoding: Encoding) -> Encoded:
         encoding.tokenizer,
         max_length=encoding.max_length,
         plug_in=encoding.settings.plug_in,
-        lang_ids=(encoding.lang_id, encoding.lang_id),
+        lang_ids=encoding.lang_ids,
         layout=encoding.layout,
     )
 
@@ -55,6 +56,12 @@ def accuracy(examples: Sequence[PairExample], predicted: Sequence[str]) -> float
     return score.accuracy([e.label for e in examples], predicted)["accuracy"]
 
 
+def majority_share(examples: Sequence[PairExample]) -> float:
+    """The accuracy of always answering the most frequent label, in percent."""
+    counts = Counter(e.label for e in examples)
+    return 100.0 * max(counts.values()) / len(examples)
+
+
 KIND = TaskKind(
     name="sequence_classification",
     label_names=label_names,
@@ -65,4 +72,5 @@ KIND = TaskKind(
     outputs=outputs,
     decode=decode,
     score=accuracy,
+    chance=majority_share,
 )

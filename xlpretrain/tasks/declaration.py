@@ -2,7 +2,7 @@
 task (sentence(-pair) classification, token classification, extractive QA), in one place, as an
 objective's declaration is for pre-training.
 
-The fine-tuning run (`training.task_tuning`) reads only the `TaskKind`: how examples become
+The fine-tuning run (`finetune.task_run`) reads only the `TaskKind`: how examples become
 rows, the module that scores them (the pre-trained encoder and the kind's head), the loss and
 what it is a mean over, the outputs an evaluation keeps, how they become one prediction per
 example and the score the run selects its checkpoint by. A new kind is a module declaring one
@@ -37,14 +37,15 @@ class Rows(Protocol):
 class Encoding:
     """What encoding a file's examples needs besides them: the tokenizer, the label names in id
     order (empty for QA), the family's pair layout, the row length and the kind's own settings
-    (`TaskSettings`), the language id its tokens carry, and whether the rows are trained on."""
+    (`TaskSettings`), the language ids its tokens carry (a pair's second sentence the second's,
+    every other token the first's), and whether the rows are trained on."""
 
     tokenizer: Tokenizer
     labels: tuple[str, ...]
     layout: PairLayout
     max_length: int
     settings: TaskSettings
-    lang_id: int = 0
+    lang_ids: tuple[int, int] = (0, 0)
     training: bool = False
 
 
@@ -90,6 +91,9 @@ class TaskKind:
       prediction per example, as the submission file holds it.
     - ``score``: (gold examples, predictions) → the figure a run selects its checkpoint by,
       the benchmark's own metric, in percent.
+    - ``chance``: (gold examples) → what `score` gives a constant answer, the baseline a
+      user's task is read against (classification: the majority label's share), where a kind
+      has one.
     """
 
     name: str
@@ -101,3 +105,4 @@ class TaskKind:
     outputs: Callable[[nn.Module, Any, Mapping[str, jax.Array]], Any]
     decode: Callable[[Any, Rows, Sequence[Any], Encoding], list[Any]]
     score: Callable[[Sequence[Any], Sequence[Any]], float]
+    chance: Callable[[Sequence[Any]], float] | None = None

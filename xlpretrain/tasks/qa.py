@@ -28,7 +28,7 @@ def encode(examples: Sequence[QAExample], encoding: Encoding) -> QAWindows:
         max_length=encoding.max_length,
         doc_stride=settings.doc_stride,
         max_query_length=settings.max_query_length,
-        lang_id=encoding.lang_id,
+        lang_id=encoding.lang_ids[0],
         loss_over=settings.loss_over,
     )
 

@@ -26,7 +26,7 @@ def encode(sentences: Sequence[TaggedSentence], encoding: Encoding) -> TaggedRow
         {label: i for i, label in enumerate(encoding.labels)},
         max_length=encoding.max_length,
         layout=encoding.layout,
-        lang_id=encoding.lang_id,
+        lang_id=encoding.lang_ids[0],
     )
 
 

@@ -1,5 +1,5 @@
 """The training loop every task runs on: pre-training (`xlpretrain.training.trainer`) and
-fine-tuning (`xlpretrain.training.finetuning`) alike.
+fine-tuning (`xlpretrain.finetune.task_run`) alike.
 
 It owns what a long run needs whatever the model: resuming from the newest readable checkpoint
 (state and input iterator, so the stream continues exactly), checkpoints on schedule, at the end

@@ -1,9 +1,10 @@
 """A resolved config as a run records it: the content of the workdir's `config.json`.
 
-The plan (`plan.resolve`, `finetune_plan.resolve_finetuning`) builds it once from the config it
-checked and carries it only to be written (`workdir.save_config`, W&B), compared key by key
-with the one a workdir holds (the resume guard), or resolved again into a plan (`plan.
-resolve_record`: another process's, or the one a checkpoint was trained with). It is frozen
+The plan (`plan.resolve`; a fine-tuning task's, `finetune.plan.FineTunePlan.task_plan`) builds
+it once from the config it checked and carries it only to be written (`workdir.save_config`,
+W&B), compared key by key with the one a workdir holds (the resume guard), or resolved again
+into a plan (`plan.resolve_record`: another process's, or the one a checkpoint was trained
+with). It is frozen
 JSON text, not a mapping: a setting is read from the plan's typed sections, never from here.
 """
 

@@ -86,7 +86,7 @@ def check_workdir(workdir: str) -> None:
 @dataclasses.dataclass(frozen=True)
 class ResumeTerms:
     """What the resume guard reads of a config beside its keys, resolved from its record by the
-    task's plan module (`plan.resume_terms`, `finetune_plan.resume_terms`): the same function
+    task's plan module (`plan.resume_terms`, `finetune.plan.resume_terms`): the same function
     for the new config and the saved one, so a difference is the configs', not two readings'."""
 
     optim: OptimizerSettings  # the learning-rate schedule

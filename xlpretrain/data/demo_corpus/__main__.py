@@ -39,7 +39,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--pairs",
         help="also write the translation-or-not task built from it to this folder, "
-        "<l1>-<l2>/{train,test}.tsv, for python -m xlpretrain.eval.finetune",
+        "<l1>-<l2>/{train,test}.tsv, for python -m xlpretrain.finetune run (the pairs task)",
     )
     parser.add_argument(
         "--xtreme",

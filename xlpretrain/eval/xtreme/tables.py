@@ -3,7 +3,7 @@ per model, a column per task with its headline metric, then the average), each t
 below it; and `results.png`, each task's score per language.
 
 `markdown` draws one evaluate.py JSON (`score.Report.results`); `report_markdown` and `plot` a
-run's tables (`xtreme_run.RunResults.json`): its test table where test labels were found
+run's tables (`finetune.suite.RunResults.json`): its test table where test labels were found
 (`results.json`), its dev table (every language's dev set) and the dev score each task
 selected on (`dev_results.json`), so they say what those files say.
 """

@@ -1,16 +1,15 @@
-"""One fine-tuning task of any kind (`xlpretrain.tasks`) on pre-training's loop: train on one
-language's examples, select the checkpoint on a development set, predict every test language.
+"""One fine-tuning run of a task of any kind (`xlpretrain.tasks`) on pre-training's loop:
+prepare (read the pre-trained model, encode the training examples), build (the kind's module
+with the pre-trained encoder in place, sharded over the mesh, its optimizer with layer-wise
+decay), loop, select, predict.
 
-`build` a run from its plan — the pre-trained model (`init.path`), the task kind's module sharded
-over the mesh, its optimizer (fine-tuning's layer-wise decay) — and `run` it on
-`xlpretrain.training.loop`: gradient accumulation, checkpoints with exact resume, preemption,
-divergence, metrics. Each `eval.every_steps` steps (and at the end) the kind's own metric on the
-development examples is logged; with `select` `best_then_final` the best parameters so far are
-kept in `WORKDIR/best/` (XTREME's `--save_only_best_checkpoint`: its zero-shot protocol selects
-on English dev; the final step is offered last, as `--eval_all_checkpoints` compares the final
-model with the best), and the test languages are predicted with them; with `none`, the final
-parameters predict (XTREME's QA).
-
+`run` trains on `xlpretrain.training.loop`: gradient accumulation, checkpoints with exact resume,
+preemption, divergence, metrics. Each `eval.every_steps` steps (and at the end) the kind's own
+metric on the development examples is logged; with `select` `best_then_final` the best
+parameters so far are kept in `WORKDIR/best/` (XTREME's `--save_only_best_checkpoint`: its
+zero-shot protocol selects on English dev; the final step is offered last, as
+`--eval_all_checkpoints` compares the final model with the best), and the test languages are
+predicted with them; with `none`, the final parameters predict (XTREME's QA).
 """
 
 from __future__ import annotations
@@ -23,44 +22,75 @@ import shutil
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import flax.linen as nn
 import jax
+import numpy as np
 import orbax.checkpoint as ocp
+from flax import traverse_util
 
 from xlpretrain import backbones
 from xlpretrain.convert import folder, task_workdir
-from xlpretrain.data.pairs import PairBatches
+from xlpretrain.core.errors import ConfigError
+from xlpretrain.data.sources import DataError, parse_pair
+from xlpretrain.finetune import plan as plan_lib
+from xlpretrain.finetune.batches import TASK, RowBatches
+from xlpretrain.finetune.examples import TaskExamples
+from xlpretrain.finetune.layer_decay import make_finetune_optimizer
+from xlpretrain.finetune.plan import TaskPlan
 from xlpretrain.tasks import TaskKind
 from xlpretrain.tasks.declaration import Encoding, Head, Rows, TaskSettings
 from xlpretrain.training import loop
+from xlpretrain.training import workdir as workdir_lib
 from xlpretrain.training.checkpoint import abstract_with_shardings
-from xlpretrain.training.finetuning import (
-    fine_tuning_training,
-    resolve_plug_in,
-    resumable_workdir,
-)
+from xlpretrain.training.optim import parameter_path
 from xlpretrain.training.prediction import Predictor, make_predictor
-from xlpretrain.training.step import Training
-from xlpretrain.training.task_plan import TaskPlan
-from xlpretrain.training.workdir import save_config
+from xlpretrain.training.step import Training, make_train_step, sharded_training
+from xlpretrain.training.workdir import check_workdir, save_config
 
 log = logging.getLogger("xlpretrain")
 BEST = task_workdir.BEST_DIR  # WORKDIR/best/: the parameters that scored best on dev
+Params = Any
+
+
+def resolve_plug_in(setting: str, cross_attention: bool) -> bool:
+    """Whether to plug VECO's cross-attention in, for `model.plug_in` and the model."""
+    if setting == "in" and not cross_attention:
+        raise ConfigError("config key 'model.plug_in': 'in' needs a cross-attention (VECO) model")
+    return setting == "in" or (setting == "auto" and cross_attention)
+
+
+def folder_languages(name: str) -> tuple[str, str]:
+    """The languages of a pair's two sentences in a set named `name`: `<l1>-<l2>` one each, as
+    parallel files are named (`translation_pairs`); any other name (`en`, `zh-Hant-TW`) one for
+    both."""
+    try:
+        return parse_pair(name)
+    except DataError:
+        return name, name
 
 
 @dataclasses.dataclass(frozen=True)
-class TaskExamples:
-    """A task's examples: the training ones (one language, or translate-train's several), the
-    development ones selection reads, each test language's, and each language's dev set
-    (`devs`), predicted like a test for the dev table a run reports beside (or without) test."""
+class LanguageIds:
+    """The rows of the model's language embeddings a set's tokens carry, by the set's name: 0
+    without language embeddings, or for a language the model was not trained on — unless the
+    sets are named by the user (`TaskExamples.named_languages`), where that is an error."""
 
-    train: Sequence[Any]
-    dev: Sequence[Any]
-    tests: Mapping[str, Sequence[Any]]
-    train_language: str = "en"
-    dev_language: str = "en"
-    devs: Mapping[str, Sequence[Any]] = dataclasses.field(default_factory=dict)
-    # The label set, in id order; () for the training examples' (`TaskKind.label_names`).
-    labels: tuple[str, ...] = ()
+    languages: tuple[str, ...]  # the model's, in row order
+    embedded: bool  # the model has language embeddings
+    named: bool
+
+    def __call__(self, name: str) -> tuple[int, int]:
+        """The ids of the first and the second sentence's tokens (`folder_languages`)."""
+        rows = {lang: i for i, lang in enumerate(self.languages)}
+        pair = folder_languages(name)
+        unknown = [lang for lang in pair if lang not in rows]
+        if self.named and self.embedded and unknown:
+            raise DataError(
+                f"data folder {name!r}: {unknown[0]!r} is not among the model's languages "
+                f"{list(self.languages)}; a model with language embeddings needs folders named "
+                "by its codes, <lang> or <l1>-<l2>"
+            )
+        return rows.get(pair[0], 0), rows.get(pair[1], 0)
 
 
 @dataclasses.dataclass
@@ -74,9 +104,9 @@ class TaskTuning:
     encoding: Encoding  # the test rows' (no training targets)
     train_rows: Rows
     training: Training
-    batches: PairBatches
+    batches: RowBatches
     predict: Predictor
-    lang_ids: Mapping[str, int]  # a language's row of the model's language embeddings
+    language_ids: LanguageIds
 
 
 @dataclasses.dataclass(frozen=True)
@@ -87,7 +117,7 @@ class Prepared:
     pretrained: folder.Pretrained
     encoding: Encoding
     train_rows: Rows
-    lang_ids: Mapping[str, int]  # a language's row of the model's language embeddings
+    language_ids: LanguageIds
 
 
 def prepare(
@@ -108,18 +138,85 @@ def prepare(
     settings = dataclasses.replace(
         settings, plug_in=resolve_plug_in(plug_in, pretrained.config.cross_attention)
     )
-    # A language's tokens carry its row of the model's language embeddings (0 without them, or
-    # for a language it was not trained on).
-    lang_ids = {lang: i for i, lang in enumerate(pretrained.languages)}
+    language_ids = LanguageIds(
+        tuple(pretrained.languages),
+        bool(pretrained.config.num_languages),
+        examples.named_languages,
+    )
     encoding = Encoding(
         pretrained.tokenizer, examples.labels or kind.label_names(examples.train),
         backbone.pair_layout,
-        max_length, settings, lang_id=lang_ids.get(examples.train_language, 0),
+        max_length, settings, lang_ids=language_ids(examples.train_language),
     )  # fmt: skip
     train_rows = kind.encode(examples.train, dataclasses.replace(encoding, training=True))
     if not len(train_rows):
         raise ValueError(f"{init_path}: none of the {len(examples.train)} training examples fits")
-    return Prepared(pretrained, encoding, train_rows, lang_ids)
+    return Prepared(pretrained, encoding, train_rows, language_ids)
+
+
+def resumable_workdir(workdir: str, plan: TaskPlan) -> tuple[str, int | None]:
+    """The workdir, absolute and checked, and the step a run resumes from (None: it starts),
+    refused where the recorded config differs in a term that changes the run."""
+    workdir = os.path.abspath(workdir)
+    check_workdir(workdir)
+    resume_step = loop.checkpointer(workdir, plan.loop).latest_step()
+    if resume_step is not None:
+        workdir_lib.check_resume(workdir, plan.record, resume_step, plan_lib.resume_terms)
+    return workdir, resume_step
+
+
+def with_backbone(training: Training, backbone: Params, source: str) -> Training:
+    """The state with the pre-trained `backbone` in place of the fresh one, each array built
+    shard by shard where the state's sharding puts it (no device holds the whole model, and
+    every process reads only its shards); the head stays as initialised. An LM head, or a
+    cross-attention plugged out, is left behind."""
+    flat = traverse_util.flatten_dict(backbone, sep="/")
+
+    def take(path, fresh, sharding):
+        name = parameter_path(path)
+        if not name.startswith("backbone/"):
+            return fresh
+        value = flat.get(name.removeprefix("backbone/"))
+        found = None if value is None else tuple(value.shape)
+        if found != tuple(fresh.shape):
+            has = "no such parameter" if found is None else f"shape {found}"
+            raise ValueError(f"{name}: the task's model needs {fresh.shape}, {source} has {has}")
+        host = np.asarray(value, fresh.dtype)
+        return jax.make_array_from_callback(host.shape, sharding, lambda index: host[index])
+
+    params = jax.tree_util.tree_map_with_path(
+        take, training.state.params, training.state_shardings.params
+    )
+    return dataclasses.replace(training, state=training.state.replace(params=params))
+
+
+def fine_tuning_training(
+    plan: TaskPlan, mesh: jax.sharding.Mesh, module: nn.Module, kind: TaskKind, rows: Rows,
+    pretrained: Params,
+) -> tuple[Training, RowBatches]:  # fmt: skip
+    """A task's sharded state, with the pre-trained encoder in `module`'s `backbone` and a new
+    head, its step (the kind's loss, a mean over its count) and its batches of the encoded
+    training `rows`."""
+    example = rows.batch(np.zeros(1, np.int64))
+
+    def init_params(rng):
+        return module.init(rng, example)["params"]
+
+    abstract = jax.eval_shape(lambda rng: nn.unbox(init_params(rng)), jax.random.key(0))
+    optimizer = make_finetune_optimizer(plan.optim, abstract, module.config.num_layers)
+    step = make_train_step(
+        module, {TASK: kind.loss}, {TASK: 1.0}, optimizer, plan.optim.learning_rates(),
+        plan.loop.grad_accum, counts={TASK: kind.count},
+    )  # fmt: skip
+    training = sharded_training(
+        mesh, plan.mesh.rules, init_params, optimizer, [step], plan.loop.seed,
+        prng_impl=plan.loop.prng_impl,
+    )  # fmt: skip
+    training = with_backbone(training, pretrained, plan.init_path)
+    batches = RowBatches(
+        rows, plan.batch_size, plan.loop.seed, jax.process_index(), jax.process_count()
+    )
+    return training, batches
 
 
 def build(
@@ -150,9 +247,8 @@ def build(
     )
 
     training, batches = fine_tuning_training(
-        plan, mesh, model, train_rows, kind.loss, kind.count, prepared.pretrained.params,
-        plan.batch_size,
-    )  # fmt: skip
+        plan, mesh, model, kind, train_rows, prepared.pretrained.params
+    )
     predict = make_predictor(
         lambda params, batch: kind.outputs(model, params, batch),
         training,
@@ -167,7 +263,7 @@ def build(
     save_config(workdir, plan.record, resume_step or 0)  # last: a failed start changes none
     return TaskTuning(
         plan, workdir, kind, examples, encoding, train_rows, training, batches, predict,
-        prepared.lang_ids,
+        prepared.language_ids,
     )  # fmt: skip
 
 
@@ -182,7 +278,7 @@ class Encoded:
 
 def encode(tuning: TaskTuning, examples: Sequence[Any], language: str) -> Encoded:
     """`examples` of `language` as rows to predict (no training targets)."""
-    encoding = dataclasses.replace(tuning.encoding, lang_id=tuning.lang_ids.get(language, 0))
+    encoding = dataclasses.replace(tuning.encoding, lang_ids=tuning.language_ids(language))
     return Encoded(examples, tuning.kind.encode(examples, encoding), encoding)
 
 
@@ -247,7 +343,8 @@ def run(tuning: TaskTuning) -> dict | None:
     """Trains from the newest readable checkpoint (or step 0) to `train.stop_at` or
     `train.steps`, then predicts every test language (and each of `examples.devs`) with the
     selected parameters. Returns the results with the predictions (`"predictions"`: language →
-    one per example; `"dev_predictions"` likewise), or None when it stopped short of
+    one per example; `"dev_predictions"` likewise; `"train_predictions"` where
+    `examples.predict_train`), or None when it stopped short of
     `train.steps` (a preemption notice, `train.stop_at`: the checkpoint is saved; run again to
     resume)."""
     plan, kind, examples = tuning.plan, tuning.kind, tuning.examples
@@ -307,10 +404,14 @@ def run(tuning: TaskTuning) -> dict | None:
     results = {
         "task": plan.task,
         "kind": kind.name,
+        "plug_in": tuning.encoding.settings.plug_in,
         "steps": step,
         "train_language": examples.train_language,
         "train_rows": len(tuning.train_rows),
         "selected_step": chosen["step"],
         "dev": chosen["score"],
     }
+    if examples.predict_train:
+        train = encode(tuning, examples.train, examples.train_language)
+        results["train_predictions"] = predictions(tuning, params, train)
     return {**results, "predictions": predicted, "dev_predictions": dev_predicted}

@@ -1,8 +1,9 @@
-"""XTREME's fine-tuning tasks end to end, as a library: `python -m xlpretrain.eval.xtreme run`.
+"""A suite of fine-tuning tasks end to end, as a library: `python -m xlpretrain.finetune run`.
 
-For each task asked (`tasks`), in order: read its files as XTREME's download script leaves them
-(`xlpretrain.data.xtreme`), fine-tune the pre-trained model on them in `OUT/<task>/` (a workdir
-that checkpoints and resumes: `training.task_tuning`), predict every test language present into
+For each task asked (`tasks`, of the `registry`), in order: read its examples from its source
+(XTREME's files as its download script leaves them, or a user's folder), fine-tune the
+pre-trained model on them in `OUT/<task>/` (a workdir that checkpoints and resumes:
+`finetune.task_run`), predict every test language present into
 XTREME's submission layout, `OUT/predictions/<task>/test-<lang>.{tsv,json}`, and every
 language's dev set where XTREME ships one (XNLI, PAWS-X, PAN-X, UD-POS, MLQA) into
 `OUT/dev_predictions/` with its gold in `OUT/dev_labels/` (the same layout), and write
@@ -38,167 +39,36 @@ import dataclasses
 import json
 import logging
 import os
-import re
 from pathlib import Path
 from typing import Any
 
 import jax
+import numpy as np
 
 from xlpretrain import api
 from xlpretrain import tasks as task_kinds
 from xlpretrain.core.errors import ConfigError
-from xlpretrain.data.sources import DataError, format_stats
-from xlpretrain.data.xtreme import (
-    LAYOUTS,
-    BuccSplit,
-    TaskFiles,
-    find_task,
-    read_bucc,
-    read_split,
-    read_tatoeba,
-    submission_path,
-    write_id_pairs,
-    write_label_lines,
-    write_labels,
-    write_qa_predictions,
-    write_tag_lines,
-)
-from xlpretrain.data.xtreme.tagging import DEFAULT_LABELS
+from xlpretrain.data.sources import DataError
+from xlpretrain.data.xtreme import BuccSplit, read_bucc, read_tatoeba, write_labels
 from xlpretrain.eval.xtreme import retrieval, score, tables
-from xlpretrain.training import task_tuning
-from xlpretrain.training.task_plan import XtremePlan
+from xlpretrain.finetune import registry, task_run
+from xlpretrain.finetune.examples import TaskExamples
+from xlpretrain.finetune.folder_source import FolderSource
+from xlpretrain.finetune.plan import FineTunePlan
 
 log = logging.getLogger("xlpretrain")
 DONE = "results.json"  # in a task's folder, written last
 DEV_RESULTS = "dev_results.json"  # in OUT: the dev table and each task's selection
-# The task kind of each reader format (`TaskLayout.kind`) that fine-tunes.
-KIND_OF_FORMAT = {
-    "pairs": "sequence_classification",
-    "tagging": "token_classification",
-    "qa": "question_answering",
-}
-# The submission file's writer of each reader format (QA's takes {question id: answer}).
-WRITERS = {
-    "pairs": write_label_lines,
-    "tagging": write_tag_lines,
-    "qa": write_qa_predictions,
-    "tatoeba": write_label_lines,
-    "bucc": write_id_pairs,
-}
-
-
-def languages_on_disk(root: Path, template: str) -> tuple[str, ...]:
-    """The languages whose file of `template` (a path under `root` with `{lang}`) exists."""
-    pattern = re.escape(template).replace(re.escape("{lang}"), "(?P<lang>[^/]+?)", 1)
-    pattern = pattern.replace(re.escape("{lang}"), "(?P=lang)")
-    glob = template.replace("{lang}", "*")
-    found = set()
-    for path in root.glob(glob):
-        match = re.fullmatch(pattern, path.relative_to(root).as_posix())
-        if match:
-            found.add(match["lang"])
-    return tuple(sorted(found))
-
-
-def _read(files: TaskFiles, split: str, lang: str | None = None) -> list[Any]:
-    examples, stats = read_split(files, split, lang)
-    for line in format_stats({f"{split} {lang or ''}".strip(): stats}):
-        log.info("data: %s: %s", files.layout.name, line)
-    return examples
-
-
-def task_files(plan: XtremePlan, task: str) -> TaskFiles:
-    """A task's files under XTREME_DIR, for every language whose test file is there (its
-    `languages`)."""
-    layout, root = LAYOUTS[task], Path(plan.data_dir)
-    languages = languages_on_disk(root, layout.test[0])
-    if not languages:
-        raise DataError(f"{root}: no test file of {task} ({layout.test[0]}; {layout.hint})")
-    return find_task(root, task, version=plan.version, languages=languages)
-
-
-def task_runs(plan: XtremePlan, task: str) -> dict[str, task_tuning.TaskExamples]:
-    """A task's fine-tuning runs under the run's protocol, by workdir under `OUT/<task>/` (""
-    for that folder itself): one for `zero_shot` and `translate_train_all`, one per test
-    language with training data of its own for `in_language`."""
-    layout = LAYOUTS[task]
-    files = task_files(plan, task)
-    if plan.protocol == "in_language":
-        return in_language_examples(files)
-    train = _read(files, "train")
-    if plan.protocol == "translate_train_all":
-        if not files.translate_train:
-            raise DataError(
-                f"{files.root}: no translate-train file of {task}; the protocol "
-                "translate_train_all trains on them "
-                f"({', '.join(layout.translate_train or ('none shipped',))})"
-            )
-        for lang in files.translate_train:
-            train += _read(files, "translate-train", lang)
-    dev = _read(files, "dev") if files.dev else []
-    tests = {lang: _read(files, "test", lang) for lang in files.languages}
-    devs = dev_sets(files, sorted(files.dev_by_language))
-    labels = tagging_labels(task, [train, dev, *tests.values(), *devs.values()])
-    return {"": task_tuning.TaskExamples(train, dev, tests, devs=devs, labels=labels)}
-
-
-def tagging_labels(task: str, files: list[list[Any]]) -> tuple[str, ...]:
-    """A tagging task's label set as XTREME's `preprocess_panx.sh` / `preprocess_udpos.sh`
-    build its `labels.txt`, from every file of the task (an unlabelled sentence's words have
-    the preprocessing's default label, `DEFAULT_LABELS`), sorted, and `utils_tag.get_labels`
-    puts `O` first where it is missing; () for the other tasks (the training set's labels)."""
-    if task not in DEFAULT_LABELS:
-        return ()
-    found: set[str] = set()
-    for sentences in files:
-        for sentence in sentences:
-            found.update(sentence.labels or (DEFAULT_LABELS[task],))
-    labels = sorted(found)
-    return tuple(labels if "O" in labels else ["O", *labels])
-
-
-def dev_sets(files: TaskFiles, languages: list[str]) -> dict[str, list[Any]]:
-    """The dev set of each of `languages` that has one: what the dev table scores (a real
-    download's test files have no labels, its dev files do)."""
-    return {lang: _read(files, "dev", lang) for lang in languages if lang in files.dev_by_language}
-
-
-def in_language_examples(files: TaskFiles) -> dict[str, task_tuning.TaskExamples]:
-    """Per test language with training data (English's `train`, the others' where XTREME
-    ships them): its own training data, its own dev (where shipped) and its test."""
-    task = files.layout.name
-    trained = [lang for lang in files.languages if lang == "en" or lang in files.train_by_language]
-    if not trained:
-        raise DataError(
-            f"{files.root}: no test language of {task} has training data of its own, which the "
-            f"protocol in_language trains on ({', '.join(files.layout.train_by_language)})"
-        )
-    if untrained := sorted(set(files.languages) - set(trained)):
-        log.warning("%s: no training data in %s: not run (in_language)", task, ", ".join(untrained))
-    runs = {}
-    for lang in trained:
-        own_dev = files.dev if lang == "en" else files.dev_by_language.get(lang)
-        runs[lang] = task_tuning.TaskExamples(
-            _read(files, "train", lang),
-            _read(files, "dev", None if lang == "en" else lang) if own_dev else [],
-            {lang: _read(files, "test", lang)},
-            train_language=lang,
-            dev_language=lang,
-            devs=dev_sets(files, [lang]),
-        )
-    # One label set for every language's run, from all of the task's files, as XTREME's.
-    every = [e.train for e in runs.values()] + [e.dev for e in runs.values()]
-    every += [t for e in runs.values() for t in e.tests.values()]
-    every += list(dev_sets(files, sorted(files.dev_by_language or ())).values())
-    labels = tagging_labels(task, every)
-    return {lang: dataclasses.replace(e, labels=labels) for lang, e in runs.items()}
 
 
 def write_predictions(
-    out: Path, task: str, format: str, predicted: dict[str, Any], folder: str = "predictions"
+    out: Path, task: str, predicted: dict[str, Any], folder: str = "predictions"
 ) -> None:
+    """Each language's predictions in `out/folder/<task>/test-<lang>.<tsv|json>`, XTREME's
+    submission layout, by the task's writer."""
+    entry = registry.get(task)
     for lang, predictions in predicted.items():
-        WRITERS[format](submission_path(out, folder, task, lang), predictions)
+        entry.writer(out / folder / task / f"test-{lang}.{entry.suffix}", predictions)
 
 
 def write_gold(out: Path, task: str, gold: dict[str, Any], folder: str) -> None:
@@ -221,10 +91,10 @@ class Retrieved:
     chosen: dict[str, Any]
 
 
-def retrieval_predictions(plan: XtremePlan, task: str, model: api.Model) -> Retrieved:
+def retrieval_predictions(plan: FineTunePlan, task: str, model: api.Model) -> Retrieved:
     """A retrieval task's predictions (`Retrieved`), language by language."""
-    layout = LAYOUTS[task]
-    files = task_files(plan, task)
+    files = registry.get(task).source.files(plan.data_dir, plan.version)
+    layout = files.layout
     settings = plan.retrieval[task]
     found = Retrieved({}, {}, {}, {})
     for number, lang in enumerate(files.languages, 1):
@@ -256,7 +126,7 @@ def retrieval_predictions(plan: XtremePlan, task: str, model: api.Model) -> Retr
     return found
 
 
-def run_retrieval_task(plan: XtremePlan, task: str, out: Path) -> dict[str, Any]:
+def run_retrieval_task(plan: FineTunePlan, task: str, out: Path) -> dict[str, Any]:
     """Predicts and records one retrieval task (see the module docstring); its results."""
     settings = plan.retrieval[task]
     model = api.load(plan.init_path, batch_size=settings.batch_size)
@@ -268,8 +138,8 @@ def run_retrieval_task(plan: XtremePlan, task: str, out: Path) -> dict[str, Any]
     found = retrieval_predictions(plan, task, model)
     result = {"layer": settings.layer, "pooling": settings.pooling, "dev": found.chosen}
     if jax.process_index() == 0:
-        write_predictions(out, task, LAYOUTS[task].kind, found.test)
-        write_predictions(out, task, LAYOUTS[task].kind, found.dev, "dev_predictions")
+        write_predictions(out, task, found.test)
+        write_predictions(out, task, found.dev, "dev_predictions")
         write_gold(out, task, found.dev_gold, "dev_labels")
         _write_done(out / task, result)
     return result
@@ -288,7 +158,7 @@ def _labelled(example: Any) -> bool:
     )
 
 
-def run_task(plan: XtremePlan, task: str, out: Path, devices=None) -> dict[str, Any] | None:
+def run_task(plan: FineTunePlan, task: str, out: Path, devices=None) -> dict[str, Any] | None:
     """Fine-tunes, predicts and records one task (see the module docstring); its results, or
     None when a preemption notice stopped it (run again to resume)."""
     folder = out / task
@@ -298,7 +168,7 @@ def run_task(plan: XtremePlan, task: str, out: Path, devices=None) -> dict[str, 
     if task in plan.retrieval:
         return run_retrieval_task(plan, task, out)
     log.info("%s: reading %s", task, plan.data_dir)
-    runs, format = task_runs(plan, task), LAYOUTS[task].kind
+    runs = registry.get(task).source.runs(plan, task)
     results, predicted, dev_predicted, tests, devs = {}, {}, {}, {}, {}
     for number, (name, examples) in enumerate(runs.items(), 1):
         if name:
@@ -308,42 +178,77 @@ def run_task(plan: XtremePlan, task: str, out: Path, devices=None) -> dict[str, 
             return None
         predicted |= result.pop("predictions")
         dev_predicted |= result.pop("dev_predictions")
+        if examples.predict_train:
+            result = {**result, **user_scores(task, examples, predicted, result)}
         results[name], tests = result, tests | dict(examples.tests)
         devs |= examples.devs
     result = results.pop("") if "" in results else {"languages": results}
     if jax.process_index() == 0:
-        write_predictions(out, task, format, predicted)
-        write_gold(out, task, tests, "labels")
-        write_predictions(out, task, format, dev_predicted, "dev_predictions")
-        write_gold(out, task, devs, "dev_labels")
+        write_predictions(out, task, predicted)
+        write_predictions(out, task, dev_predicted, "dev_predictions")
+        if not isinstance(registry.get(task).source, FolderSource):  # scored by evaluate.py's
+            write_gold(out, task, tests, "labels")
+            write_gold(out, task, devs, "dev_labels")
         _write_done(folder, result)
     return result
 
 
+def user_scores(
+    task: str, examples: TaskExamples, predicted: dict[str, Any], result: dict[str, Any]
+) -> dict[str, Any]:
+    """A user's task's scores, in percent, each beside chance where its kind has one: the
+    training examples' (`train`) and every labelled test language's (`languages`), and their
+    average; logged as they are."""
+    kind = task_kinds.get(registry.get(task).kind)
+
+    def scored(gold, predictions) -> dict[str, Any]:
+        figures = {"metric": kind.score(gold, predictions), "n": len(gold)}
+        return figures | ({"chance": kind.chance(gold)} if kind.chance else {})
+
+    train = scored(examples.train, result.pop("train_predictions"))
+    languages = {
+        lang: scored(gold, predicted[lang])
+        for lang, gold in examples.tests.items()
+        if all(_labelled(e) for e in gold)
+    }
+    found = {"train": train, "languages": languages}
+    if languages:
+        found["average"] = float(np.mean([r["metric"] for r in languages.values()]))
+        if kind.chance:
+            found["average_chance"] = float(np.mean([r["chance"] for r in languages.values()]))
+    for name, figures in {"training set": train, **languages}.items():
+        own = "; the training language" if name == examples.train_language else ""
+        chance = f"chance {figures['chance']:.2f}, " if "chance" in figures else ""
+        log.info("%s %s: %.2f (%s%d examples%s)", task, name, figures["metric"], chance,
+                 figures["n"], own)  # fmt: skip
+    if languages:
+        chance = f" (chance {found['average_chance']:.2f})" if kind.chance else ""
+        log.info("%s: average over %d languages %.2f%s", task, len(languages), found["average"],
+                 chance)  # fmt: skip
+    return found
+
+
 def fine_tune(
-    plan: XtremePlan,
+    plan: FineTunePlan,
     task: str,
     workdir: Path,
-    examples: task_tuning.TaskExamples,
+    examples: TaskExamples,
     devices=None,
 ) -> dict[str, Any] | None:
     """One fine-tuning run of `task` in `workdir`: its results with each test language's
     predictions (`"predictions"`; QA's by question id), or None when it stopped short."""
-    format = LAYOUTS[task].kind
-    kind = task_kinds.get(KIND_OF_FORMAT[format])
-    prepared = task_tuning.prepare(
+    kind = task_kinds.get(registry.get(task).kind)
+    prepared = task_run.prepare(
         plan.init_path,
         kind,
         examples,
-        max_length=plan.max_lengths[task],
+        max_length=plan.own[task].max_length,
         settings=plan.settings,
-        plug_in=plan.plug_in,
+        plug_in=plan.model.plug_in,
     )
     own = plan.task_plan(task, len(prepared.train_rows))
-    result = task_tuning.run(
-        task_tuning.build(own, str(workdir), kind, examples, prepared, devices)
-    )
-    if result is not None and format == "qa":
+    result = task_run.run(task_run.build(own, str(workdir), kind, examples, prepared, devices))
+    if result is not None and kind is task_kinds.qa.KIND:
         for key, sets in (("predictions", examples.tests), ("dev_predictions", examples.devs)):
             result[key] = {
                 lang: {e.id: p for e, p in zip(sets[lang], answers, strict=True)}
@@ -352,7 +257,7 @@ def fine_tune(
     return result
 
 
-def labels_folder(plan: XtremePlan, out: Path) -> Path | None:
+def labels_folder(plan: FineTunePlan, out: Path) -> Path | None:
     """What the test predictions are scored against (see the module docstring); None where no
     test labels are found (a real download)."""
     if plan.labels_dir:
@@ -363,7 +268,7 @@ def labels_folder(plan: XtremePlan, out: Path) -> Path | None:
     return None
 
 
-def check_labels(plan: XtremePlan) -> None:
+def check_labels(plan: FineTunePlan) -> None:
     """`DataError` before any task runs when `data.labels_dir` (`--labels`) is not a folder."""
     if plan.labels_dir and not Path(plan.labels_dir).is_dir():
         raise DataError(
@@ -401,6 +306,11 @@ class RunResults:
     labels: Path | None
     selected: dict[str, dict[str, Any]]
 
+    @property
+    def xtreme(self) -> bool:
+        """Whether any task was XTREME's (scored by evaluate.py, drawn in `results.md`)."""
+        return any(not _user_task(task) for task in self.tasks)
+
     def json(self) -> dict[str, Any]:
         """Every table of the run: `selected`, `dev` and, where test labels were found, `test`
         (what `results.md` and `results.png` draw)."""
@@ -409,7 +319,7 @@ class RunResults:
         return {"selected": self.selected, **found}
 
 
-def run(plan: XtremePlan, out: str | os.PathLike, devices=None) -> RunResults | None:
+def run(plan: FineTunePlan, out: str | os.PathLike, devices=None) -> RunResults | None:
     """Runs every task of the plan, then scores every language's dev set and, where test
     labels are found, `OUT/predictions`; None when a task stopped short of its steps (a
     preemption notice, `train.stop_at`)."""
@@ -436,9 +346,35 @@ def run(plan: XtremePlan, out: str | os.PathLike, devices=None) -> RunResults | 
     return finished
 
 
+def _user_task(task: str) -> bool:
+    return isinstance(registry.get(task).source, FolderSource)
+
+
+def user_lines(finished: RunResults) -> list[str]:
+    """Each user task's scores beside chance, a line a language (its kind's metric, in
+    percent), then the average: what `run` prints of them."""
+    lines = []
+    for task, result in finished.tasks.items():
+        if not _user_task(task):
+            continue
+        lines.append(f"{task} ({registry.get(task).kind}), trained on {result['train_language']}:")
+        for name, figures in {"train": result["train"], **result["languages"]}.items():
+            chance = f"  chance {figures['chance']:6.2f}" if "chance" in figures else ""
+            lines.append(f"  {name:<12} {figures['metric']:6.2f}{chance}  ({figures['n']})")
+        if "average" in result:
+            chance = (
+                f"  chance {result['average_chance']:6.2f}" if "average_chance" in result else ""
+            )
+            lines.append(f"  {'average':<12} {result['average']:6.2f}{chance}")
+        lines.append(f"  (scores of every language: {task}/results.json)")
+        lines.append("")
+    return lines
+
+
 def write_tables(finished: RunResults, out: str | os.PathLike, model: str) -> None:
-    """`OUT/results.md` and `OUT/results.png` from the run's results."""
-    if jax.process_index() != 0:
+    """`OUT/results.md` and `OUT/results.png` from the run's results, where XTREME's tasks
+    ran."""
+    if jax.process_index() != 0 or not finished.xtreme:
         return
     out = Path(out)
     (out / "results.md").write_text(tables.report_markdown(finished.json(), model))
