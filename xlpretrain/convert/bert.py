@@ -127,9 +127,7 @@ def config_to_hf(
     check_exportable(config, architecture)
     special = special or hf.export_ids(config, None)
     return {
-        "architectures": [architecture],
-        "model_type": BERT.hf_model_type,
-        **{key: getattr(config, ours) for ours, key in CONFIG_KEYS.items()},
+        **hf.exported_config(config, architecture, BERT.hf_model_type, CONFIG_KEYS),
         **FIXED_HF_SETTINGS,
         "pad_token_id": special.pad,
         "tie_word_embeddings": True,

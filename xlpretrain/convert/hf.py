@@ -51,6 +51,16 @@ from xlpretrain.model.task_heads import QUESTION_ANSWERING, SEQUENCE_CLASSIFICAT
 log = logging.getLogger(__name__)
 
 HF_TOKENIZER_FILE = "sentencepiece.bpe.model"  # the name of a SentencePiece model in an HF folder
+# ModelConfig field -> HF config.json key, for the encoder's shape: every HF encoder family
+# we convert names it alike (each converter's CONFIG_KEYS start with these).
+SHAPE_KEYS = {
+    "vocab_size": "vocab_size",
+    "hidden_size": "hidden_size",
+    "num_layers": "num_hidden_layers",
+    "num_heads": "num_attention_heads",
+    "mlp_dim": "intermediate_size",
+    "max_positions": "max_position_embeddings",
+}
 # Why every export refuses a model option that no HF encoder has; each family adds its own.
 COMMON_REASONS = {"num_languages": "num_languages > 0 means XLM-style language embeddings"}
 
@@ -94,6 +104,19 @@ def check_hf_settings(
     missing = [key for key in read if key not in hf_config]
     if missing:
         raise ValueError(f"{source}: missing key(s) {', '.join(missing)}")
+
+
+def exported_config(
+    config: ModelConfig, architecture: str, model_type: str, keys: Mapping[str, str]
+) -> dict:
+    """What every exported ``config.json`` starts with, in this order: the ``architecture``,
+    the ``model_type`` and ``config``'s fields under their HF names (``keys``: ModelConfig
+    field -> HF key); each converter adds the settings of its own family after them."""
+    return {
+        "architectures": [architecture],
+        "model_type": model_type,
+        **{key: getattr(config, ours) for ours, key in keys.items()},
+    }
 
 
 def export_ids(config: ModelConfig, tokenizer: Tokenizer | None) -> SpecialIds:

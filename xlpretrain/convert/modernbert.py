@@ -50,12 +50,7 @@ ENCODER_ARCHITECTURE = "ModernBertModel"
 # ModelConfig field -> HF config.json key. HF places dropout differently (``mlp_dropout`` before
 # ``mlp.Wo``, ``attention_dropout`` on the attention output too); it acts in training only.
 CONFIG_KEYS = {
-    "vocab_size": "vocab_size",
-    "hidden_size": "hidden_size",
-    "num_layers": "num_hidden_layers",
-    "num_heads": "num_attention_heads",
-    "mlp_dim": "intermediate_size",
-    "max_positions": "max_position_embeddings",
+    **hf.SHAPE_KEYS,
     "layer_norm_eps": "norm_eps",
     "local_window": "local_attention",
     "dropout_rate": "embedding_dropout",
@@ -237,9 +232,7 @@ def config_to_hf(
     check_exportable(config, architecture)
     special = special or hf.export_ids(config, None)
     return {
-        "architectures": [architecture],
-        "model_type": MODERNBERT.hf_model_type,
-        **{key: getattr(config, ours) for ours, key in CONFIG_KEYS.items()},
+        **hf.exported_config(config, architecture, MODERNBERT.hf_model_type, CONFIG_KEYS),
         "mlp_dropout": config.dropout_rate,
         **FIXED_HF_SETTINGS,
         "layer_types": layer_types(config.num_layers, config.global_every),

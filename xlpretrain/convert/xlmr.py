@@ -27,10 +27,12 @@ from xlpretrain.convert.hf import (
     HEADS_IN,
     HEADS_OUT,
     LINEAR,
+    SHAPE_KEYS,
     Rule,
     Tensors,
     check_hf_settings,
     export_ids,
+    exported_config,
     fresh_head,
     import_tensors,
     linear_head_rules,
@@ -54,12 +56,7 @@ BARE_ENCODERS = ("XLMRobertaModel", "RobertaModel")
 
 # ModelConfig field -> HF config.json key.
 CONFIG_KEYS = {
-    "vocab_size": "vocab_size",
-    "hidden_size": "hidden_size",
-    "num_layers": "num_hidden_layers",
-    "num_heads": "num_attention_heads",
-    "mlp_dim": "intermediate_size",
-    "max_positions": "max_position_embeddings",
+    **SHAPE_KEYS,
     "pad_token_id": "pad_token_id",
     "layer_norm_eps": "layer_norm_eps",
     "dropout_rate": "hidden_dropout_prob",
@@ -188,9 +185,7 @@ def config_to_hf(
     check_exportable(config, architecture, expressible=expressible)
     special = special or export_ids(config, None)
     return {
-        "architectures": [architecture],
-        "model_type": XLMR.hf_model_type,
-        **{key: getattr(config, ours) for ours, key in CONFIG_KEYS.items()},
+        **exported_config(config, architecture, XLMR.hf_model_type, CONFIG_KEYS),
         **FIXED_HF_SETTINGS,
         "bos_token_id": special.bos,
         "eos_token_id": special.eos,
