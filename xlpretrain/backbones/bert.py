@@ -4,16 +4,16 @@ the same XLM, VECO and XLM-E additions as XLM-R. Converted by `convert.bert`."""
 
 from __future__ import annotations
 
-from xlpretrain.backbones.declaration import Backbone
-from xlpretrain.backbones.xlmr import SECTION, check_settings
+import dataclasses
+
+from xlpretrain.backbones import xlmr
 from xlpretrain.families import BERT
 
-BACKBONE = Backbone(
+# Learned positions, or XLM-R's relative ones: XLM-R's layers, so its settings, check and
+# function settings; its own family, converter and peer.
+BACKBONE = dataclasses.replace(
+    xlmr.BACKBONE,
     family=BERT,
-    # Learned positions, or XLM-R's relative ones: the same layers, settings and check.
-    section=SECTION,
-    check=check_settings,
-    function_settings=("layer_norm_eps", "max_distance"),
     converter="xlpretrain.convert.bert",
     peer_name="transformers BertForMaskedLM (sdpa attention)",
 )
