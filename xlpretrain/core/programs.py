@@ -11,7 +11,7 @@ import contextlib
 import logging
 import os
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import NoReturn
 
 from xlpretrain.core.errors import MissingExtra
@@ -98,3 +98,22 @@ def run(main: Callable[[], int | None]) -> NoReturn:
     with reported():
         code = main()
     sys.exit(code)
+
+
+def run_absl(define: Callable[[], None], main: Callable[[Sequence[str]], None]) -> None:
+    """A command of absl flags: `define` them, then `main` with them parsed from `sys.argv`; a
+    flag error, and the user errors `main` raises, end it in one line with exit status 2."""
+    from absl import app, flags
+
+    def parse(argv: list[str]) -> list[str]:
+        try:
+            return flags.FLAGS(argv)
+        except flags.Error as error:
+            exit_with(str(error))
+
+    def reporting(argv: Sequence[str]) -> None:
+        with reported():
+            main(argv)
+
+    define()
+    app.run(reporting, flags_parser=parse)

@@ -23,53 +23,13 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 
-from absl import app, flags
+from absl import flags
 
 from xlpretrain.core import programs
-from xlpretrain.eval.xtreme import report, score
+from xlpretrain.eval.xtreme import report
 
 PROGRAM = "python -m xlpretrain.finetune"
 FLAGS = flags.FLAGS
-
-
-def _parse_flags(argv: list[str]) -> list[str]:
-    """absl's flags from `argv`; a flag error ends the program in one line, exit status 2."""
-    try:
-        return FLAGS(argv)
-    except flags.Error as error:
-        programs.exit_with(str(error))
-
-
-def _absl_program(define: Callable[[], None], main: Callable[[Sequence[str]], None]) -> None:
-    """Defines a command's flags and runs `main` with them parsed from `sys.argv`, its user
-    errors reported in one line."""
-    define()
-
-    def reporting(argv: Sequence[str]) -> None:
-        with programs.reported():
-            main(argv)
-
-    app.run(reporting, flags_parser=_parse_flags)
-
-
-# --- score ----------------------------------------------------------------------------------
-
-
-def define_score_flags() -> None:
-    flags.DEFINE_string(
-        "predictions", None, "Folder of <task>/test-<lang>.<tsv|json|jsonl> prediction files."
-    )
-    flags.DEFINE_string("labels", None, "Folder of the gold labels, laid out as --predictions.")
-    flags.DEFINE_string("output", None, "JSON file to write, as evaluate.py's --output_file.")
-    flags.DEFINE_enum("version", "xtreme", list(score.VERSIONS), "Which benchmark's tasks.")
-    flags.mark_flags_as_required(["predictions", "labels", "output"])
-
-
-def score_main(argv: Sequence[str]) -> None:
-    if len(argv) > 1:
-        raise ValueError(f"unexpected arguments: {' '.join(argv[1:])}")
-    programs.setup_logging()
-    print(report.score_to_file(FLAGS.predictions, FLAGS.labels, FLAGS.output, FLAGS.version))
 
 
 # --- run ------------------------------------------------------------------------------------
@@ -163,7 +123,7 @@ def run_command() -> None:
 
 COMMANDS: dict[str, Callable[[], None]] = {
     "run": run_command,
-    "score": lambda: _absl_program(define_score_flags, score_main),
+    "score": lambda: programs.run_absl(report.define_score_flags, report.score_main),
 }
 
 

@@ -11,42 +11,14 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
-from absl import app, flags
-
 from xlpretrain.core import programs
-from xlpretrain.eval.xtreme import report, score
+from xlpretrain.eval.xtreme import report
 
 PROGRAM = "python -m xlpretrain.eval.xtreme"
 MOVED = (
     "fine-tuning moved: python -m xlpretrain.finetune run --config configs/xtreme.py[:PRESET] "
     "--init WORKDIR --data XTREME_DIR --out OUT (the same flags; the same OUT resumes)"
 )
-FLAGS = flags.FLAGS
-
-
-def _parse_flags(argv: list[str]) -> list[str]:
-    """absl's flags from `argv`; a flag error ends the program in one line, exit status 2."""
-    try:
-        return FLAGS(argv)
-    except flags.Error as error:
-        programs.exit_with(str(error))
-
-
-def define_score_flags() -> None:
-    flags.DEFINE_string(
-        "predictions", None, "Folder of <task>/test-<lang>.<tsv|json|jsonl> prediction files."
-    )
-    flags.DEFINE_string("labels", None, "Folder of the gold labels, laid out as --predictions.")
-    flags.DEFINE_string("output", None, "JSON file to write, as evaluate.py's --output_file.")
-    flags.DEFINE_enum("version", "xtreme", list(score.VERSIONS), "Which benchmark's tasks.")
-    flags.mark_flags_as_required(["predictions", "labels", "output"])
-
-
-def score_main(argv: Sequence[str]) -> None:
-    if len(argv) > 1:
-        raise ValueError(f"unexpected arguments: {' '.join(argv[1:])}")
-    programs.setup_logging()
-    print(report.score_to_file(FLAGS.predictions, FLAGS.labels, FLAGS.output, FLAGS.version))
 
 
 def main(argv: Sequence[str]) -> None:
@@ -57,13 +29,7 @@ def main(argv: Sequence[str]) -> None:
         given = f"unknown command {argv[1]!r}" if len(argv) > 1 else "no command"
         programs.exit_with(f"{given}: expected score ({PROGRAM} score; {MOVED})")
     sys.argv = [f"{argv[0]} score", *argv[2:]]  # absl reads the flags from sys.argv
-    define_score_flags()
-
-    def reporting(args: Sequence[str]) -> None:
-        with programs.reported():
-            score_main(args)
-
-    app.run(reporting, flags_parser=_parse_flags)
+    programs.run_absl(report.define_score_flags, report.score_main)
 
 
 if __name__ == "__main__":

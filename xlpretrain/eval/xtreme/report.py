@@ -1,12 +1,17 @@
-"""evaluate.py's scores as a text table for a terminal, and the `score` command's work: score a
-prediction folder against a label folder and write the JSON evaluate.py writes."""
+"""evaluate.py's scores as a text table for a terminal, and the `score` command (of `python -m
+xlpretrain.finetune` and `python -m xlpretrain.eval.xtreme`): score a prediction folder against
+a label folder and write the JSON evaluate.py writes."""
 
 from __future__ import annotations
 
 import json
 import os
+from collections.abc import Sequence
 from pathlib import Path
 
+from absl import flags
+
+from xlpretrain.core import programs
 from xlpretrain.eval.xtreme import score
 
 
@@ -45,3 +50,23 @@ def score_to_file(predictions: str, labels: str, output: str, version: str) -> s
     with open(path, "w") as file:
         json.dump(report.results, file, indent=2)
     return f"{format_table(report)}\nwrote {path}"
+
+
+def define_score_flags() -> None:
+    """The `score` command's flags."""
+    flags.DEFINE_string(
+        "predictions", None, "Folder of <task>/test-<lang>.<tsv|json|jsonl> prediction files."
+    )
+    flags.DEFINE_string("labels", None, "Folder of the gold labels, laid out as --predictions.")
+    flags.DEFINE_string("output", None, "JSON file to write, as evaluate.py's --output_file.")
+    flags.DEFINE_enum("version", "xtreme", list(score.VERSIONS), "Which benchmark's tasks.")
+    flags.mark_flags_as_required(["predictions", "labels", "output"])
+
+
+def score_main(argv: Sequence[str]) -> None:
+    """The `score` command, its flags parsed."""
+    if len(argv) > 1:
+        raise ValueError(f"unexpected arguments: {' '.join(argv[1:])}")
+    programs.setup_logging()
+    given = flags.FLAGS
+    print(score_to_file(given.predictions, given.labels, given.output, given.version))
