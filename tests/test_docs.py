@@ -97,7 +97,7 @@ TINY: dict[str, tuple[str, ...]] = {
     # 64 rows: divisible by the 8 devices × train.grad_accum=8 of launch/README.md's sizing.
     "xlpretrain.aot": (*_SMALL_MODEL, "--config.data.batch_size=64", "--config.data.max_length=64"),
     "xlpretrain.eval.retrieval": ("--max-lines=10",),
-    "xlpretrain.eval.finetune": ("--config.train.steps=4", "--config.train.log_every=2"),
+    "xlpretrain.finetune": ("--config.train.steps=4", "--config.train.log_every=2"),
 }
 # Left to a run on a prepared store, whose tokenizer (and so vocabulary) is the run's.
 STORE_KEEPS = ("--config.tokenizer.path", "--config.model.vocab_size")

@@ -241,6 +241,10 @@ def test_the_demo_example_reports_accuracy_beside_chance_per_pair(
         results = run(cfg, tmp_path / "run")
     assert json.loads((tmp_path / "run" / "pairs" / "results.json").read_text()) == results
     assert results["train_language"] == "en-de"
+    assert set(results) == {
+        "task", "kind", "plug_in", "steps", "train_language", "train_rows", "selected_step", "dev",
+        "train", "languages", "average", "average_chance",
+    }  # fmt: skip
     assert results["train"]["chance"] == 50.0 and 0.0 <= results["train"]["metric"] <= 100.0
     assert len(results["languages"]) == 39
     for name, result in results["languages"].items():
@@ -422,7 +426,7 @@ def test_config_and_data_errors(veco_folder, task_dir, tmp_path):
         resolve(ml_collections.ConfigDict(mistyped))
     with pytest.raises(ConfigError, match="'train.grad_accum': pairs.batch_size=16 is not"):
         resolve(task_config(veco_folder, task_dir, train__grad_accum=3))
-    with pytest.raises(ConfigError, match=r"'data.batch_size': 16 / train.grad_accum=2 = 8 rows"):
+    with pytest.raises(ConfigError, match=r"'pairs.batch_size': 16 / train.grad_accum=2 = 8 rows"):
         plan = resolve(task_config(veco_folder, task_dir, train__grad_accum=2))
         plan.task_plan("pairs", 100).check_batch_divides({"data": 4, "fsdp": 4})
     with pytest.raises(ConfigError, match="'train.stop_at': must be -1 or in"):

@@ -77,7 +77,7 @@ class TaskPlan:
         """A micro-batch's rows split evenly over the data-parallel devices of a mesh of
         `mesh_shape`: checked once the mesh is known, before compiling."""
         self.mesh.check_rows_divide(
-            "data.batch_size", self.batch_size, self.loop.grad_accum, mesh_shape
+            f"{self.task}.batch_size", self.batch_size, self.loop.grad_accum, mesh_shape
         )
 
 

@@ -179,7 +179,8 @@ def run_task(plan: FineTunePlan, task: str, out: Path, devices=None) -> dict[str
         predicted |= result.pop("predictions")
         dev_predicted |= result.pop("dev_predictions")
         if examples.predict_train:
-            result = {**result, **user_scores(task, examples, predicted, result)}
+            scores = user_scores(task, examples, predicted, result.pop("train_predictions"))
+            result = {**result, **scores}
         results[name], tests = result, tests | dict(examples.tests)
         devs |= examples.devs
     result = results.pop("") if "" in results else {"languages": results}
@@ -194,7 +195,7 @@ def run_task(plan: FineTunePlan, task: str, out: Path, devices=None) -> dict[str
 
 
 def user_scores(
-    task: str, examples: TaskExamples, predicted: dict[str, Any], result: dict[str, Any]
+    task: str, examples: TaskExamples, predicted: dict[str, Any], train_predicted: list[Any]
 ) -> dict[str, Any]:
     """A user's task's scores, in percent, each beside chance where its kind has one: the
     training examples' (`train`) and every labelled test language's (`languages`), and their
@@ -205,7 +206,7 @@ def user_scores(
         figures = {"metric": kind.score(gold, predictions), "n": len(gold)}
         return figures | ({"chance": kind.chance(gold)} if kind.chance else {})
 
-    train = scored(examples.train, result.pop("train_predictions"))
+    train = scored(examples.train, train_predicted)
     languages = {
         lang: scored(gold, predicted[lang])
         for lang, gold in examples.tests.items()
