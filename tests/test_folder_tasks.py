@@ -183,3 +183,21 @@ def test_a_toy_kind_and_a_toy_task_touch_nothing_else(tiny_model, tmp_path, monk
         ],
         written,
     )
+
+
+def test_every_kind_a_converter_exports_is_a_declared_kind():
+    """The kinds are declared once (`tasks.KINDS`); a family's converter names the HF class of
+    those it exports, by the kind's name, and builds the kind's own module to read its
+    parameters (`hf.abstract_task_params`)."""
+    from xlpretrain import backbones
+    from xlpretrain.convert import hf
+
+    for name in ("xlmr", "bert", "modernbert"):
+        converter = backbones.get(name).hf_converter()
+        assert set(converter.task_architectures) <= set(tasks.KINDS), name
+        assert set(converter.task_head_rules) == set(converter.task_architectures), name
+    config = XLMR.config(vocab_size=64, hidden_size=16, num_layers=1, num_heads=2, mlp_dim=32)
+    tagger = hf.abstract_task_params(config, "token_classification", "linear", 3)
+    assert tagger["head"]["classifier"]["kernel"].shape == (16, 3)
+    with pytest.raises(ValueError, match="unknown task kind 'nosuch'"):
+        hf.abstract_task_params(config, "nosuch", "linear", 3)

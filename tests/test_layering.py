@@ -23,6 +23,11 @@ LAYERS = (
     # Each family's name, layers and HF model types, which its converter and its declaration
     # both read.
     ("objectives", "families"),
+    # XTREME's metrics (evaluate.py's), which the kinds of task score with.
+    ("eval.xtreme.answers", "eval.xtreme.score"),
+    # The kinds of fine-tuning task: reader rows, head, loss, decoding and metric, per kind,
+    # listed once (`tasks.KINDS`): the converters name them and build their modules.
+    ("tasks",),
     # Hugging Face machinery and each family's converter, then the backbone declarations that
     # name them, then what dispatches by backbone (the package's `from_hf` / `to_hf`).
     (
@@ -31,8 +36,6 @@ LAYERS = (
     ),
     ("backbones",),
     ("convert", "api", "eval"),
-    # The kinds of fine-tuning task: reader rows, head, loss, decoding and metric, per kind.
-    ("tasks",),
     ("training",),  # checkpoints, optimizer, metrics, workdir, warm start, preemption, divergence
     ("training.config", "training.config_files"),
     ("training.plan", "training.step"),

@@ -32,22 +32,31 @@ transformers = pytest.importorskip("transformers")
 from transformers.loss.loss_utils import ForQuestionAnsweringLoss  # noqa: E402
 from transformers.trainer_pt_utils import get_parameter_names  # noqa: E402
 
-from xlpretrain import backbones, masks  # noqa: E402
+from xlpretrain import (  # noqa: E402
+    backbones,
+    masks,
+    tasks,  # noqa: E402
+)
 from xlpretrain.convert import Pretrained, read_hf_task, write_hf_task  # noqa: E402
 from xlpretrain.convert.hf import head_of  # noqa: E402
 from xlpretrain.model.encoder import MaskedLM  # noqa: E402
-from xlpretrain.model.task_heads import (  # noqa: E402
-    QUESTION_ANSWERING,
-    SEQUENCE_CLASSIFICATION,
-    TOKEN_CLASSIFICATION,
-    task_model,
-)
 from xlpretrain.objectives import task_losses  # noqa: E402
+from xlpretrain.tasks.declaration import Head, TaskSettings  # noqa: E402
 from xlpretrain.training.optim import adamw_from  # noqa: E402
 from xlpretrain.training.sections import OptimizerSettings  # noqa: E402
 from xlpretrain.training.step import init_state, make_train_step  # noqa: E402
 
+SEQUENCE_CLASSIFICATION = tasks.classification.KIND.name
+TOKEN_CLASSIFICATION = tasks.tagging.KIND.name
+QUESTION_ANSWERING = tasks.qa.KIND.name
 STEPS = 20
+
+
+def task_model(kind, config, task_head, num_labels):
+    """The module of task kind `kind` as fine-tuning builds it (`TaskKind.module`)."""
+    return tasks.get(kind).module(Head(config, task_head, num_labels, TaskSettings()))
+
+
 ROWS, PADDING_ROWS, LENGTH = 4, 2, 12  # real rows (HF's batch), then rows of padding (ours)
 MARKER = 3  # the id an answer starts at (the random ids are 4 and up)
 LABELS = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC"]

@@ -305,15 +305,15 @@ def test_the_classifier_starts_as_xtremes(kind):
     import flax.linen as nn
     import jax
 
-    from xlpretrain import backbones
-    from xlpretrain.model.task_heads import task_model
+    from xlpretrain import backbones, tasks
+    from xlpretrain.tasks.declaration import Head, TaskSettings
 
     hidden, labels = 256, 7
     config = backbones.get("xlmr").config(
         vocab_size=64, hidden_size=hidden, num_heads=4, mlp_dim=64, num_layers=1,
         max_positions=16,
     )  # fmt: skip
-    module = task_model(kind, config, "linear", labels)
+    module = tasks.get(kind).module(Head(config, "linear", labels, TaskSettings()))
     batch = {
         "input_ids": np.zeros((1, 8), np.int32),
         "segment_ids": np.ones((1, 8), np.int32),

@@ -104,7 +104,7 @@ class Backbone:
         self.hf_converter().write_hf(model, path)
 
     def hf_task_architecture(self, kind: str) -> str:
-        """The transformers class of fine-tuning task `kind` (`model.task_heads.TASK_KINDS`)."""
+        """The transformers class of fine-tuning task `kind` (`xlpretrain.tasks.KINDS`)."""
         return self.hf_converter().task_architectures[kind]
 
     def write_hf_task(

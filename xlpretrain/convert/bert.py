@@ -32,15 +32,17 @@ import numpy as np
 
 from xlpretrain.convert import hf, xlmr
 from xlpretrain.convert.converter import Converter
-from xlpretrain.convert.hf import COPY, LINEAR, Rule
-from xlpretrain.data.tokenizer import SpecialIds
-from xlpretrain.families import BERT
-from xlpretrain.model.config import ModelConfig
-from xlpretrain.model.task_heads import (
+from xlpretrain.convert.hf import (
+    COPY,
+    LINEAR,
     QUESTION_ANSWERING,
     SEQUENCE_CLASSIFICATION,
     TOKEN_CLASSIFICATION,
+    Rule,
 )
+from xlpretrain.data.tokenizer import SpecialIds
+from xlpretrain.families import BERT
+from xlpretrain.model.config import ModelConfig
 
 MASKED_LM_ARCHITECTURE = "BertForMaskedLM"
 ENCODER_ARCHITECTURE = "BertModel"
@@ -87,7 +89,7 @@ IGNORED = (
     "bert.embeddings.position_ids", "bert.embeddings.token_type_ids", "bert.pooler.",
     "cls.seq_relationship.",
 )  # fmt: skip
-# The HF class of each fine-tuning task kind (`model.task_heads`), and its head's tensors.
+# The HF class of each fine-tuning task kind, and its head's tensors.
 TASK_ARCHITECTURES = {
     SEQUENCE_CLASSIFICATION: "BertForSequenceClassification",
     TOKEN_CLASSIFICATION: "BertForTokenClassification",

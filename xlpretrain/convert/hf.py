@@ -46,7 +46,6 @@ from xlpretrain.core.errors import require
 from xlpretrain.data.tokenizer import HFTokenizer, SentencePieceTokenizer, SpecialIds, Tokenizer
 from xlpretrain.model.config import ModelConfig
 from xlpretrain.model.heads import LMHead
-from xlpretrain.model.task_heads import QUESTION_ANSWERING, SEQUENCE_CLASSIFICATION, task_model
 
 log = logging.getLogger(__name__)
 
@@ -322,6 +321,11 @@ def _listing(names: list[str], limit: int = 8) -> str:
 # under the class's prefix, the head by the converter's `task_head_rules`, and a config.json
 # with the labels. Our side is the task module's tree: `backbone/` (the encoder) and its head.
 
+# The kinds of fine-tuning task (`xlpretrain.tasks.KINDS`, by name) that Hugging Face has task
+# classes for: each family's converter names its class of each (`Converter.task_architectures`).
+SEQUENCE_CLASSIFICATION = "sequence_classification"
+TOKEN_CLASSIFICATION = "token_classification"
+QUESTION_ANSWERING = "question_answering"
 QA_LABELS = ("LABEL_0", "LABEL_1")  # what HF names a QA class's two outputs (start, end)
 
 
@@ -422,9 +426,13 @@ def check_task_pooling(hf_config: Mapping, kind: str, source: str | os.PathLike)
 
 
 def abstract_task_params(config: ModelConfig, kind: str, task_head: str, labels: int) -> Params:
-    """Shapes of the task module's params (``backbone/`` and its head), without allocating."""
+    """Shapes of the task module's params (``backbone/`` and its head), without allocating: the
+    module its kind declares (`xlpretrain.tasks`)."""
+    from xlpretrain import tasks  # here: reading a pre-trained folder imports no task's loss
+    from xlpretrain.tasks.declaration import Head, TaskSettings
+
     config = dataclasses.replace(config, remat="none", attention_impl="xla")
-    module = task_model(kind, config, task_head, labels)
+    module = tasks.get(kind).module(Head(config, task_head, labels, TaskSettings()))
     ids = np.zeros((1, 8), np.int32)
     batch = {"input_ids": ids, "segment_ids": ids + 1, "positions": ids + 2 + np.arange(8)}
     init = lambda rng: module.init(rng, batch)["params"]  # noqa: E731

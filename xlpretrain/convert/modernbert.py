@@ -34,15 +34,19 @@ import numpy as np
 
 from xlpretrain.convert import hf
 from xlpretrain.convert.converter import Converter
-from xlpretrain.convert.hf import COPY, HEADS_IN, HEADS_OUT, LINEAR, Rule
-from xlpretrain.data.tokenizer import SpecialIds
-from xlpretrain.families import MODERNBERT
-from xlpretrain.model.config import ModelConfig
-from xlpretrain.model.task_heads import (
+from xlpretrain.convert.hf import (
+    COPY,
+    HEADS_IN,
+    HEADS_OUT,
+    LINEAR,
     QUESTION_ANSWERING,
     SEQUENCE_CLASSIFICATION,
     TOKEN_CLASSIFICATION,
+    Rule,
 )
+from xlpretrain.data.tokenizer import SpecialIds
+from xlpretrain.families import MODERNBERT
+from xlpretrain.model.config import ModelConfig
 
 MASKED_LM_ARCHITECTURE = "ModernBertForMaskedLM"
 ENCODER_ARCHITECTURE = "ModernBertModel"
@@ -116,7 +120,7 @@ RULES: tuple[Rule, ...] = (
     ("decoder.bias", "lm_head/bias", COPY),
 )
 TIED = {"decoder.weight": "model.embeddings.tok_embeddings.weight"}
-# The HF class of each fine-tuning task kind (`model.task_heads`), and its head's tensors: the
+# The HF class of each fine-tuning task kind, and its head's tensors: the
 # prediction head (`ModernBertPredictionHead`), then the linear layer, for every kind.
 TASK_ARCHITECTURES = {
     SEQUENCE_CLASSIFICATION: "ModernBertForSequenceClassification",

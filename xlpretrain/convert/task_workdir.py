@@ -24,10 +24,9 @@ from pathlib import Path
 
 from xlpretrain.convert import folder
 from xlpretrain.convert.folder import Params, Pretrained
-from xlpretrain.convert.hf import abstract_task_params, head_of
+from xlpretrain.convert.hf import SEQUENCE_CLASSIFICATION, abstract_task_params, head_of
 from xlpretrain.data.tokenizer import Tokenizer
 from xlpretrain.model.config import ModelConfig
-from xlpretrain.model.task_heads import SEQUENCE_CLASSIFICATION, TASK_KINDS
 
 TASK_FILE = folder.TASK_FILE
 BEST_DIR = "best"  # as `finetune.task_run.BEST`
@@ -94,14 +93,16 @@ def read_record(workdir: str | os.PathLike) -> TaskRecord:
 
 
 def read(workdir: str | os.PathLike) -> FineTuned:
-    """The fine-tuned model of a task workdir of a kind that exports (``TASK_KINDS``): the
+    """The fine-tuned model of a task workdir of a kind (``tasks.KINDS``): the
     selected params (``best/``), else the latest finished checkpoint's."""
+    from xlpretrain import tasks  # here: reading a pre-trained folder imports no task's loss
+
     workdir = Path(workdir).absolute()
     record = read_record(workdir)
-    if record.kind not in TASK_KINDS:
+    if record.kind not in tasks.KINDS:
         raise ValueError(
-            f"{workdir} fine-tunes {record.kind}, which has no Hugging Face task class here; "
-            f"task workdirs of {' or '.join(TASK_KINDS)} export"
+            f"{workdir} fine-tunes {record.kind}, a kind of task this installation does not "
+            f"know ({', '.join(tasks.KINDS)})"
         )
     config = record.config
     if record.kind == SEQUENCE_CLASSIFICATION and config.cross_attention:

@@ -27,7 +27,10 @@ from xlpretrain.convert.hf import (
     HEADS_IN,
     HEADS_OUT,
     LINEAR,
+    QUESTION_ANSWERING,
+    SEQUENCE_CLASSIFICATION,
     SHAPE_KEYS,
+    TOKEN_CLASSIFICATION,
     Rule,
     Tensors,
     check_hf_settings,
@@ -44,11 +47,6 @@ from xlpretrain.convert.hf import (
 from xlpretrain.data.tokenizer import SpecialIds, Tokenizer
 from xlpretrain.families import XLMR
 from xlpretrain.model.config import ModelConfig
-from xlpretrain.model.task_heads import (
-    QUESTION_ANSWERING,
-    SEQUENCE_CLASSIFICATION,
-    TOKEN_CLASSIFICATION,
-)
 
 log = logging.getLogger(__name__)
 
@@ -143,7 +141,7 @@ TIED = {
 }
 # Tensors that are not part of the masked LM: a buffer, and the bare encoder's pooler.
 IGNORED = ("roberta.embeddings.position_ids", "roberta.pooler.")
-# The HF class of each fine-tuning task kind (`model.task_heads`), and its head's tensors.
+# The HF class of each fine-tuning task kind, and its head's tensors.
 TASK_ARCHITECTURES = {
     SEQUENCE_CLASSIFICATION: "XLMRobertaForSequenceClassification",
     TOKEN_CLASSIFICATION: "XLMRobertaForTokenClassification",

@@ -43,10 +43,6 @@ from xlpretrain.model.config import TASK_HEADS, ModelConfig
 from xlpretrain.model.encoder import MaskedLM
 from xlpretrain.model.layers import dense, gelu, layer_norm
 
-SEQUENCE_CLASSIFICATION = "sequence_classification"
-TOKEN_CLASSIFICATION = "token_classification"
-QUESTION_ANSWERING = "question_answering"
-TASK_KINDS = (SEQUENCE_CLASSIFICATION, TOKEN_CLASSIFICATION, QUESTION_ANSWERING)
 META_KEYS = ("segment_ids", "pair_ids", "side", "positions", "is_masked")
 
 
@@ -192,15 +188,3 @@ def _segment_start(segment_ids: jax.Array, segment: int) -> jax.Array:
 
 def _take(hidden: jax.Array, index: jax.Array) -> jax.Array:
     return jnp.take_along_axis(hidden, index[:, None, None], axis=1)[:, 0]
-
-
-def task_model(kind: str, config: ModelConfig, task_head: str, num_labels: int) -> nn.Module:
-    """The module of a task `kind` (`TASK_KINDS`); `num_labels` counts for the classifiers
-    only (QA's two outputs are start and end)."""
-    if kind == SEQUENCE_CLASSIFICATION:
-        return PairClassifier(config, num_labels, task_head=task_head)
-    if kind == TOKEN_CLASSIFICATION:
-        return TokenClassifier(config, num_labels, task_head)
-    if kind == QUESTION_ANSWERING:
-        return SpanExtractor(config, task_head)
-    raise ValueError(f"unknown task kind {kind!r}; known: {', '.join(TASK_KINDS)}")
