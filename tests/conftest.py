@@ -45,7 +45,7 @@ def udhr() -> pathlib.Path:
 @pytest.fixture(scope="session")
 def udhr_tokenizer_path(udhr, tmp_path_factory) -> pathlib.Path:
     """A small SentencePiece model trained once per session on a UDHR sample."""
-    from xlpretrain.data.folders import MonolingualSource
+    from xlpretrain.data.corpora.folders import MonolingualSource
     from xlpretrain.data.tokenizer import train_tokenizer
 
     mono = MonolingualSource.from_dir(udhr / "mono")

@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from xlpretrain.data.sources import DataError
+from xlpretrain.data.corpora.sources import DataError
 from xlpretrain.training import cli, trainer
 from xlpretrain.training.config import ConfigError
 from xlpretrain.training.metrics import Progress, progress_line, summary_lines

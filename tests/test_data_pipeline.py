@@ -9,15 +9,15 @@ import pytest
 
 from tests.tiny import mask_tokens, run_config, step_batch_builder
 from xlpretrain.data import batch as batch_lib
-from xlpretrain.data import corpus as corpus_lib
 from xlpretrain.data.anneal import Anneal
+from xlpretrain.data.corpora import corpus as corpus_lib
+from xlpretrain.data.corpora.folders import MonolingualSource, ParallelSource
 from xlpretrain.data.examples import (
     FIRST_POSITION,
     PAD_POSITION,
     monolingual_row,
     translation_pair_row,
 )
-from xlpretrain.data.folders import MonolingualSource, ParallelSource
 from xlpretrain.data.masking import regular_ids
 from xlpretrain.data.pipeline import (
     Corpus,

@@ -407,7 +407,7 @@ def _text(output: bytes | str | None) -> str:
 def outcomes(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Outcome]:
     """Runs every documented command once (see the module docstring); by step id."""
     from xlpretrain.data import demo_corpus
-    from xlpretrain.data.folders import MonolingualSource
+    from xlpretrain.data.corpora.folders import MonolingualSource
     from xlpretrain.data.tokenizer import train_tokenizer
 
     root = tmp_path_factory.mktemp("docs")

@@ -16,7 +16,7 @@ import pytest
 from tests.tiny import model_config, step_batch_builder
 from xlpretrain import masks
 from xlpretrain.data.batch import SIDE_PLACEHOLDER, SIDE_SOURCE, SIDE_TAG
-from xlpretrain.data.folders import MonolingualSource
+from xlpretrain.data.corpora.folders import MonolingualSource
 from xlpretrain.data.pipeline import Corpus
 from xlpretrain.data.row_kinds import PlaceholderSegments
 from xlpretrain.data.streams import MONO, StreamSpec

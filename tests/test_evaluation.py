@@ -13,7 +13,7 @@ from tests.tiny import STEPS, udhr_subset
 from xlpretrain import objectives
 from xlpretrain.api import Model
 from xlpretrain.convert.folder import Pretrained
-from xlpretrain.data.folders import ParallelSource
+from xlpretrain.data.corpora.folders import ParallelSource
 from xlpretrain.eval.alignment import retrieval_accuracy
 from xlpretrain.training import trainer as trainer_lib
 from xlpretrain.training.evaluation import (
@@ -213,7 +213,7 @@ def test_the_demo_corpus_is_evaluated_on_its_held_out_part():
     part, and nothing is held out of training; with a corpus of one's own, a share of its
     lines (tests/test_held_out.py)."""
     from tests.tiny import run_config
-    from xlpretrain.data import corpus
+    from xlpretrain.data.corpora import corpus
 
     demo = run_config(eval__every_steps=10)
     mono, parallel = corpus.held_out_folders(resolve(demo).corpus)

@@ -17,7 +17,7 @@ import pytest
 
 from xlpretrain import tasks
 from xlpretrain.convert import folder
-from xlpretrain.data.sources import DataError
+from xlpretrain.data.corpora.sources import DataError
 from xlpretrain.data.task_examples import Answer, QAExample
 from xlpretrain.data.tokenizer import Tokenizer
 from xlpretrain.data.xtreme import write_squad_file

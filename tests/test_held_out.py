@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from tests.tiny import prepare_store, udhr_subset
-from xlpretrain.data.folders import MonolingualSource, ParallelSource
-from xlpretrain.data.held_out import BLOCK, LineSplit, MonolingualPart, ParallelPart
-from xlpretrain.data.store import StoreMonolingual, StoreParallel
+from xlpretrain.data.corpora.folders import MonolingualSource, ParallelSource
+from xlpretrain.data.corpora.held_out import BLOCK, LineSplit, MonolingualPart, ParallelPart
+from xlpretrain.data.corpora.store import StoreMonolingual, StoreParallel
 from xlpretrain.training import evaluation
 from xlpretrain.training import trainer as trainer_lib
 from xlpretrain.training.config import ConfigError

@@ -5,7 +5,7 @@ reading Tatoeba and BUCC folders with their errors (the CLI runs in test_retriev
 import numpy as np
 import pytest
 
-from xlpretrain.data.sources import DataError
+from xlpretrain.data.corpora.sources import DataError
 from xlpretrain.eval import benchmarks, mining
 
 

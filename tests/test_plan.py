@@ -16,8 +16,8 @@ import pytest
 
 from xlpretrain import objectives as objectives_lib
 from xlpretrain.bench import step as bench
-from xlpretrain.data import corpus as corpus_lib
 from xlpretrain.data.anneal import Anneal
+from xlpretrain.data.corpora import corpus as corpus_lib
 from xlpretrain.data.row_kinds import SegmentPairs, Segments
 from xlpretrain.data.streams import MONO, PARALLEL, StreamSpec
 from xlpretrain.data.tokenizer import Tokenizer

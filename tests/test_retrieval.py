@@ -19,8 +19,8 @@ import xlpretrain
 from tests.test_train import run as pretrain
 from xlpretrain.api import Model
 from xlpretrain.convert import folder
-from xlpretrain.data.folders import ParallelSource
-from xlpretrain.data.sources import DataError
+from xlpretrain.data.corpora.folders import ParallelSource
+from xlpretrain.data.corpora.sources import DataError
 from xlpretrain.eval import alignment
 from xlpretrain.eval.retrieval import __main__ as retrieval
 

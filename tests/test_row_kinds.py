@@ -13,8 +13,8 @@ import xlpretrain.objectives  # noqa: F401  (every shipped kind declared, for th
 from tests.tiny import step_batch_builder
 from xlpretrain.bench import step as bench
 from xlpretrain.data.batch import SIDE_SOURCE
+from xlpretrain.data.corpora.folders import MonolingualSource, ParallelSource
 from xlpretrain.data.examples import FIRST_POSITION, RowPacker
-from xlpretrain.data.folders import MonolingualSource, ParallelSource
 from xlpretrain.data.pipeline import Corpus
 from xlpretrain.data.row_kinds import SegmentPairs, Segments
 from xlpretrain.data.streams import MONO, PARALLEL, RowKind, StreamSpec

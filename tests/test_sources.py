@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from xlpretrain.data import folders, sources
-from xlpretrain.data.folders import MonolingualSource, ParallelSource
-from xlpretrain.data.sources import DataError, FileStats, format_stats
+from xlpretrain.data.corpora import folders, sources
+from xlpretrain.data.corpora.folders import MonolingualSource, ParallelSource
+from xlpretrain.data.corpora.sources import DataError, FileStats, format_stats
 
 # A monolingual file with every kind of problem, scanned with max_line_bytes=32.
 MESSY_TXT = b"".join(
@@ -479,8 +479,8 @@ def test_file_rewritten_in_place_is_an_error(tmp_path, reopen):
 
 TRUNCATE = """
 import sys
-from xlpretrain.data.folders import MonolingualSource
-from xlpretrain.data.sources import DataError
+from xlpretrain.data.corpora.folders import MonolingualSource
+from xlpretrain.data.corpora.sources import DataError
 
 source = MonolingualSource.from_dir(sys.argv[1])
 fresh = MonolingualSource.from_dir(sys.argv[1])
@@ -522,7 +522,7 @@ PROTOCOL_CASES = [
 def test_every_backend_implements_its_corpus_protocol(backend, protocol):
     """Folder and TFDS sources alike have every member the readers use (a new backend that
     forgets one fails here); `stats` is set per instance by the shared base."""
-    from xlpretrain.data import protocols, store, tfds_source
+    from xlpretrain.data.corpora import protocols, store, tfds_source
 
     cls = next(c for m in (folders, tfds_source, store) if (c := getattr(m, backend, None)))
     wanted = getattr(protocols, protocol)
@@ -533,7 +533,7 @@ def test_every_backend_implements_its_corpus_protocol(backend, protocol):
 
 
 def test_folder_sources_are_corpora(tmp_path):
-    from xlpretrain.data.protocols import MonolingualCorpus, ParallelCorpus
+    from xlpretrain.data.corpora.protocols import MonolingualCorpus, ParallelCorpus
 
     (tmp_path / "mono").mkdir()
     (tmp_path / "mono" / "eng.txt").write_text("one\ntwo\n")

@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 
 from tests.tiny import step_batch_builder
-from xlpretrain.data import corpus as corpus_lib
+from xlpretrain.data.corpora import corpus as corpus_lib
+from xlpretrain.data.corpora.protocols import MonolingualCorpus, ParallelCorpus
+from xlpretrain.data.corpora.sources import DataError, format_stats
 from xlpretrain.data.pipeline import Corpus, language_vocabulary
-from xlpretrain.data.protocols import MonolingualCorpus, ParallelCorpus
 from xlpretrain.data.row_kinds import Segments, TranslationPairs
-from xlpretrain.data.sources import DataError, format_stats
 from xlpretrain.data.streams import MONO, PARALLEL, StreamSpec
 from xlpretrain.data.tokenizer import train_tokenizer
 
@@ -23,7 +23,7 @@ EXTRA = 'the tfds extra is not installed: pip install -e ".[tfds]"'
 tfds = pytest.importorskip("tensorflow_datasets", reason=EXTRA)
 pytest.importorskip("importlib_resources", reason=EXTRA)  # TFDS's builds need it (setup.py)
 
-from xlpretrain.data.tfds_source import TfdsMonolingualSource, TfdsParallelSource  # noqa: E402
+from xlpretrain.data.corpora.tfds_source import TfdsMonolingualSource, TfdsParallelSource  # noqa: E402
 from xlpretrain.training.plan import corpus_settings  # noqa: E402
 
 MAX_BYTES = 1000
@@ -307,7 +307,7 @@ def test_prepare_stores_tfds_records_as_the_sources_read_them(mono, parallel, da
     skipped records are counted as the sources count them, and the command line with worker
     processes writes the same bytes."""
     from xlpretrain.data import prepare as prepare_lib
-    from xlpretrain.data import store as store_lib
+    from xlpretrain.data.corpora import store as store_lib
 
     texts = {lang: [mono.line(lang, i) for i in range(2)] for lang in mono.languages}
     for pair in parallel.pairs:
@@ -448,9 +448,9 @@ def test_the_tokenizer_sample_of_a_split_grouped_by_language_has_every_language(
 
 
 def test_a_held_out_share_splits_tfds_records_as_it_splits_text_lines(mono, parallel):
-    """Evaluation's default held-out lines (xlpretrain/data/held_out.py) read TFDS records
+    """Evaluation's default held-out lines (xlpretrain/data/corpora/held_out.py) read TFDS records
     through the same protocol as folders: every record in exactly one part."""
-    from xlpretrain.data.held_out import LineSplit, MonolingualPart, ParallelPart
+    from xlpretrain.data.corpora.held_out import LineSplit, MonolingualPart, ParallelPart
 
     split, held_out = LineSplit(0.5, seed=0), 0
     for source, part, keys in (

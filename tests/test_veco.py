@@ -14,7 +14,7 @@ import pytest
 from tests.tiny import model_config, step_batch_builder
 from xlpretrain import masks
 from xlpretrain.data.batch import SIDE_SOURCE, SIDE_TARGET
-from xlpretrain.data.folders import MonolingualSource, ParallelSource
+from xlpretrain.data.corpora.folders import MonolingualSource, ParallelSource
 from xlpretrain.data.pipeline import Corpus
 from xlpretrain.data.row_kinds import SegmentPairs
 from xlpretrain.data.streams import MONO, PARALLEL, StreamSpec

@@ -152,7 +152,7 @@ def test_rows_are_clean_pairs_each_side_alone(udhr_run_config):
         model__max_positions=402,
     )
     plan = resolve(cfg)
-    from xlpretrain.data import corpus as corpus_lib
+    from xlpretrain.data.corpora import corpus as corpus_lib
     from xlpretrain.data.tokenizer import Tokenizer
 
     corpus = corpus_lib.load_corpus(plan.corpus, plan.sources())

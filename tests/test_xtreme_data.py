@@ -9,7 +9,7 @@ import re
 import pytest
 
 from tests import xtreme_fixtures as fx
-from xlpretrain.data.sources import DataError
+from xlpretrain.data.corpora.sources import DataError
 from xlpretrain.data.task_examples import Answer, PairExample, QAExample, TaggedSentence
 from xlpretrain.data.xtreme import (
     find_task,

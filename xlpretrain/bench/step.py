@@ -26,8 +26,8 @@ import jax
 import numpy as np
 
 from xlpretrain import objectives as objectives_lib
-from xlpretrain.data import corpus as corpus_lib
 from xlpretrain.data.batch import Batch
+from xlpretrain.data.corpora import corpus as corpus_lib
 from xlpretrain.data.pipeline import iterators
 from xlpretrain.data.streams import StreamSpec
 from xlpretrain.objectives.flops import FLOP_FORMULA, StepShape

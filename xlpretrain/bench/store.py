@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from xlpretrain.core import programs
-from xlpretrain.data import store as store_lib
+from xlpretrain.data.corpora import store as store_lib
 from xlpretrain.data.streams import MONO
 
 if TYPE_CHECKING:  # the measuring process imports the training stack, this module does not
@@ -103,7 +103,7 @@ def measure(record: ConfigRecord, store: str, steps: int) -> dict:
     """Start-up, memory and row tokens/s of the pipeline on `store` (run in a fresh process):
     `record` is the run's plan's (`RunPlan.record`), resolved here into the same plan, which
     reads `store` in place of its corpus's."""
-    from xlpretrain.data import corpus as corpus_lib
+    from xlpretrain.data.corpora import corpus as corpus_lib
     from xlpretrain.data.pipeline import iterators
     from xlpretrain.data.tokenizer import Tokenizer
     from xlpretrain.training.plan import resolve_record

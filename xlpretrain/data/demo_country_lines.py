@@ -31,7 +31,7 @@ from collections.abc import Iterable, Sequence
 from functools import cache
 from pathlib import Path
 
-from xlpretrain.data.sources import DataError
+from xlpretrain.data.corpora.sources import DataError
 
 KINDS = ("territory", "languages", "currencies", "cities", "time_zones")
 _WEEKDAYS = ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday")

@@ -24,7 +24,7 @@ from xlpretrain.data.batch import (
     TOKEN_FIELDS,
     Batch,
 )
-from xlpretrain.data.protocols import MonolingualCorpus, ParallelCorpus
+from xlpretrain.data.corpora.protocols import MonolingualCorpus, ParallelCorpus
 from xlpretrain.data.tokenizer import Tokenizer
 
 # Positions are the pipeline's own numbering, whatever the tokenizer's ids: fairseq/XLM-R's, whose

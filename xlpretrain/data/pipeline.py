@@ -24,8 +24,8 @@ import numpy as np
 
 from xlpretrain.data.anneal import Anneal
 from xlpretrain.data.batch import Batch, stack_rows
+from xlpretrain.data.corpora.protocols import MonolingualCorpus, ParallelCorpus
 from xlpretrain.data.masking import mask_row, unmasked_row
-from xlpretrain.data.protocols import MonolingualCorpus, ParallelCorpus
 from xlpretrain.data.sampling import language_probabilities
 from xlpretrain.data.streams import (
     MONO,

@@ -24,8 +24,8 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
-from xlpretrain.data.folders import ParallelSource
-from xlpretrain.data.sources import DataError
+from xlpretrain.data.corpora.folders import ParallelSource
+from xlpretrain.data.corpora.sources import DataError
 
 NEIGHBOURS = 8  # lines either side a negative is chosen from
 POSITIVE, NEGATIVE = "translation", "other"

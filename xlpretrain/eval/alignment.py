@@ -18,7 +18,7 @@ import numpy as np
 
 if TYPE_CHECKING:
     from xlpretrain.api import Model
-    from xlpretrain.data.protocols import ParallelCorpus
+    from xlpretrain.data.corpora.protocols import ParallelCorpus
 
 _SIMILARITY_ROWS = 1024  # rows of the similarity matrix held at once
 

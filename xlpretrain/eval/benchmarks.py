@@ -27,7 +27,7 @@ import os
 import re
 from collections.abc import Sequence
 
-from xlpretrain.data.sources import (
+from xlpretrain.data.corpora.sources import (
     KINDS,
     MAX_EXAMPLES,
     DataError,

@@ -25,7 +25,7 @@ import numpy as np
 from fontTools import unicodedata
 
 if TYPE_CHECKING:
-    from xlpretrain.data.protocols import ParallelCorpus
+    from xlpretrain.data.corpora.protocols import ParallelCorpus
 
 # Characters of every script (Zyyy: Common; Zinh: Inherited) or of none (Zzzz: Unknown).
 _NO_SCRIPT = {"Zyyy", "Zinh", "Zzzz"}

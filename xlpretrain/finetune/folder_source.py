@@ -16,7 +16,7 @@ import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from xlpretrain.data.sources import DataError, FileStats, format_stats
+from xlpretrain.data.corpora.sources import DataError, FileStats, format_stats
 from xlpretrain.data.xtreme import read_pair_file, read_squad_file, read_tagged_file
 from xlpretrain.finetune.examples import TaskExamples
 

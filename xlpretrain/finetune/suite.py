@@ -48,7 +48,7 @@ import numpy as np
 from xlpretrain import api
 from xlpretrain import tasks as task_kinds
 from xlpretrain.core.errors import ConfigError
-from xlpretrain.data.sources import DataError
+from xlpretrain.data.corpora.sources import DataError
 from xlpretrain.data.xtreme import BuccSplit, read_bucc, read_tatoeba, write_labels
 from xlpretrain.eval.xtreme import retrieval, score, tables
 from xlpretrain.finetune import registry, task_run

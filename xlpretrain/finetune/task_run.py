@@ -31,7 +31,7 @@ from flax import traverse_util
 from xlpretrain import backbones
 from xlpretrain.convert import folder, task_workdir
 from xlpretrain.core.errors import ConfigError
-from xlpretrain.data.sources import DataError, parse_pair
+from xlpretrain.data.corpora.sources import DataError, parse_pair
 from xlpretrain.finetune import plan as plan_lib
 from xlpretrain.finetune.batches import TASK, RowBatches
 from xlpretrain.finetune.examples import TaskExamples

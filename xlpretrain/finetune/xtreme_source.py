@@ -12,7 +12,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from xlpretrain.data.sources import DataError, format_stats
+from xlpretrain.data.corpora.sources import DataError, format_stats
 from xlpretrain.data.xtreme import LAYOUTS, TaskFiles, TaskLayout, find_task, read_split
 from xlpretrain.data.xtreme.tagging import DEFAULT_LABELS
 from xlpretrain.finetune.examples import TaskExamples

@@ -19,7 +19,7 @@ from xlpretrain.backbones import modernbert, xlmr
 from xlpretrain.backbones.settings import SHARED
 from xlpretrain.core.errors import INSTALL, ConfigError, check
 from xlpretrain.core.settings import Section
-from xlpretrain.data import held_out
+from xlpretrain.data.corpora import held_out
 from xlpretrain.objectives import REGISTRY
 from xlpretrain.training.config_keys import (
     Ranges,
@@ -114,7 +114,8 @@ def default_config() -> ml_collections.ConfigDict:
     # logged as eval/* with that step's metrics, and at the last step. Held-out data comes from
     # these folders (same layout as data.*_dir); where one is empty, `held_out_fraction` of
     # the training corpus's lines (a fixed share of each language, chosen by line with
-    # train.seed; xlpretrain/data/held_out.py) is held out of training and evaluated instead.
+    # train.seed; xlpretrain/data/corpora/held_out.py) is held out of training and evaluated
+    # instead.
     # On the demo corpus (no corpus configured), the demo's held-out folders.
     cfg.eval = ml_collections.ConfigDict()
     cfg.eval.every_steps = 0  # 0: no evaluation during training

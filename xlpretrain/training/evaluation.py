@@ -32,10 +32,10 @@ from jax.experimental import multihost_utils
 
 from xlpretrain.convert.folder import DISCRIMINATOR, MASKED_LM, Pretrained
 from xlpretrain.core.errors import ConfigError
-from xlpretrain.data.corpus import CorpusSettings, configured_folder, held_out_folders
-from xlpretrain.data.folders import MonolingualSource, ParallelSource
+from xlpretrain.data.corpora.corpus import CorpusSettings, configured_folder, held_out_folders
+from xlpretrain.data.corpora.folders import MonolingualSource, ParallelSource
+from xlpretrain.data.corpora.protocols import ParallelCorpus
 from xlpretrain.data.pipeline import Corpus, StepBatchBuilder
-from xlpretrain.data.protocols import ParallelCorpus
 from xlpretrain.data.streams import MONO, PARALLEL
 from xlpretrain.data.tokenizer import Tokenizer
 from xlpretrain.eval.scripts import group_label, group_means, language_scripts, script_groups
@@ -65,7 +65,7 @@ def held_out_corpus(
 ) -> Corpus:
     """The held-out data of each corpus kind in `kinds`, with the training run's language ids:
     its held-out folder (`folders`: mono, parallel, from `held_out_folders`), or else the lines
-    held out of the training corpus (`parts`, from `data.corpus.split_off_held_out`)."""
+    held out of the training corpus (`parts`, from `data.corpora.corpus.split_off_held_out`)."""
     options = dict(strict=settings.strict, max_line_bytes=settings.max_line_bytes)
     sources, (mono_folder, parallel_folder) = {}, folders
     for kind, folder, load, part in (
@@ -228,7 +228,7 @@ def build_evaluator(
     training_rows: StepBatchBuilder,
 ) -> Evaluator | None:
     """The run's evaluator, or None when `eval.every_steps` is 0. `held_out_parts` are the lines
-    held out of the training corpus (`data.corpus.split_off_held_out`), evaluated where no
+    held out of the training corpus (`data.corpora.corpus.split_off_held_out`), evaluated where no
     held-out folder is named; `training_rows` (the run's batch builder) gives the unigram counts
     of the baselines."""
     settings, data = plan.evaluation, plan.corpus

@@ -28,13 +28,13 @@ from xlpretrain import objectives as objectives_lib
 from xlpretrain.backbones.settings import SHARED
 from xlpretrain.core.errors import check
 from xlpretrain.data.anneal import Anneal
-from xlpretrain.data.corpus import (
+from xlpretrain.data.corpora.corpus import (
     CorpusSettings,
     TfdsSettings,
     held_out_shares,
     tokenizer_vocab_size,
 )
-from xlpretrain.data.held_out import DEFAULT_FRACTION
+from xlpretrain.data.corpora.held_out import DEFAULT_FRACTION
 from xlpretrain.data.pipeline import Corpus, StepBatchBuilder
 from xlpretrain.data.streams import Phase, StreamSpec, phase_index
 from xlpretrain.data.tokenizer import SpecialIds, Tokenizer
@@ -161,7 +161,7 @@ class RunPlan:
 
     def sized(self, workdir: str | None) -> RunPlan:
         """The plan with `model.vocab_size` 0 replaced by the size of the tokenizer the run
-        uses (`data.corpus.tokenizer_vocab_size`); unchanged where the config gives one."""
+        uses (`data.corpora.corpus.tokenizer_vocab_size`); unchanged where the config gives one."""
         if self.model.vocab_size:
             return self
         return self.with_vocab_size(tokenizer_vocab_size(self.corpus, workdir))

@@ -17,7 +17,7 @@ import jax
 
 from xlpretrain import objectives as objectives_lib
 from xlpretrain.convert import folder as convert_folder
-from xlpretrain.data.corpus import (
+from xlpretrain.data.corpora.corpus import (
     held_out_splits,
     load_corpus,
     load_tokenizer,

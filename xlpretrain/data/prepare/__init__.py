@@ -1,5 +1,5 @@
-"""Tokenize a corpus once into a prepared store (`xlpretrain.data.store`) that training reads by
-random access; the command line is `python -m xlpretrain.data.prepare` (`__main__.py`).
+"""Tokenize a corpus once into a prepared store (`xlpretrain.data.corpora.store`) that training
+reads by random access; the command line is `python -m xlpretrain.data.prepare` (`__main__.py`).
 
 Each input (`inputs`) is cut into pieces of about `shard_mb`: byte ranges at line starts, runs
 of row groups for Parquet, ranges of records for TFDS. One piece is one task, a pure function
@@ -17,14 +17,14 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 
-from xlpretrain.data import store as store_lib
+from xlpretrain.data.corpora import store as store_lib
+from xlpretrain.data.corpora.sources import DataError
 from xlpretrain.data.prepare.inputs import TfdsInput, input_files, plan, tfds_input
 from xlpretrain.data.prepare.manifest import write_manifest
 from xlpretrain.data.prepare.readers import Reading
 from xlpretrain.data.prepare.runners import run_pieces
 from xlpretrain.data.prepare.shards import finished
 from xlpretrain.data.prepare.vocabulary import Sample, store_tokenizer
-from xlpretrain.data.sources import DataError
 
 __all__ = ["TfdsInput", "prepare", "tfds_input"]
 

@@ -1,8 +1,8 @@
 """`python -m xlpretrain.data.prepare (--mono_dir DIR | --parallel_dir DIR | --mono_tfds NAME
 | --parallel_tfds NAME)... (--tokenizer MODEL | --vocab_size N) --out STORE [--workers N]
 [--shard I/N | --beam]`: tokenize a corpus once into a store that training reads by random
-access (`--config.data.store=STORE`; layout in `xlpretrain.data.store`). `--verify --out STORE`
-reads every shard back against the manifest.
+access (`--config.data.store=STORE`; layout in `xlpretrain.data.corpora.store`).
+`--verify --out STORE` reads every shard back against the manifest.
 
 The inputs and the flags that read them are in docs/data.md; how the work is split and resumed
 in this package's `__init__`.
@@ -15,7 +15,7 @@ import os
 from collections.abc import Sequence
 
 from xlpretrain.core import programs
-from xlpretrain.data import store as store_lib
+from xlpretrain.data.corpora import store as store_lib
 from xlpretrain.data.prepare import prepare, tfds_input
 
 PROGRAM = "python -m xlpretrain.data.prepare"

@@ -14,8 +14,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from xlpretrain.core.errors import require
-from xlpretrain.data import store as store_lib
-from xlpretrain.data.sources import DataError, parse_pair
+from xlpretrain.data.corpora import store as store_lib
+from xlpretrain.data.corpora.sources import DataError, parse_pair
 
 RECORD_FILES = (".jsonl", ".parquet")  # inputs whose documents are read from named fields
 FORMATS = {
@@ -65,7 +65,7 @@ class TfdsInput:
 @functools.lru_cache(maxsize=16)
 def _open_tfds(spec: TfdsInput):
     try:
-        from xlpretrain.data import tfds_source
+        from xlpretrain.data.corpora import tfds_source
     except ImportError as error:
         raise DataError(f"{spec.where}: {error}") from None
     split = tfds_source.TfdsSplit(spec.name, spec.split, spec.data_dir or None)

@@ -8,7 +8,7 @@ import json
 import os
 from collections.abc import Sequence
 
-from xlpretrain.data import store as store_lib
+from xlpretrain.data.corpora import store as store_lib
 from xlpretrain.data.prepare.inputs import Task
 from xlpretrain.data.tokenizer import Tokenizer
 

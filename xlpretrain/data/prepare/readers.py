@@ -11,10 +11,10 @@ import dataclasses
 import json
 import re
 
-from xlpretrain.data import store as store_lib
-from xlpretrain.data.folders import pair_fields_ok, usable_lines
+from xlpretrain.data.corpora import store as store_lib
+from xlpretrain.data.corpora.folders import pair_fields_ok, usable_lines
+from xlpretrain.data.corpora.sources import DataError, classify, skip_counts
 from xlpretrain.data.prepare.inputs import Task, parquet
-from xlpretrain.data.sources import DataError, classify, skip_counts
 
 Documents = dict[str, tuple[list[tuple[str, ...]], dict[str, int]]]
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import os
 
-from xlpretrain.data import store as store_lib
+from xlpretrain.data.corpora import store as store_lib
 from xlpretrain.data.prepare.inputs import RECORD_FILES, Task
 from xlpretrain.data.prepare.readers import Reading, documents
 from xlpretrain.data.tokenizer import Tokenizer

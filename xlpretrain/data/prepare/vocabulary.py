@@ -10,10 +10,10 @@ import shutil
 from collections.abc import Sequence
 from typing import NamedTuple
 
-from xlpretrain.data import store as store_lib
+from xlpretrain.data.corpora import store as store_lib
+from xlpretrain.data.corpora.sources import DataError
 from xlpretrain.data.prepare.inputs import Task, TfdsInput, plan
 from xlpretrain.data.prepare.readers import Reading, documents
-from xlpretrain.data.sources import DataError
 from xlpretrain.data.tokenizer import (
     SentencePieceTokenizer,
     Tokenizer,

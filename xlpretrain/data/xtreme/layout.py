@@ -17,7 +17,7 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
-from xlpretrain.data.sources import DataError
+from xlpretrain.data.corpora.sources import DataError
 from xlpretrain.data.xtreme.versions import VERSIONS
 
 __all__ = ["LAYOUTS", "VERSIONS", "TaskFiles", "TaskLayout", "find_task", "task_languages"]

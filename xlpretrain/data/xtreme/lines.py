@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 
-from xlpretrain.data.sources import MAX_EXAMPLES, DataError, FileStats
+from xlpretrain.data.corpora.sources import MAX_EXAMPLES, DataError, FileStats
 
 _COUNTED = ("invalid_utf8", "empty", "bad_fields")
 

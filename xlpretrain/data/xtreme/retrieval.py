@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 import os
 
-from xlpretrain.data.sources import DataError
+from xlpretrain.data.corpora.sources import DataError
 from xlpretrain.data.xtreme.lines import BadLines, decoded_lines
 
 __all__ = ["BuccSplit", "TatoebaSplit", "read_bucc", "read_tatoeba"]

@@ -23,7 +23,7 @@ from __future__ import annotations
 import os
 from collections.abc import Collection
 
-from xlpretrain.data.sources import FileStats
+from xlpretrain.data.corpora.sources import FileStats
 from xlpretrain.data.task_examples import PairExample
 from xlpretrain.data.xtreme.lines import BadLines, decoded_lines
 

@@ -17,7 +17,7 @@ import os
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from xlpretrain.data.sources import DataError, FileStats
+from xlpretrain.data.corpora.sources import DataError, FileStats
 from xlpretrain.data.task_examples import Answer, QAExample
 from xlpretrain.data.xtreme.lines import BadLines
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import os
 
-from xlpretrain.data.sources import FileStats
+from xlpretrain.data.corpora.sources import FileStats
 from xlpretrain.data.task_examples import TaggedSentence
 from xlpretrain.data.xtreme.lines import BadLines, decoded_lines
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 
-from xlpretrain.data.sources import DataError
+from xlpretrain.data.corpora.sources import DataError
 
 FORMATS = ("tsv", "tatoeba", "bucc")
 

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 import xlpretrain  # light: `xlpretrain.load` imports JAX on first use
 from xlpretrain.core import programs
-from xlpretrain.data.folders import ParallelSource
+from xlpretrain.data.corpora.folders import ParallelSource
 from xlpretrain.eval.alignment import retrieval_accuracy
 from xlpretrain.eval.benchmarks import TatoebaSource, read_mining_sets
 from xlpretrain.eval.mining import mining_f1

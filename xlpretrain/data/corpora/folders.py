@@ -39,7 +39,7 @@ from typing import Any, BinaryIO, TypeVar
 
 import numpy as np
 
-from xlpretrain.data.sources import (
+from xlpretrain.data.corpora.sources import (
     KINDS,
     MAX_EXAMPLES,
     DataError,

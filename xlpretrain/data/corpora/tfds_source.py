@@ -40,7 +40,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from xlpretrain.core.errors import require
-from xlpretrain.data.sources import (
+from xlpretrain.data.corpora.sources import (
     MAX_EXAMPLES,
     DataError,
     FileStats,

@@ -40,7 +40,7 @@ from typing import Any
 
 import numpy as np
 
-from xlpretrain.data.sources import (
+from xlpretrain.data.corpora.sources import (
     DataError,
     FileStats,
     MonolingualBase,

@@ -15,12 +15,17 @@ from jax.experimental import multihost_utils
 
 from xlpretrain.core.errors import ConfigError
 from xlpretrain.data import demo_corpus
-from xlpretrain.data import store as store_lib
-from xlpretrain.data.folders import MonolingualSource, ParallelSource
-from xlpretrain.data.held_out import DEFAULT_FRACTION, LineSplit, MonolingualPart, ParallelPart
+from xlpretrain.data.corpora import store as store_lib
+from xlpretrain.data.corpora.folders import MonolingualSource, ParallelSource
+from xlpretrain.data.corpora.held_out import (
+    DEFAULT_FRACTION,
+    LineSplit,
+    MonolingualPart,
+    ParallelPart,
+)
+from xlpretrain.data.corpora.protocols import MonolingualCorpus, ParallelCorpus
+from xlpretrain.data.corpora.sources import format_stats
 from xlpretrain.data.pipeline import Corpus, language_vocabulary
-from xlpretrain.data.protocols import MonolingualCorpus, ParallelCorpus
-from xlpretrain.data.sources import format_stats
 from xlpretrain.data.streams import MONO, PARALLEL
 from xlpretrain.data.tokenizer import (
     FILES,
@@ -231,7 +236,7 @@ def _tfds_source(
     kind: str, tfds: TfdsSettings, options: dict
 ) -> MonolingualCorpus | ParallelCorpus:
     """The TFDS dataset `data.<kind>_tfds`; TFDS is an optional extra, imported only here."""
-    from xlpretrain.data import tfds_source
+    from xlpretrain.data.corpora import tfds_source
 
     common = dict(split=tfds.split, data_dir=tfds.data_dir or None, **options)
     if kind == MONO:

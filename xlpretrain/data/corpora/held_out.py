@@ -6,7 +6,7 @@ every key (language or language pair) is cut into blocks of `BLOCK` lines, and i
 the same seeded offsets are held out. Which part a line belongs to, and which line is a part's
 i-th, are then arithmetic: O(`BLOCK`) memory per key whatever the corpus size, nothing written
 to disk, and the same split for text folders, TFDS datasets and prepared stores, since each is
-read through the corpus protocols (`xlpretrain.data.protocols`).
+read through the corpus protocols (`xlpretrain.data.corpora.protocols`).
 
 A key too small to spare a line for training keeps all its lines for training (it has no
 held-out part); a key whose held-out part is empty is not evaluated.
@@ -21,8 +21,8 @@ from typing import Generic, TypeVar
 
 import numpy as np
 
-from xlpretrain.data.protocols import MonolingualCorpus, ParallelCorpus
-from xlpretrain.data.sources import FileStats, Pair
+from xlpretrain.data.corpora.protocols import MonolingualCorpus, ParallelCorpus
+from xlpretrain.data.corpora.sources import FileStats, Pair
 from xlpretrain.data.tokenizer import Tokenizer
 
 BLOCK = 1000  # lines per block: a share is a whole number of thousandths

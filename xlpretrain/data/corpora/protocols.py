@@ -16,7 +16,7 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
-from xlpretrain.data.sources import FileStats, Pair
+from xlpretrain.data.corpora.sources import FileStats, Pair
 from xlpretrain.data.tokenizer import Tokenizer
 
 
