@@ -7,8 +7,8 @@ import jax
 import numpy as np
 import pytest
 
-from xlpretrain.data.anneal import Anneal
 from xlpretrain.data.corpora import corpus as corpus_lib
+from xlpretrain.data.pretraining.anneal import Anneal
 from xlpretrain.data.tokenizer import Tokenizer
 from xlpretrain.training import trainer as trainer_lib
 from xlpretrain.training.config import ConfigError

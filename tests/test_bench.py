@@ -10,9 +10,9 @@ import pytest
 from xlpretrain import objectives
 from xlpretrain.bench import attention as bench_attention
 from xlpretrain.bench import step as bench
-from xlpretrain.data.batch import PREDICTION_FIELDS, TOKEN_FIELDS
-from xlpretrain.data.row_kinds import PlaceholderSegments, SegmentPairs, Segments
-from xlpretrain.data.streams import MONO, PARALLEL, StreamSpec
+from xlpretrain.data.pretraining.batch import PREDICTION_FIELDS, TOKEN_FIELDS
+from xlpretrain.data.pretraining.row_kinds import PlaceholderSegments, SegmentPairs, Segments
+from xlpretrain.data.pretraining.streams import MONO, PARALLEL, StreamSpec
 from xlpretrain.objectives.flops import StepShape
 from xlpretrain.training.config import default_config
 from xlpretrain.training.plan import resolve

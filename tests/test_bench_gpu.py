@@ -12,7 +12,7 @@ import pytest
 
 from xlpretrain import backbones, masks
 from xlpretrain.bench import gpu_report, gpu_suite, gpu_timings, kernel_check, tile_sweep
-from xlpretrain.data.streams import MONO
+from xlpretrain.data.pretraining.streams import MONO
 from xlpretrain.model.kernels import flash
 from xlpretrain.model.kernels.gpu_compile import FlashCase
 from xlpretrain.training.config import default_config

@@ -27,7 +27,7 @@ from tests.tiny import (  # noqa: E402
 from xlpretrain import api, backbones, masks  # noqa: E402
 from xlpretrain.convert import bert, folder, from_hf, to_hf  # noqa: E402
 from xlpretrain.convert.__main__ import main  # noqa: E402
-from xlpretrain.data.examples import FIRST_POSITION, PAD_POSITION  # noqa: E402
+from xlpretrain.data.pretraining.examples import FIRST_POSITION, PAD_POSITION  # noqa: E402
 from xlpretrain.data.tokenizer import Tokenizer  # noqa: E402
 from xlpretrain.model.encoder import MaskedLM  # noqa: E402
 from xlpretrain.training.plan import resolve  # noqa: E402

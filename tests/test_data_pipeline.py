@@ -8,26 +8,26 @@ import numpy as np
 import pytest
 
 from tests.tiny import mask_tokens, run_config, step_batch_builder
-from xlpretrain.data import batch as batch_lib
-from xlpretrain.data.anneal import Anneal
 from xlpretrain.data.corpora import corpus as corpus_lib
 from xlpretrain.data.corpora.folders import MonolingualSource, ParallelSource
-from xlpretrain.data.examples import (
+from xlpretrain.data.pretraining import batch as batch_lib
+from xlpretrain.data.pretraining.anneal import Anneal
+from xlpretrain.data.pretraining.examples import (
     FIRST_POSITION,
     PAD_POSITION,
     monolingual_row,
     translation_pair_row,
 )
-from xlpretrain.data.masking import regular_ids
-from xlpretrain.data.pipeline import (
+from xlpretrain.data.pretraining.masking import regular_ids
+from xlpretrain.data.pretraining.pipeline import (
     Corpus,
     language_vocabulary,
     make_dataset,
     process_rows,
 )
-from xlpretrain.data.row_kinds import Segments, TranslationPairs
-from xlpretrain.data.sampling import language_probabilities
-from xlpretrain.data.streams import MONO, PARALLEL, Phase, StreamSpec
+from xlpretrain.data.pretraining.row_kinds import Segments, TranslationPairs
+from xlpretrain.data.pretraining.sampling import language_probabilities
+from xlpretrain.data.pretraining.streams import MONO, PARALLEL, Phase, StreamSpec
 from xlpretrain.data.tokenizer import Tokenizer
 from xlpretrain.training.plan import resolve
 
@@ -350,7 +350,7 @@ def test_worker_processes_free_their_shared_memory_when_the_stream_ends(
     script = f"""
 import pickle
 from absl import flags
-from xlpretrain.data.pipeline import iterators, make_dataset
+from xlpretrain.data.pretraining.pipeline import iterators, make_dataset
 flags.FLAGS.mark_as_parsed()
 builder = pickle.load(open({str(path)!r}, "rb"))
 with iterators(make_dataset(builder, 6, num_workers=2, prefetch=2)) as new_iterator:

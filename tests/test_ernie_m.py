@@ -15,11 +15,11 @@ import pytest
 
 from tests.tiny import model_config, step_batch_builder
 from xlpretrain import masks
-from xlpretrain.data.batch import SIDE_PLACEHOLDER, SIDE_SOURCE, SIDE_TAG
 from xlpretrain.data.corpora.folders import MonolingualSource
-from xlpretrain.data.pipeline import Corpus
-from xlpretrain.data.row_kinds import PlaceholderSegments
-from xlpretrain.data.streams import MONO, StreamSpec
+from xlpretrain.data.pretraining.batch import SIDE_PLACEHOLDER, SIDE_SOURCE, SIDE_TAG
+from xlpretrain.data.pretraining.pipeline import Corpus
+from xlpretrain.data.pretraining.row_kinds import PlaceholderSegments
+from xlpretrain.data.pretraining.streams import MONO, StreamSpec
 from xlpretrain.data.tokenizer import SentencePieceTokenizer, SpecialIds, Tokenizer
 from xlpretrain.masks import show
 from xlpretrain.model import MaskedLM, init_params

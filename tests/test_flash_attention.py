@@ -246,8 +246,8 @@ def test_sharded_step_with_the_fused_kernel_equals_one_device():
     import flax.linen as nn
 
     from xlpretrain.bench.step import synthetic_batch
-    from xlpretrain.data.row_kinds import TranslationPairs
-    from xlpretrain.data.streams import PARALLEL, StreamSpec
+    from xlpretrain.data.pretraining.row_kinds import TranslationPairs
+    from xlpretrain.data.pretraining.streams import PARALLEL, StreamSpec
     from xlpretrain.model import MaskedLM, ModelConfig, init_params
     from xlpretrain.objectives import ernie_m
     from xlpretrain.parallel.sharding import (

@@ -15,7 +15,13 @@ import pytest
 
 from tests.tiny import model_config, token_batch
 from xlpretrain import masks
-from xlpretrain.data.batch import SIDE_PLACEHOLDER, SIDE_PSEUDO, SIDE_SOURCE, SIDE_TAG, SIDE_TARGET
+from xlpretrain.data.pretraining.batch import (
+    SIDE_PLACEHOLDER,
+    SIDE_PSEUDO,
+    SIDE_SOURCE,
+    SIDE_TAG,
+    SIDE_TARGET,
+)
 from xlpretrain.masks import show
 from xlpretrain.model import MaskedLM, init_params
 from xlpretrain.model.layers import Embeddings

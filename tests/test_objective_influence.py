@@ -20,9 +20,9 @@ import pytest
 
 from tests.tiny import mask_tokens, objective_context
 from xlpretrain import masks, objectives
-from xlpretrain.data.batch import SIDE_PLACEHOLDER, SIDE_SOURCE, SIDE_TARGET, stack_rows
-from xlpretrain.data.examples import Placeholders, monolingual_row, translation_pair_row
-from xlpretrain.data.row_kinds import placeholder_fields
+from xlpretrain.data.pretraining.batch import SIDE_PLACEHOLDER, SIDE_SOURCE, SIDE_TARGET, stack_rows
+from xlpretrain.data.pretraining.examples import Placeholders, monolingual_row, translation_pair_row
+from xlpretrain.data.pretraining.row_kinds import placeholder_fields
 from xlpretrain.data.tokenizer import SentencePieceTokenizer
 from xlpretrain.model import MaskedLM, ModelConfig, init_params
 from xlpretrain.model.layers import Embeddings

@@ -16,10 +16,10 @@ import pytest
 
 from xlpretrain import objectives as objectives_lib
 from xlpretrain.bench import step as bench
-from xlpretrain.data.anneal import Anneal
 from xlpretrain.data.corpora import corpus as corpus_lib
-from xlpretrain.data.row_kinds import SegmentPairs, Segments
-from xlpretrain.data.streams import MONO, PARALLEL, StreamSpec
+from xlpretrain.data.pretraining.anneal import Anneal
+from xlpretrain.data.pretraining.row_kinds import SegmentPairs, Segments
+from xlpretrain.data.pretraining.streams import MONO, PARALLEL, StreamSpec
 from xlpretrain.data.tokenizer import Tokenizer
 from xlpretrain.training.plan import resolve
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from tests import task_tokenizer
-from xlpretrain.data.examples import FIRST_POSITION, PAD_POSITION
+from xlpretrain.data.pretraining.examples import FIRST_POSITION, PAD_POSITION
 from xlpretrain.data.qa_windows import (
     NO_ANSWER,
     basic_tokens,

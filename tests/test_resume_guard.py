@@ -16,7 +16,7 @@ import ml_collections
 import pytest
 
 from xlpretrain.core.errors import ConfigError
-from xlpretrain.data.streams import MONO, PARALLEL
+from xlpretrain.data.pretraining.streams import MONO, PARALLEL
 from xlpretrain.finetune import plan as finetune_plan
 from xlpretrain.finetune import schema as finetune_schema
 from xlpretrain.training import config as pretraining

@@ -12,18 +12,18 @@ import pytest
 import xlpretrain.objectives  # noqa: F401  (every shipped kind declared, for the scan below)
 from tests.tiny import step_batch_builder
 from xlpretrain.bench import step as bench
-from xlpretrain.data.batch import SIDE_SOURCE
 from xlpretrain.data.corpora.folders import MonolingualSource, ParallelSource
-from xlpretrain.data.examples import FIRST_POSITION, RowPacker
-from xlpretrain.data.pipeline import Corpus
-from xlpretrain.data.row_kinds import SegmentPairs, Segments
-from xlpretrain.data.streams import MONO, PARALLEL, RowKind, StreamSpec
+from xlpretrain.data.pretraining.batch import SIDE_SOURCE
+from xlpretrain.data.pretraining.examples import FIRST_POSITION, RowPacker
+from xlpretrain.data.pretraining.pipeline import Corpus
+from xlpretrain.data.pretraining.row_kinds import SegmentPairs, Segments
+from xlpretrain.data.pretraining.streams import MONO, PARALLEL, RowKind, StreamSpec
 from xlpretrain.data.tokenizer import Tokenizer
 
 PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "xlpretrain"
 # The readers of every stream, whatever its kind: they ask the kind (`spec.kind.method(...)`).
-KIND_BLIND = ("data/pipeline.py", "bench/step.py")
-KINDS_MODULE = "xlpretrain.data.row_kinds"
+KIND_BLIND = ("data/pretraining/pipeline.py", "bench/step.py")
+KINDS_MODULE = "xlpretrain.data.pretraining.row_kinds"
 
 
 def kind_names() -> set[str]:
@@ -73,7 +73,7 @@ def test_the_scan_sees_a_branch_on_a_kind():
     """What the test above would catch, each a way the closed if/elif could come back."""
     assert kind_inspections("if spec.kind == SEGMENTS:\n    pass")
     assert kind_inspections("if isinstance(stream.kind, SegmentPairs):\n    pass")
-    assert kind_inspections("from xlpretrain.data.row_kinds import Segments")
+    assert kind_inspections("from xlpretrain.data.pretraining.row_kinds import Segments")
     assert kind_inspections("match spec.kind:\n    case _:\n        pass")
     assert not kind_inspections("source, row = spec.kind.bind(name, spec, lines).row(lines)")
 

@@ -18,8 +18,8 @@ import pytest
 from tests.tiny import run_config
 from xlpretrain import objectives
 from xlpretrain.bench.step import synthetic_batch
-from xlpretrain.data.row_kinds import TranslationPairs
-from xlpretrain.data.streams import PARALLEL, StreamSpec
+from xlpretrain.data.pretraining.row_kinds import TranslationPairs
+from xlpretrain.data.pretraining.streams import PARALLEL, StreamSpec
 from xlpretrain.model import MaskedLM, ModelConfig, init_params
 from xlpretrain.objectives import ernie_m
 from xlpretrain.parallel.sharding import (

@@ -19,10 +19,10 @@ from xlpretrain.data import prepare as prepare_lib
 from xlpretrain.data.corpora import store as store_lib
 from xlpretrain.data.corpora.folders import MonolingualSource, ParallelSource
 from xlpretrain.data.corpora.sources import DataError
-from xlpretrain.data.pipeline import Corpus, language_vocabulary
 from xlpretrain.data.prepare import __main__ as prepare_cli
-from xlpretrain.data.row_kinds import SegmentPairs, Segments, TranslationPairs
-from xlpretrain.data.streams import MONO, PARALLEL, StreamSpec
+from xlpretrain.data.pretraining.pipeline import Corpus, language_vocabulary
+from xlpretrain.data.pretraining.row_kinds import SegmentPairs, Segments, TranslationPairs
+from xlpretrain.data.pretraining.streams import MONO, PARALLEL, StreamSpec
 from xlpretrain.data.tokenizer import Tokenizer
 from xlpretrain.training import trainer as trainer_lib
 from xlpretrain.training.metrics import read_metrics

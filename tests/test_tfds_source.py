@@ -14,9 +14,9 @@ from tests.tiny import step_batch_builder
 from xlpretrain.data.corpora import corpus as corpus_lib
 from xlpretrain.data.corpora.protocols import MonolingualCorpus, ParallelCorpus
 from xlpretrain.data.corpora.sources import DataError, format_stats
-from xlpretrain.data.pipeline import Corpus, language_vocabulary
-from xlpretrain.data.row_kinds import Segments, TranslationPairs
-from xlpretrain.data.streams import MONO, PARALLEL, StreamSpec
+from xlpretrain.data.pretraining.pipeline import Corpus, language_vocabulary
+from xlpretrain.data.pretraining.row_kinds import Segments, TranslationPairs
+from xlpretrain.data.pretraining.streams import MONO, PARALLEL, StreamSpec
 from xlpretrain.data.tokenizer import train_tokenizer
 
 EXTRA = 'the tfds extra is not installed: pip install -e ".[tfds]"'
@@ -280,7 +280,7 @@ def test_sources_feed_the_pipeline(mono, parallel, tmp_path):
 
 
 def test_run_config_selects_tfds_sources(data_dir):
-    from xlpretrain.data.streams import MONO, PARALLEL
+    from xlpretrain.data.pretraining.streams import MONO, PARALLEL
     from xlpretrain.training.config import ConfigError, default_config
 
     cfg = default_config()

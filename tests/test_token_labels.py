@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from tests import task_tokenizer
-from xlpretrain.data.examples import FIRST_POSITION, PAD_POSITION
+from xlpretrain.data.pretraining.examples import FIRST_POSITION, PAD_POSITION
 from xlpretrain.data.task_examples import PairLayout, TaggedSentence
 from xlpretrain.data.token_labels import decode_tags, encode_tagged, split_sentence
 

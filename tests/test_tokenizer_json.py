@@ -25,7 +25,7 @@ from xlpretrain.convert import folder, modernbert, xlmr
 from xlpretrain.data import demo_corpus
 from xlpretrain.data.corpora import store as store_lib
 from xlpretrain.data.corpora.sources import DataError
-from xlpretrain.data.masking import regular_ids
+from xlpretrain.data.pretraining.masking import regular_ids
 from xlpretrain.data.tokenizer import HFTokenizer, SpecialIds, Tokenizer, tokenizer_file
 from xlpretrain.eval.retrieval import __main__ as retrieval
 from xlpretrain.model import init_params

@@ -13,11 +13,11 @@ import pytest
 
 from tests.tiny import model_config, step_batch_builder
 from xlpretrain import masks
-from xlpretrain.data.batch import SIDE_SOURCE, SIDE_TARGET
 from xlpretrain.data.corpora.folders import MonolingualSource, ParallelSource
-from xlpretrain.data.pipeline import Corpus
-from xlpretrain.data.row_kinds import SegmentPairs
-from xlpretrain.data.streams import MONO, PARALLEL, StreamSpec
+from xlpretrain.data.pretraining.batch import SIDE_SOURCE, SIDE_TARGET
+from xlpretrain.data.pretraining.pipeline import Corpus
+from xlpretrain.data.pretraining.row_kinds import SegmentPairs
+from xlpretrain.data.pretraining.streams import MONO, PARALLEL, StreamSpec
 from xlpretrain.data.tokenizer import Tokenizer
 from xlpretrain.model import MaskedLM, ModelConfig, init_params
 from xlpretrain.model.layers import Embeddings

@@ -16,7 +16,7 @@ from tests.tiny import one_device_and_a_mesh, run_config
 from xlpretrain import objectives
 from xlpretrain.bench.step import synthetic_batch
 from xlpretrain.core.errors import ConfigError
-from xlpretrain.data.batch import SIDE_SOURCE, SIDE_TARGET
+from xlpretrain.data.pretraining.batch import SIDE_SOURCE, SIDE_TARGET
 from xlpretrain.masks import catalog
 from xlpretrain.objectives import flops
 from xlpretrain.objectives.xlco import (

@@ -12,8 +12,8 @@ import pytest
 from tests.tiny import model_config, objective_context, step_batch_builder
 from xlpretrain import masks, objectives
 from xlpretrain.data.corpora.folders import MonolingualSource, ParallelSource
-from xlpretrain.data.masking import BERT_CORRUPTION, MASK_ONLY
-from xlpretrain.data.pipeline import Corpus, language_vocabulary
+from xlpretrain.data.pretraining.masking import BERT_CORRUPTION, MASK_ONLY
+from xlpretrain.data.pretraining.pipeline import Corpus, language_vocabulary
 from xlpretrain.data.tokenizer import Tokenizer
 from xlpretrain.model.config import ModelFamily, generator_config
 from xlpretrain.model.electra import ElectraPretrainer, init_electra_params

@@ -22,10 +22,10 @@ import numpy as np
 import pytest
 
 from xlpretrain.data import prepare as prepare_lib
-from xlpretrain.data.examples import FIRST_POSITION, PAD_POSITION
-from xlpretrain.data.masking import BERT_CORRUPTION, mask_row
-from xlpretrain.data.pipeline import Corpus, StepBatchBuilder
-from xlpretrain.data.streams import Phase, StreamSpec
+from xlpretrain.data.pretraining.examples import FIRST_POSITION, PAD_POSITION
+from xlpretrain.data.pretraining.masking import BERT_CORRUPTION, mask_row
+from xlpretrain.data.pretraining.pipeline import Corpus, StepBatchBuilder
+from xlpretrain.data.pretraining.streams import Phase, StreamSpec
 from xlpretrain.data.tokenizer import SentencePieceTokenizer, Tokenizer
 from xlpretrain.model.config import ModelConfig
 from xlpretrain.objectives.declaration import Context

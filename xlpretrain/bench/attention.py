@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from xlpretrain import masks
-from xlpretrain.data.batch import SIDE_PLACEHOLDER, SIDE_TARGET
+from xlpretrain.data.pretraining.batch import SIDE_PLACEHOLDER, SIDE_TARGET
 from xlpretrain.model import kernels
 from xlpretrain.model.attention import dot_product_attention
 from xlpretrain.model.kernels.block_mask import classify_tiles, pad_meta, skipped_fraction

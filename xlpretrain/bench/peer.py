@@ -21,7 +21,7 @@ from collections.abc import Sequence
 
 from xlpretrain import backbones
 from xlpretrain.core.errors import require
-from xlpretrain.data.streams import max_predictions
+from xlpretrain.data.pretraining.streams import max_predictions
 from xlpretrain.model.config import ModelConfig
 from xlpretrain.training.plan import RunPlan
 

@@ -26,10 +26,10 @@ import jax
 import numpy as np
 
 from xlpretrain import objectives as objectives_lib
-from xlpretrain.data.batch import Batch
 from xlpretrain.data.corpora import corpus as corpus_lib
-from xlpretrain.data.pipeline import iterators
-from xlpretrain.data.streams import StreamSpec
+from xlpretrain.data.pretraining.batch import Batch
+from xlpretrain.data.pretraining.pipeline import iterators
+from xlpretrain.data.pretraining.streams import StreamSpec
 from xlpretrain.objectives.flops import FLOP_FORMULA, StepShape
 from xlpretrain.parallel.sharding import global_batch
 from xlpretrain.training.plan import RunPlan

@@ -22,7 +22,7 @@ import numpy as np
 
 from xlpretrain.core import programs
 from xlpretrain.data.corpora import store as store_lib
-from xlpretrain.data.streams import MONO
+from xlpretrain.data.pretraining.streams import MONO
 
 if TYPE_CHECKING:  # the measuring process imports the training stack, this module does not
     from xlpretrain.training.plan import RunPlan
@@ -104,7 +104,7 @@ def measure(record: ConfigRecord, store: str, steps: int) -> dict:
     `record` is the run's plan's (`RunPlan.record`), resolved here into the same plan, which
     reads `store` in place of its corpus's."""
     from xlpretrain.data.corpora import corpus as corpus_lib
-    from xlpretrain.data.pipeline import iterators
+    from xlpretrain.data.pretraining.pipeline import iterators
     from xlpretrain.data.tokenizer import Tokenizer
     from xlpretrain.training.plan import resolve_record
 

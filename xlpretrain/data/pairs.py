@@ -17,7 +17,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from xlpretrain.data.examples import FIRST_POSITION, PAD_POSITION
+from xlpretrain.data.pretraining.examples import FIRST_POSITION, PAD_POSITION
 from xlpretrain.data.task_examples import PairLayout
 from xlpretrain.data.tokenizer import Tokenizer
 

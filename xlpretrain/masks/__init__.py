@@ -108,7 +108,7 @@ def tlm(q: Meta, k: Meta) -> jax.Array:
     return mmlm(q, k)
 
 
-SIDE_PLACEHOLDER = 2  # xlpretrain.data.batch.SIDE_* (masks sit below data)
+SIDE_PLACEHOLDER = 2  # xlpretrain.data.pretraining.batch.SIDE_* (masks sit below data)
 SIDE_TAG = 4
 
 

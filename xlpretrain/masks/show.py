@@ -7,7 +7,7 @@ import math
 
 import numpy as np
 
-from xlpretrain.data.batch import SIDE_PLACEHOLDER, SIDE_PSEUDO
+from xlpretrain.data.pretraining.batch import SIDE_PLACEHOLDER, SIDE_PSEUDO
 from xlpretrain.masks import AttentionMask, ExampleLayout, materialize
 
 SIDE_NAMES = ("source", "target", "placeholder", "pseudo", "tag")

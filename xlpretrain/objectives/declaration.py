@@ -16,7 +16,7 @@ from typing import Any
 import jax
 
 from xlpretrain.core.settings import Section
-from xlpretrain.data.streams import StreamSpec
+from xlpretrain.data.pretraining.streams import StreamSpec
 from xlpretrain.data.tokenizer import SpecialIds
 from xlpretrain.masks import AttentionMask
 from xlpretrain.model.config import ModelConfig, ModelFamily

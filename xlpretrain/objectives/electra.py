@@ -19,10 +19,10 @@ import optax
 
 from xlpretrain import masks
 from xlpretrain.core.settings import Section
-from xlpretrain.data.batch import Batch
-from xlpretrain.data.masking import MASK_ONLY
-from xlpretrain.data.row_kinds import Segments, TranslationPairs
-from xlpretrain.data.streams import MONO, PARALLEL, StreamSpec
+from xlpretrain.data.pretraining.batch import Batch
+from xlpretrain.data.pretraining.masking import MASK_ONLY
+from xlpretrain.data.pretraining.row_kinds import Segments, TranslationPairs
+from xlpretrain.data.pretraining.streams import MONO, PARALLEL, StreamSpec
 from xlpretrain.masks import catalog
 from xlpretrain.model.config import ModelFamily, generator_config
 from xlpretrain.objectives import flops

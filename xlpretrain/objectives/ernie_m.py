@@ -18,9 +18,9 @@ import jax.numpy as jnp
 
 from xlpretrain import masks
 from xlpretrain.core.settings import Section
-from xlpretrain.data.batch import SIDE_PSEUDO, Batch
-from xlpretrain.data.row_kinds import PlaceholderSegments, TranslationPairs
-from xlpretrain.data.streams import MONO, PARALLEL, StreamSpec
+from xlpretrain.data.pretraining.batch import SIDE_PSEUDO, Batch
+from xlpretrain.data.pretraining.row_kinds import PlaceholderSegments, TranslationPairs
+from xlpretrain.data.pretraining.streams import MONO, PARALLEL, StreamSpec
 from xlpretrain.data.tokenizer import SpecialIds
 from xlpretrain.masks import catalog
 from xlpretrain.model.config import ModelFamily

@@ -13,9 +13,9 @@ import jax
 import jax.numpy as jnp
 
 from xlpretrain import masks
-from xlpretrain.data.batch import Batch
-from xlpretrain.data.row_kinds import Segments, TranslationPairs
-from xlpretrain.data.streams import MONO, PARALLEL, StreamSpec
+from xlpretrain.data.pretraining.batch import Batch
+from xlpretrain.data.pretraining.row_kinds import Segments, TranslationPairs
+from xlpretrain.data.pretraining.streams import MONO, PARALLEL, StreamSpec
 from xlpretrain.masks import catalog
 from xlpretrain.model.config import ModelFamily
 from xlpretrain.objectives import flops

@@ -20,9 +20,9 @@ import jax
 
 from xlpretrain import masks
 from xlpretrain.core.settings import Section
-from xlpretrain.data.batch import Batch
-from xlpretrain.data.row_kinds import SegmentPairs
-from xlpretrain.data.streams import MONO, PARALLEL, StreamSpec
+from xlpretrain.data.pretraining.batch import Batch
+from xlpretrain.data.pretraining.row_kinds import SegmentPairs
+from xlpretrain.data.pretraining.streams import MONO, PARALLEL, StreamSpec
 from xlpretrain.masks import catalog
 from xlpretrain.model.config import ModelFamily
 from xlpretrain.objectives import flops

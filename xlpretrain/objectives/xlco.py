@@ -32,9 +32,9 @@ from jax.sharding import PartitionSpec
 
 from xlpretrain import masks
 from xlpretrain.core.settings import Section
-from xlpretrain.data.batch import SIDE_SOURCE, SIDE_TARGET, Batch
-from xlpretrain.data.row_kinds import SegmentPairs
-from xlpretrain.data.streams import StreamSpec
+from xlpretrain.data.pretraining.batch import SIDE_SOURCE, SIDE_TARGET, Batch
+from xlpretrain.data.pretraining.row_kinds import SegmentPairs
+from xlpretrain.data.pretraining.streams import StreamSpec
 from xlpretrain.masks import catalog
 from xlpretrain.model.config import ModelFamily
 from xlpretrain.objectives import flops

@@ -156,7 +156,7 @@ def default_config() -> ml_collections.ConfigDict:
     cfg.data.batch_size = 32  # global rows per objective and step (see `schedule` below)
     cfg.data.mono_alpha = 0.3
     cfg.data.parallel_alpha = 0.3
-    # Settings that change with the step (xlpretrain/data/anneal.py): points such as
+    # Settings that change with the step (xlpretrain/data/pretraining/anneal.py): points such as
     # {"step": 0.5, "mono_alpha": 0.5, "mono_mask_rate": 0.15}, linear between them, of
     # mono_alpha, parallel_alpha, mono_mask_rate and parallel_mask_rate (the mask rate of rows
     # drawn from that kind of corpus); the settings above hold for what no point gives.
@@ -422,7 +422,7 @@ def _check_override(path: str, value: Any) -> None:
 
 
 def _check_anneal(cfg: ml_collections.ConfigDict) -> None:
-    from xlpretrain.data.anneal import Anneal
+    from xlpretrain.data.pretraining.anneal import Anneal
 
     try:
         Anneal.from_config(cfg.data.anneal, cfg.train.steps)

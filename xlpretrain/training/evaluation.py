@@ -35,8 +35,8 @@ from xlpretrain.core.errors import ConfigError
 from xlpretrain.data.corpora.corpus import CorpusSettings, configured_folder, held_out_folders
 from xlpretrain.data.corpora.folders import MonolingualSource, ParallelSource
 from xlpretrain.data.corpora.protocols import ParallelCorpus
-from xlpretrain.data.pipeline import Corpus, StepBatchBuilder
-from xlpretrain.data.streams import MONO, PARALLEL
+from xlpretrain.data.pretraining.pipeline import Corpus, StepBatchBuilder
+from xlpretrain.data.pretraining.streams import MONO, PARALLEL
 from xlpretrain.data.tokenizer import Tokenizer
 from xlpretrain.eval.scripts import group_label, group_means, language_scripts, script_groups
 from xlpretrain.model.config import ModelConfig, ModelFamily

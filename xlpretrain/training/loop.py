@@ -23,7 +23,7 @@ import grain
 import jax
 import numpy as np
 
-from xlpretrain.data.pipeline import iterators
+from xlpretrain.data.pretraining.pipeline import iterators
 from xlpretrain.parallel.sharding import global_batch
 from xlpretrain.training.checkpoint import Checkpointer, abstract_with_shardings
 from xlpretrain.training.curves import write_curves

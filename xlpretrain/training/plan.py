@@ -27,7 +27,6 @@ from xlpretrain import backbones
 from xlpretrain import objectives as objectives_lib
 from xlpretrain.backbones.settings import SHARED
 from xlpretrain.core.errors import check
-from xlpretrain.data.anneal import Anneal
 from xlpretrain.data.corpora.corpus import (
     CorpusSettings,
     TfdsSettings,
@@ -35,8 +34,9 @@ from xlpretrain.data.corpora.corpus import (
     tokenizer_vocab_size,
 )
 from xlpretrain.data.corpora.held_out import DEFAULT_FRACTION
-from xlpretrain.data.pipeline import Corpus, StepBatchBuilder
-from xlpretrain.data.streams import Phase, StreamSpec, phase_index
+from xlpretrain.data.pretraining.anneal import Anneal
+from xlpretrain.data.pretraining.pipeline import Corpus, StepBatchBuilder
+from xlpretrain.data.pretraining.streams import Phase, StreamSpec, phase_index
 from xlpretrain.data.tokenizer import SpecialIds, Tokenizer
 from xlpretrain.model.config import ModelConfig
 from xlpretrain.objectives.declaration import Context, MaskRates, Objective

@@ -21,7 +21,7 @@ import jax.numpy as jnp
 import optax
 
 from xlpretrain.core.errors import check
-from xlpretrain.data.pipeline import make_dataset
+from xlpretrain.data.pretraining.pipeline import make_dataset
 from xlpretrain.parallel.rules import Rules, as_rules, data_parallel_axes
 
 SCHEDULES = ("linear", "wsd")
@@ -247,7 +247,7 @@ class PipelineSettings:
         return cls(config["data"]["num_workers"], config["data"]["prefetch"])
 
     def dataset(self, batches: Callable[[int], Any], steps: int) -> grain.IterDataset:
-        """`data.pipeline.make_dataset` of `batches` (step → this process's batches) over
-        `steps` steps, with these workers and prefetch: every task's input, and the
+        """`data.pretraining.pipeline.make_dataset` of `batches` (step → this process's batches)
+        over `steps` steps, with these workers and prefetch: every task's input, and the
         benchmarks' of it."""
         return make_dataset(batches, steps, num_workers=self.num_workers, prefetch=self.prefetch)

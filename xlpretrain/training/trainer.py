@@ -23,8 +23,8 @@ from xlpretrain.data.corpora.corpus import (
     load_tokenizer,
     split_off_held_out,
 )
-from xlpretrain.data.pipeline import Corpus, StepBatchBuilder
-from xlpretrain.data.sampling import format_sampling_table
+from xlpretrain.data.pretraining.pipeline import Corpus, StepBatchBuilder
+from xlpretrain.data.pretraining.sampling import format_sampling_table
 from xlpretrain.training import loop, warm_start
 from xlpretrain.training import workdir as workdir_lib
 from xlpretrain.training.checkpoint import Checkpointer

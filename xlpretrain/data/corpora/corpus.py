@@ -25,8 +25,8 @@ from xlpretrain.data.corpora.held_out import (
 )
 from xlpretrain.data.corpora.protocols import MonolingualCorpus, ParallelCorpus
 from xlpretrain.data.corpora.sources import format_stats
-from xlpretrain.data.pipeline import Corpus, language_vocabulary
-from xlpretrain.data.streams import MONO, PARALLEL
+from xlpretrain.data.pretraining.pipeline import Corpus, language_vocabulary
+from xlpretrain.data.pretraining.streams import MONO, PARALLEL
 from xlpretrain.data.tokenizer import (
     FILES,
     SentencePieceTokenizer,

@@ -48,7 +48,7 @@ from xlpretrain.data.corpora.sources import (
     ParallelBase,
     parse_pair,
 )
-from xlpretrain.data.streams import MONO, PARALLEL
+from xlpretrain.data.pretraining.streams import MONO, PARALLEL
 from xlpretrain.data.tokenizer import FILES, Tokenizer, tokenizer_file
 
 FORMAT = "xlpretrain-store/2"  # /2: shards carry their size and SHA-256

@@ -11,15 +11,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from xlpretrain.data.batch import (
+from xlpretrain.data.pretraining.batch import (
     PREDICTION_FIELDS,
     SIDE_PLACEHOLDER,
     SIDE_TARGET,
     TOKEN_FIELDS,
     Batch,
 )
-from xlpretrain.data.examples import FIRST_POSITION, PAD_POSITION
-from xlpretrain.data.masking import regular_ids
+from xlpretrain.data.pretraining.examples import FIRST_POSITION, PAD_POSITION
+from xlpretrain.data.pretraining.masking import regular_ids
 from xlpretrain.data.tokenizer import SentencePieceTokenizer
 
 

@@ -22,12 +22,12 @@ import grain
 import grain.python
 import numpy as np
 
-from xlpretrain.data.anneal import Anneal
-from xlpretrain.data.batch import Batch, stack_rows
 from xlpretrain.data.corpora.protocols import MonolingualCorpus, ParallelCorpus
-from xlpretrain.data.masking import mask_row, unmasked_row
-from xlpretrain.data.sampling import language_probabilities
-from xlpretrain.data.streams import (
+from xlpretrain.data.pretraining.anneal import Anneal
+from xlpretrain.data.pretraining.batch import Batch, stack_rows
+from xlpretrain.data.pretraining.masking import mask_row, unmasked_row
+from xlpretrain.data.pretraining.sampling import language_probabilities
+from xlpretrain.data.pretraining.streams import (
     MONO,
     PARALLEL,
     Phase,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from xlpretrain.data.batch import Batch
+from xlpretrain.data.pretraining.batch import Batch
 
 Corruption = tuple[float, float, float]  # shares of predicted tokens: (mask, random, keep)
 BERT_CORRUPTION: Corruption = (0.8, 0.1, 0.1)

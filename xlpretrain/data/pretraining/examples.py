@@ -16,7 +16,8 @@ from collections.abc import Callable
 
 import numpy as np
 
-from xlpretrain.data.batch import (
+from xlpretrain.data.corpora.protocols import MonolingualCorpus, ParallelCorpus
+from xlpretrain.data.pretraining.batch import (
     SIDE_PLACEHOLDER,
     SIDE_SOURCE,
     SIDE_TAG,
@@ -24,7 +25,6 @@ from xlpretrain.data.batch import (
     TOKEN_FIELDS,
     Batch,
 )
-from xlpretrain.data.corpora.protocols import MonolingualCorpus, ParallelCorpus
 from xlpretrain.data.tokenizer import Tokenizer
 
 # Positions are the pipeline's own numbering, whatever the tokenizer's ids: fairseq/XLM-R's, whose

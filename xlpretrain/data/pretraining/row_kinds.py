@@ -14,16 +14,16 @@ import math
 
 import numpy as np
 
-from xlpretrain.data import synthetic
-from xlpretrain.data.batch import PLACEHOLDER_FIELDS, SIDE_PLACEHOLDER, Batch
-from xlpretrain.data.examples import (
+from xlpretrain.data.pretraining import synthetic
+from xlpretrain.data.pretraining.batch import PLACEHOLDER_FIELDS, SIDE_PLACEHOLDER, Batch
+from xlpretrain.data.pretraining.examples import (
     Placeholders,
     monolingual_row,
     monolingual_segment_pairs_row,
     parallel_segment_pairs_row,
     translation_pair_row,
 )
-from xlpretrain.data.streams import (
+from xlpretrain.data.pretraining.streams import (
     MONO,
     PARALLEL,
     FieldShapes,

@@ -19,10 +19,10 @@ from typing import Protocol
 
 import numpy as np
 
-from xlpretrain.data import synthetic
-from xlpretrain.data.anneal import Anneal
-from xlpretrain.data.batch import Batch, field_shapes
-from xlpretrain.data.masking import BERT_CORRUPTION, Corruption, check_corruption
+from xlpretrain.data.pretraining import synthetic
+from xlpretrain.data.pretraining.anneal import Anneal
+from xlpretrain.data.pretraining.batch import Batch, field_shapes
+from xlpretrain.data.pretraining.masking import BERT_CORRUPTION, Corruption, check_corruption
 from xlpretrain.data.tokenizer import Tokenizer
 
 MONO = "mono"  # the monolingual corpus: documents by language
@@ -76,8 +76,8 @@ class RowBuilder(Protocol):
 
 class RowKind(abc.ABC):
     """What a stream's rows are made of: a frozen dataclass deriving from this, whose fields
-    are the kind's options, declared by the objective whose stream it is (`data.row_kinds`
-    holds the shipped ones).
+    are the kind's options, declared by the objective whose stream it is
+    (`data.pretraining.row_kinds` holds the shipped ones).
 
     A kind says which corpora its rows read (`sources`) and builds one unmasked row (`row`,
     which a kind defines unless `bind` returns another builder); the pipeline masks it. A kind
