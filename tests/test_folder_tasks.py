@@ -18,7 +18,7 @@ import pytest
 from xlpretrain import tasks
 from xlpretrain.convert import folder
 from xlpretrain.data.corpora.sources import DataError
-from xlpretrain.data.task_examples import Answer, QAExample
+from xlpretrain.data.finetuning.task_examples import Answer, QAExample
 from xlpretrain.data.tokenizer import Tokenizer
 from xlpretrain.data.xtreme import write_squad_file
 from xlpretrain.families import XLMR

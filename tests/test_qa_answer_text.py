@@ -11,14 +11,14 @@ import numpy as np
 import pytest
 
 from tests import task_tokenizer
-from xlpretrain.data.qa_windows import (
+from xlpretrain.data.finetuning.qa_windows import (
     basic_tokens,
     decode_answers,
     doc_words,
     encode_questions,
     final_text,
 )
-from xlpretrain.data.task_examples import PairLayout, QAExample
+from xlpretrain.data.finetuning.task_examples import PairLayout, QAExample
 
 XLMR = PairLayout(separators=2, token_types=False)
 BERT = PairLayout(separators=1, token_types=True)

@@ -1,13 +1,12 @@
 """Questions as context windows and their logits back as answer texts
-(xlpretrain.data.qa_windows) against XTREME's `processors/squad.py` and transformers v2's
+(xlpretrain.data.finetuning.qa_windows) against XTREME's `processors/squad.py` and transformers v2's
 `compute_predictions_logits` / `get_final_text`."""
 
 import numpy as np
 import pytest
 
 from tests import task_tokenizer
-from xlpretrain.data.pretraining.examples import FIRST_POSITION, PAD_POSITION
-from xlpretrain.data.qa_windows import (
+from xlpretrain.data.finetuning.qa_windows import (
     NO_ANSWER,
     basic_tokens,
     decode_answers,
@@ -17,7 +16,8 @@ from xlpretrain.data.qa_windows import (
     max_context,
     window_spans,
 )
-from xlpretrain.data.task_examples import Answer, PairLayout, QAExample
+from xlpretrain.data.finetuning.task_examples import Answer, PairLayout, QAExample
+from xlpretrain.data.pretraining.examples import FIRST_POSITION, PAD_POSITION
 
 XLMR = PairLayout(separators=2, token_types=False)
 BERT = PairLayout(separators=1, token_types=True)

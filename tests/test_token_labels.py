@@ -1,14 +1,15 @@
-"""Tagged sentences as rows and back (xlpretrain.data.token_labels) against XTREME's definition:
-`utils_tag.convert_examples_to_features` for a row, `utils_preprocess.*_tokenize_preprocess`
-for splitting a long sentence, `run_tag.save_predictions` for joining it back."""
+"""Tagged sentences as rows and back (xlpretrain.data.finetuning.token_labels) against XTREME's
+definition: `utils_tag.convert_examples_to_features` for a row,
+`utils_preprocess.*_tokenize_preprocess` for splitting a long sentence, `run_tag.save_predictions`
+for joining it back."""
 
 import numpy as np
 import pytest
 
 from tests import task_tokenizer
+from xlpretrain.data.finetuning.task_examples import PairLayout, TaggedSentence
+from xlpretrain.data.finetuning.token_labels import decode_tags, encode_tagged, split_sentence
 from xlpretrain.data.pretraining.examples import FIRST_POSITION, PAD_POSITION
-from xlpretrain.data.task_examples import PairLayout, TaggedSentence
-from xlpretrain.data.token_labels import decode_tags, encode_tagged, split_sentence
 
 XLMR = PairLayout(separators=2, token_types=False)
 BERT = PairLayout(separators=1, token_types=True)

@@ -10,7 +10,7 @@ import pytest
 
 from tests import xtreme_fixtures as fx
 from xlpretrain.data.corpora.sources import DataError
-from xlpretrain.data.task_examples import Answer, PairExample, QAExample, TaggedSentence
+from xlpretrain.data.finetuning.task_examples import Answer, PairExample, QAExample, TaggedSentence
 from xlpretrain.data.xtreme import (
     find_task,
     read_bucc,

@@ -18,7 +18,7 @@ import pytest
 from configs import xtreme as xtreme_config
 from tests import xtreme_fixtures as fx
 from xlpretrain.core.errors import ConfigError
-from xlpretrain.data.task_examples import PairExample, TaggedSentence
+from xlpretrain.data.finetuning.task_examples import PairExample, TaggedSentence
 from xlpretrain.data.xtreme import read_tagged_file
 from xlpretrain.finetune import suite
 from xlpretrain.finetune.plan import resolve

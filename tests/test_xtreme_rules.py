@@ -31,14 +31,14 @@ import numpy as np
 import pytest
 
 from tests import task_tokenizer
-from xlpretrain.data.qa_windows import (
+from xlpretrain.data.finetuning.qa_windows import (
     best_indexes,
     decode_answers,
     encode_questions,
     max_context,
     window_spans,
 )
-from xlpretrain.data.task_examples import Answer, PairLayout, QAExample
+from xlpretrain.data.finetuning.task_examples import Answer, PairLayout, QAExample
 from xlpretrain.data.xtreme import read_pair_file, read_tagged_file
 from xlpretrain.objectives import task_losses
 

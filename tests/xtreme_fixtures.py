@@ -15,7 +15,7 @@ import csv
 import json
 from pathlib import Path
 
-from xlpretrain.data.task_examples import Answer, PairExample, QAExample, TaggedSentence
+from xlpretrain.data.finetuning.task_examples import Answer, PairExample, QAExample, TaggedSentence
 from xlpretrain.data.xtreme import BuccSplit, write_labels
 
 # Each task's test languages here (squad is training data only).

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from xlpretrain.backbones.settings import ModelSettings
 from xlpretrain.core.settings import Section
-from xlpretrain.data.task_examples import PairLayout
+from xlpretrain.data.finetuning.task_examples import PairLayout
 from xlpretrain.families import Family
 from xlpretrain.model.config import ModelConfig
 

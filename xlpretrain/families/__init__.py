@@ -13,7 +13,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from xlpretrain.data.task_examples import PairLayout
+from xlpretrain.data.finetuning.task_examples import PairLayout
 from xlpretrain.model.config import LAYER_FEATURES, TASK_HEADS, ModelConfig
 
 

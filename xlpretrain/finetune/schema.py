@@ -19,7 +19,7 @@ import ml_collections
 
 from xlpretrain.core.errors import ConfigError
 from xlpretrain.core.settings import Ranges, Section
-from xlpretrain.data.qa_windows import ANSWER_TEXTS
+from xlpretrain.data.finetuning.qa_windows import ANSWER_TEXTS
 from xlpretrain.data.xtreme import VERSIONS
 from xlpretrain.eval.xtreme.retrieval import RetrievalSettings
 from xlpretrain.finetune import registry

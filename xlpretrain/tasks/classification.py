@@ -8,8 +8,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from xlpretrain.data.pairs import Encoded, encode_texts
-from xlpretrain.data.task_examples import PairExample
+from xlpretrain.data.finetuning.pairs import Encoded, encode_texts
+from xlpretrain.data.finetuning.task_examples import PairExample
 from xlpretrain.eval.xtreme import score
 from xlpretrain.model.task_heads import PairClassifier
 from xlpretrain.objectives.declaration import predictions

@@ -19,7 +19,7 @@ import flax.linen as nn
 import jax
 import numpy as np
 
-from xlpretrain.data.task_examples import PairLayout
+from xlpretrain.data.finetuning.task_examples import PairLayout
 from xlpretrain.data.tokenizer import Tokenizer
 from xlpretrain.model.config import ModelConfig
 from xlpretrain.objectives.declaration import CountFn, LossFn

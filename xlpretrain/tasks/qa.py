@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from xlpretrain.data.qa_windows import QAWindows, decode_answers, encode_questions
-from xlpretrain.data.task_examples import QAExample
+from xlpretrain.data.finetuning.qa_windows import QAWindows, decode_answers, encode_questions
+from xlpretrain.data.finetuning.task_examples import QAExample
 from xlpretrain.eval.xtreme import score
 from xlpretrain.model.task_heads import SpanExtractor
 from xlpretrain.objectives.task_losses import answer_boundaries, span_loss

@@ -7,8 +7,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from xlpretrain.data.task_examples import TaggedSentence
-from xlpretrain.data.token_labels import TaggedRows, decode_tags, encode_tagged
+from xlpretrain.data.finetuning.task_examples import TaggedSentence
+from xlpretrain.data.finetuning.token_labels import TaggedRows, decode_tags, encode_tagged
 from xlpretrain.eval.xtreme import score
 from xlpretrain.model.task_heads import TokenClassifier
 from xlpretrain.objectives.task_losses import labelled_tokens, tagging_loss

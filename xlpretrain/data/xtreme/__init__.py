@@ -1,8 +1,8 @@
 """XTREME's data as its users have it on disk: the layout google-research/xtreme's
 `scripts/download_data.sh` (and its `utils_preprocess.py`) leaves under XTREME_DIR (its
 `download/` folder), readers of each format into the task examples of
-`xlpretrain.data.task_examples`, and writers of a submission (`predictions/`, `labels/`) in the
-format XTREME's evaluate.py reads.
+`xlpretrain.data.finetuning.task_examples`, and writers of a submission (`predictions/`, `labels/`)
+in the format XTREME's evaluate.py reads.
 
 Layout (paths under XTREME_DIR; `{lang}` a language code; "EN train / EN dev" are what XTREME's
 scripts train on and select a checkpoint on; test files carry no labels, XTREME keeps them):

@@ -24,7 +24,7 @@ import os
 from collections.abc import Collection
 
 from xlpretrain.data.corpora.sources import FileStats
-from xlpretrain.data.task_examples import PairExample
+from xlpretrain.data.finetuning.task_examples import PairExample
 from xlpretrain.data.xtreme.lines import BadLines, decoded_lines
 
 __all__ = ["read_pair_file", "read_translated_pairs"]

@@ -6,7 +6,7 @@ references (a bad line is an error): `read_split(find_task(...), "test", "de")`.
 from __future__ import annotations
 
 from xlpretrain.data.corpora.sources import DataError, FileStats
-from xlpretrain.data.task_examples import PairExample, QAExample, TaggedSentence
+from xlpretrain.data.finetuning.task_examples import PairExample, QAExample, TaggedSentence
 from xlpretrain.data.xtreme.layout import TaskFiles
 from xlpretrain.data.xtreme.sentence_pairs import read_pair_file, read_translated_pairs
 from xlpretrain.data.xtreme.squad_json import read_squad_file

@@ -18,7 +18,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from xlpretrain.data.corpora.sources import DataError, FileStats
-from xlpretrain.data.task_examples import Answer, QAExample
+from xlpretrain.data.finetuning.task_examples import Answer, QAExample
 from xlpretrain.data.xtreme.lines import BadLines
 
 __all__ = ["read_squad_file", "write_squad_file"]

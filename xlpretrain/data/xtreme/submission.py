@@ -26,7 +26,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from xlpretrain.data.task_examples import PairExample, QAExample, TaggedSentence
+from xlpretrain.data.finetuning.task_examples import PairExample, QAExample, TaggedSentence
 from xlpretrain.data.xtreme.layout import LAYOUTS
 from xlpretrain.data.xtreme.retrieval import BuccSplit
 from xlpretrain.data.xtreme.squad_json import write_squad_file

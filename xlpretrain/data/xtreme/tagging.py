@@ -14,7 +14,7 @@ first whitespace-separated item and the label its second when there are exactly 
 (U+00A0, U+2009, U+3000, as Python's `str.split` splits them) is its first piece, labelled with
 the default; a training line without a label is trained on with the default. (The same step's
 rules that need the tokenizer, a word of no or too many pieces as `<unk>` and a sentence cut at
-`max_len` pieces, are `data.token_labels`'.)
+`max_len` pieces, are `data.finetuning.token_labels`'.)
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from __future__ import annotations
 import os
 
 from xlpretrain.data.corpora.sources import FileStats
-from xlpretrain.data.task_examples import TaggedSentence
+from xlpretrain.data.finetuning.task_examples import TaggedSentence
 from xlpretrain.data.xtreme.lines import BadLines, decoded_lines
 
 __all__ = ["DEFAULT_LABELS", "read_tagged_file"]

@@ -17,8 +17,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from xlpretrain.data.finetuning.task_examples import PairLayout
 from xlpretrain.data.pretraining.examples import FIRST_POSITION, PAD_POSITION
-from xlpretrain.data.task_examples import PairLayout
 from xlpretrain.data.tokenizer import Tokenizer
 
 Batch = dict[str, np.ndarray]

@@ -43,8 +43,8 @@ from collections.abc import Sequence
 import numpy as np
 from tokenizers import normalizers, pre_tokenizers
 
-from xlpretrain.data.task_examples import Answer, PairLayout, QAExample
-from xlpretrain.data.task_rows import Batch, row_batch
+from xlpretrain.data.finetuning.task_examples import Answer, PairLayout, QAExample
+from xlpretrain.data.finetuning.task_rows import Batch, row_batch
 from xlpretrain.data.tokenizer import Tokenizer
 
 ANSWER_TEXTS = ("words", "characters")  # XTREME's; the span's own characters (see above)

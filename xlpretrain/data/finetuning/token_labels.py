@@ -25,8 +25,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from xlpretrain.data.task_examples import PairLayout, TaggedSentence
-from xlpretrain.data.task_rows import Batch, row_batch
+from xlpretrain.data.finetuning.task_examples import PairLayout, TaggedSentence
+from xlpretrain.data.finetuning.task_rows import Batch, row_batch
 from xlpretrain.data.tokenizer import Tokenizer
 
 
