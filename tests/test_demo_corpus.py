@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from xlpretrain.data import cldr, demo_corpus
+from xlpretrain.data import demo_corpus
+from xlpretrain.data.demo_corpus import cldr
 
 # sha256 over the sorted (path, bytes) of the snapshot's files: what Babel 2.18 (CLDR 47) built,
 # the corpus every figure in the README and docs was measured on.

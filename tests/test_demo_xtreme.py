@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 from seqeval.metrics import f1_score
 
-from xlpretrain.data import demo_corpus, demo_country_lines, demo_xtreme
+from xlpretrain.data import demo_corpus
 from xlpretrain.data.demo_corpus import __main__ as demo_corpus_program
+from xlpretrain.data.demo_corpus import demo_country_lines, demo_xtreme
 
 TYPES = {"LOC", "LANG", "CUR", "TZ"}
 
@@ -273,7 +274,8 @@ def test_xquad_test_files_have_their_answers_removed(bench, languages):
 def test_the_same_bytes_twice(bench, corpus, tmp_path):
     """In another process with another hash seed too; another seed draws other examples."""
     code = (
-        "import sys; from xlpretrain.data import demo_xtreme as d; d.write_benchmark(*sys.argv[1:])"
+        "import sys; from xlpretrain.data.demo_corpus import demo_xtreme as d; "
+        "d.write_benchmark(*sys.argv[1:])"
     )
     env = {**os.environ, "PYTHONHASHSEED": "123"}
     subprocess.run([sys.executable, "-c", code, str(corpus), str(tmp_path)], check=True, env=env)

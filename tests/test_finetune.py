@@ -18,10 +18,11 @@ import numpy as np
 import pytest
 
 from xlpretrain.convert import folder
-from xlpretrain.data import demo_corpus, translation_pairs
+from xlpretrain.data import demo_corpus
 from xlpretrain.data.corpora.folders import ParallelSource
 from xlpretrain.data.corpora.sources import DataError
 from xlpretrain.data.demo_corpus import __main__ as demo_corpus_cli
+from xlpretrain.data.demo_corpus import translation_pairs
 from xlpretrain.data.finetuning import pairs as pairs_lib
 from xlpretrain.data.finetuning.task_examples import PairExample
 from xlpretrain.data.tokenizer import Tokenizer

@@ -19,8 +19,9 @@ from configs import xtreme as xtreme_config
 from tests import xtreme_fixtures as fx
 from xlpretrain.convert import folder
 from xlpretrain.core.errors import ConfigError
-from xlpretrain.data import demo_corpus, demo_xtreme
+from xlpretrain.data import demo_corpus
 from xlpretrain.data.corpora.sources import DataError
+from xlpretrain.data.demo_corpus import demo_xtreme
 from xlpretrain.data.tokenizer import Tokenizer
 from xlpretrain.eval.xtreme import score, tables
 from xlpretrain.families import XLMR

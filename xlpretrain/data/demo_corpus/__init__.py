@@ -103,7 +103,8 @@ def build_demo_corpus(
         if snapshot:
             _unpack(_snapshot_bytes(), build)
         else:
-            from xlpretrain.data import cldr  # imports Babel's data only when building from it
+            # Babel's data is imported only when building from it.
+            from xlpretrain.data.demo_corpus import cldr
 
             cldr.write_corpus(build, num_languages, min_entries)
         for name in _TOP_FOLDERS:

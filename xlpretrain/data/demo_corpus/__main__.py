@@ -4,10 +4,11 @@
 from __future__ import annotations
 
 from xlpretrain.core import programs
-from xlpretrain.data import demo_xtreme, translation_pairs
 from xlpretrain.data.demo_corpus import (
     SNAPSHOT_LANGUAGES,
     build_demo_corpus,
+    demo_xtreme,
+    translation_pairs,
     write_snapshot,
 )
 
@@ -44,7 +45,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--xtreme",
         help="also write a small XTREME-format benchmark built from it to this folder: "
-        "pawsx/, panx/, squad/ + xquad/, tatoeba/ and labels/ (see xlpretrain.data.demo_xtreme)",
+        "pawsx/, panx/, squad/ + xquad/, tatoeba/ and labels/ (see "
+        "xlpretrain.data.demo_corpus.demo_xtreme)",
     )
     parser.add_argument(
         "--snapshot",

@@ -50,7 +50,7 @@ import random
 from collections.abc import Sequence
 from pathlib import Path
 
-from xlpretrain.data.demo_country_lines import (
+from xlpretrain.data.demo_corpus.demo_country_lines import (
     CountryLine,
     Span,
     country_lines,
