@@ -27,6 +27,7 @@ import numpy as np
 
 from xlpretrain import objectives as objectives_lib
 from xlpretrain.data.corpora import corpus as corpus_lib
+from xlpretrain.data.corpora.run_tokenizer import load_tokenizer
 from xlpretrain.data.pretraining.batch import Batch
 from xlpretrain.data.pretraining.pipeline import iterators
 from xlpretrain.data.pretraining.streams import StreamSpec
@@ -62,7 +63,7 @@ def pipeline_benchmark(plan: RunPlan, steps: int, workdir: str) -> dict:
     mask → pack → grain with `data.num_workers` and `data.prefetch`): row slots per second,
     comparable with the step's tokens/s, and the share of slots holding real tokens."""
     corpus = corpus_lib.load_corpus(plan.corpus, plan.sources())
-    tokenizer = corpus_lib.load_tokenizer(plan.corpus, workdir, corpus, plan.model.vocab_size)
+    tokenizer = load_tokenizer(plan.corpus, workdir, corpus, plan.model.vocab_size)
     dataset = plan.pipeline.dataset(plan.batch_builder(corpus, tokenizer), steps + 1)
     with iterators(dataset) as new_iterator:
         iterator = new_iterator()

@@ -31,9 +31,9 @@ from xlpretrain.data.corpora.corpus import (
     CorpusSettings,
     TfdsSettings,
     held_out_shares,
-    tokenizer_vocab_size,
 )
 from xlpretrain.data.corpora.held_out import DEFAULT_FRACTION
+from xlpretrain.data.corpora.run_tokenizer import tokenizer_vocab_size
 from xlpretrain.data.pretraining.anneal import Anneal
 from xlpretrain.data.pretraining.pipeline import Corpus, StepBatchBuilder
 from xlpretrain.data.pretraining.streams import Phase, StreamSpec, phase_index
@@ -161,7 +161,8 @@ class RunPlan:
 
     def sized(self, workdir: str | None) -> RunPlan:
         """The plan with `model.vocab_size` 0 replaced by the size of the tokenizer the run
-        uses (`data.corpora.corpus.tokenizer_vocab_size`); unchanged where the config gives one."""
+        uses (`data.corpora.run_tokenizer.tokenizer_vocab_size`); unchanged where the config
+        gives one."""
         if self.model.vocab_size:
             return self
         return self.with_vocab_size(tokenizer_vocab_size(self.corpus, workdir))

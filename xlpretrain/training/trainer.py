@@ -20,9 +20,9 @@ from xlpretrain.convert import folder as convert_folder
 from xlpretrain.data.corpora.corpus import (
     held_out_splits,
     load_corpus,
-    load_tokenizer,
     split_off_held_out,
 )
+from xlpretrain.data.corpora.run_tokenizer import load_tokenizer
 from xlpretrain.data.pretraining.pipeline import Corpus, StepBatchBuilder
 from xlpretrain.data.pretraining.sampling import format_sampling_table
 from xlpretrain.training import loop, warm_start
