@@ -22,7 +22,7 @@ def label_names(examples: Sequence[PairExample]) -> tuple[str, ...]:
 
 
 def encode(examples: Sequence[PairExample], encoding: Encoding) -> Encoded:
-    """Rows as `data.pairs` lays them out; an unlabelled (test) example gets label 0, never
+    """Rows as `data.finetuning.pairs` lays them out; an unlabelled (test) example gets label 0, never
     trained on."""
     ids = {label: i for i, label in enumerate(encoding.labels)}
     labels = np.array([ids.get(e.label, 0) for e in examples], np.int32)
