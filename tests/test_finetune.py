@@ -35,7 +35,7 @@ from xlpretrain.finetune.plan import resolve
 from xlpretrain.finetune.schema import default_config
 from xlpretrain.model import ModelConfig, init_params
 from xlpretrain.tasks import classification
-from xlpretrain.tasks.declaration import Encoding, TaskSettings
+from xlpretrain.tasks.declaration import Encoding
 from xlpretrain.training import config as config_lib
 from xlpretrain.training.config import ConfigError
 from xlpretrain.training.metrics import read_metrics
@@ -276,7 +276,7 @@ def test_a_pair_folder_gives_each_side_its_language(udhr_tokenizer_path):
     assert dataclasses.replace(ids, named=False)("en-ru") == (1, 0)
     encoding = Encoding(
         Tokenizer.load(udhr_tokenizer_path), ("no", "yes"), BERT.pair_layout, 32,
-        TaskSettings(), lang_ids=ids("en-de"),
+        lang_ids=ids("en-de"),
     )  # fmt: skip
     rows = classification.encode([PairExample("a b c", "x y", "yes")], encoding)
     batch, length = rows.batch(np.array([0])), len(rows.rows[0])

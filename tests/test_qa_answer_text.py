@@ -164,11 +164,11 @@ def test_the_setting_defaults_to_xtreme():
     workdir recorded before the key: its default); another value is refused by name."""
     from xlpretrain.core.errors import ConfigError
     from xlpretrain.finetune.schema import default_config, ranges
-    from xlpretrain.tasks.declaration import TaskSettings
+    from xlpretrain.tasks.qa import QASettings
     from xlpretrain.training.config_keys import check_keys
 
     cfg = default_config()
-    assert cfg.qa.answer_text == TaskSettings().answer_text == "words"
+    assert cfg.qa.answer_text == QASettings().answer_text == "words"
     cfg.qa.answer_text = "tokens"
     with pytest.raises(ConfigError, match=r"qa.answer_text.*must be one of \('words'"):
         check_keys(cfg, default_config(), {"qa.answer_text": ranges()["qa.answer_text"]})

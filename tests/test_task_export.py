@@ -31,7 +31,7 @@ from xlpretrain.finetune import suite
 from xlpretrain.finetune.plan import resolve
 from xlpretrain.finetune.schema import check as check_run_config
 from xlpretrain.model import init_params
-from xlpretrain.tasks.declaration import Encoding, Head, TaskSettings
+from xlpretrain.tasks.declaration import Encoding, Head
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -101,9 +101,11 @@ def latest(workdir: pathlib.Path) -> dict:
 def our_rows(task: str, workdir: pathlib.Path) -> tuple[dict, np.ndarray]:
     """The German test set's rows as the run encodes them, and which tokens are real."""
     record = task_workdir.read_record(workdir)
+    section = tasks.get(record.kind).section  # QA's windows: their defaults
     encoding = Encoding(
         Tokenizer.load(workdir / "tokenizer.json"), record.labels,
-        backbones.of(record.config).pair_layout, MAX_LENGTH, TaskSettings(),
+        backbones.of(record.config).pair_layout, MAX_LENGTH,
+        section.values() if section else None,
     )  # fmt: skip
     rows = tasks.get(record.kind).encode(fx.gold(task, "de"), encoding)
     batch = rows.batch(np.arange(len(rows)))
@@ -112,7 +114,7 @@ def our_rows(task: str, workdir: pathlib.Path) -> tuple[dict, np.ndarray]:
 
 def our_logits(workdir: pathlib.Path, params: dict, batch: dict) -> np.ndarray:
     record = task_workdir.read_record(workdir)
-    head = Head(record.config, record.task_head, len(record.labels), TaskSettings())
+    head = Head(record.config, record.task_head, len(record.labels))
     out = tasks.get(record.kind).module(head).apply({"params": params}, batch)
     return np.stack(out, -1) if isinstance(out, tuple) else np.asarray(out)
 

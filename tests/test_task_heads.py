@@ -41,7 +41,7 @@ from xlpretrain.convert import Pretrained, read_hf_task, write_hf_task  # noqa: 
 from xlpretrain.convert.hf import head_of  # noqa: E402
 from xlpretrain.model.encoder import MaskedLM  # noqa: E402
 from xlpretrain.objectives import task_losses  # noqa: E402
-from xlpretrain.tasks.declaration import Head, TaskSettings  # noqa: E402
+from xlpretrain.tasks.declaration import Head  # noqa: E402
 from xlpretrain.training.optim import adamw_from  # noqa: E402
 from xlpretrain.training.sections import OptimizerSettings  # noqa: E402
 from xlpretrain.training.step import init_state, make_train_step  # noqa: E402
@@ -54,7 +54,7 @@ STEPS = 20
 
 def task_model(kind, config, task_head, num_labels):
     """The module of task kind `kind` as fine-tuning builds it (`TaskKind.module`)."""
-    return tasks.get(kind).module(Head(config, task_head, num_labels, TaskSettings()))
+    return tasks.get(kind).module(Head(config, task_head, num_labels))
 
 
 ROWS, PADDING_ROWS, LENGTH = 4, 2, 12  # real rows (HF's batch), then rows of padding (ours)

@@ -306,14 +306,14 @@ def test_the_classifier_starts_as_xtremes(kind):
     import jax
 
     from xlpretrain import backbones, tasks
-    from xlpretrain.tasks.declaration import Head, TaskSettings
+    from xlpretrain.tasks.declaration import Head
 
     hidden, labels = 256, 7
     config = backbones.get("xlmr").config(
         vocab_size=64, hidden_size=hidden, num_heads=4, mlp_dim=64, num_layers=1,
         max_positions=16,
     )  # fmt: skip
-    module = tasks.get(kind).module(Head(config, "linear", labels, TaskSettings()))
+    module = tasks.get(kind).module(Head(config, "linear", labels))
     batch = {
         "input_ids": np.zeros((1, 8), np.int32),
         "segment_ids": np.ones((1, 8), np.int32),

@@ -429,10 +429,10 @@ def abstract_task_params(config: ModelConfig, kind: str, task_head: str, labels:
     """Shapes of the task module's params (``backbone/`` and its head), without allocating: the
     module its kind declares (`xlpretrain.tasks`)."""
     from xlpretrain import tasks  # here: reading a pre-trained folder imports no task's loss
-    from xlpretrain.tasks.declaration import Head, TaskSettings
+    from xlpretrain.tasks.declaration import Head
 
     config = dataclasses.replace(config, remat="none", attention_impl="xla")
-    module = tasks.get(kind).module(Head(config, task_head, labels, TaskSettings()))
+    module = tasks.get(kind).module(Head(config, task_head, labels))
     ids = np.zeros((1, 8), np.int32)
     batch = {"input_ids": ids, "segment_ids": ids + 1, "positions": ids + 2 + np.arange(8)}
     init = lambda rng: module.init(rng, batch)["params"]  # noqa: E731

@@ -18,13 +18,13 @@ from typing import Any
 
 import ml_collections
 
+from xlpretrain import tasks as task_kinds
 from xlpretrain.core.errors import ConfigError
 from xlpretrain.eval.xtreme.retrieval import RetrievalSettings
 from xlpretrain.finetune import registry, schema
 from xlpretrain.finetune.folder_source import FolderSource
 from xlpretrain.finetune.schema import FineTuneSettings
 from xlpretrain.model.config import ModelConfig
-from xlpretrain.tasks.declaration import TaskSettings
 from xlpretrain.training.record import ConfigRecord
 from xlpretrain.training.sections import (
     LoopSettings,
@@ -64,7 +64,7 @@ class TaskPlan:
     init_path: str
     max_length: int  # tokens per row, special tokens included
     batch_size: int  # global rows per step (and per prediction batch)
-    settings: TaskSettings  # QA's windows and decoding
+    settings: object  # its kind's own (`TaskKind.section`'s values: QA's windows), or None
     select: str  # schema.SELECTIONS: best_then_final | none (the final model)
     model: ModelOverrides
     pipeline: PipelineSettings
@@ -111,7 +111,7 @@ class FineTunePlan:
     tasks: tuple[str, ...]  # in the order they run
     protocol: str  # zero_shot | translate_train_all | in_language
     version: str  # xtreme | xtreme-r: the languages and groups results.json averages
-    settings: TaskSettings  # QA's windows and decoding
+    kind_settings: Mapping[str, object]  # each kind's own section's values, by kind
     model: ModelOverrides
     pipeline: PipelineSettings
     adam: AdamSettings  # `optim.*`
@@ -149,7 +149,7 @@ class FineTunePlan:
             init_path=self.init_path,
             max_length=own.max_length,
             batch_size=own.batch_size,
-            settings=self.settings,
+            settings=self.kind_settings.get(registry.get(task).kind),
             select=own.select,
             model=self.model,
             pipeline=self.pipeline,
@@ -244,7 +244,11 @@ def resolve(cfg: ml_collections.ConfigDict, asked: str = "") -> FineTunePlan:
         tasks=tasks,
         protocol=cfg.protocol,
         version=cfg.version,
-        settings=TaskSettings(**cfg.qa.to_dict()),
+        kind_settings={
+            name: kind.section.read(cfg[kind.section.name])
+            for name, kind in task_kinds.KINDS.items()
+            if kind.section
+        },
         model=ModelOverrides(**cfg.model.to_dict()),
         pipeline=PipelineSettings.of(cfg),
         adam=AdamSettings(**cfg.optim.to_dict()),

@@ -4,7 +4,8 @@ for every task in the registry and any data layout.
 `configs/xtreme.py` and `configs/finetune_pairs.py` start from `default_config()`: the
 pre-trained model, the data folder (XTREME's or a user's), the tasks and protocol, what every
 task shares (the model's dropout and attention, the optimizer's betas, epsilon and clipping, the
-loop, the mesh, QA's windows) and one section per registered task, generated from its defaults
+loop, the mesh), each kind's own section (`TaskKind.section`: QA's windows, `qa.*`) and one
+section per registered task, generated from its defaults
 (`registry`): a fine-tuned task's `FineTuneSettings` (a user's folder task adds
 `FolderSettings`), a retrieval task's `RetrievalSettings`. `check` refuses a config whose key is
 unknown, mistyped or out of range, naming it; `plan.resolve` reads it once, checked.
@@ -17,16 +18,15 @@ import functools
 
 import ml_collections
 
+from xlpretrain import tasks
 from xlpretrain.core.errors import ConfigError
 from xlpretrain.core.settings import Ranges, Section
-from xlpretrain.data.finetuning.qa_windows import ANSWER_TEXTS
 from xlpretrain.data.xtreme import VERSIONS
 from xlpretrain.eval.xtreme.retrieval import RetrievalSettings
 from xlpretrain.finetune import registry
 from xlpretrain.finetune.folder_source import FolderSettings, FolderSource
 from xlpretrain.finetune.xtreme_source import PROTOCOLS, XtremeSource
 from xlpretrain.model.config import ATTENTION_IMPLS
-from xlpretrain.tasks.declaration import TaskSettings
 from xlpretrain.training.config import (
     LOOP_RANGES,
     MESH_RANGES,
@@ -120,12 +120,9 @@ def xtreme_tasks() -> tuple[str, ...]:
     return tuple(n for n, t in registry.TASKS.items() if isinstance(t.source, XtremeSource))
 
 
-def qa_section() -> ml_collections.ConfigDict:
-    """QA's windows, loss and decoding (`qa.*`): `TaskSettings`' defaults, XTREME's
-    (scripts/train_qa.sh, run_squad.py); `plug_in` is the model's (`model.plug_in`)."""
-    qa = ml_collections.ConfigDict(dataclasses.asdict(TaskSettings()))
-    del qa.plug_in
-    return qa
+def kind_sections() -> dict[str, Section]:
+    """The kinds' own sections (`TaskKind.section`: QA's windows, `qa.*`), by name."""
+    return {kind.section.name: kind.section for kind in tasks.KINDS.values() if kind.section}
 
 
 def default_config() -> ml_collections.ConfigDict:
@@ -162,20 +159,9 @@ def default_config() -> ml_collections.ConfigDict:
     # > 0: every task's dev scored each this many steps; 0: each task's `eval_every_steps`
     cfg.eval.every_steps = 0
     cfg.mesh = mesh_section()
-    cfg.qa = qa_section()
-    for name, section in sections().items():
+    for name, section in {**kind_sections(), **sections()}.items():
         cfg[name] = ml_collections.ConfigDict(section.defaults)
     return cfg
-
-
-_QA_RANGES: Ranges = {
-    "qa.doc_stride": (lambda v: v > 0, "must be > 0"),
-    "qa.max_query_length": (lambda v: v > 0, "must be > 0"),
-    "qa.n_best_size": (lambda v: v > 0, "must be > 0"),
-    "qa.max_answer_length": (lambda v: v > 0, "must be > 0"),
-    "qa.loss_over": (lambda v: v in ("window", "tokens"), "must be 'window' or 'tokens'"),
-    "qa.answer_text": (lambda v: v in ANSWER_TEXTS, f"must be one of {ANSWER_TEXTS}"),
-}
 
 
 def ranges() -> Ranges:
@@ -195,8 +181,11 @@ def ranges() -> Ranges:
         "model.attention": (lambda v: v in ATTENTION_IMPLS, f"must be one of {ATTENTION_IMPLS}"),
         "optim.clip_norm": (lambda v: v >= 0, "must be >= 0 (0 disables clipping)"),
         "eval.every_steps": (lambda v: v >= 0, "must be >= 0 (0: each task's eval_every_steps)"),
-        **_QA_RANGES,
-        **{k: v for section in sections().values() for k, v in section.qualified_ranges().items()},
+        **{
+            key: allowed
+            for section in {**kind_sections(), **sections()}.values()
+            for key, allowed in section.qualified_ranges().items()
+        },
         **LOOP_RANGES,
         "train.steps": (lambda v: v >= 0, "must be >= 0 (0: each task's epochs)"),
         **MESH_RANGES,

@@ -244,7 +244,7 @@ def fine_tune(
         kind,
         examples,
         max_length=plan.own[task].max_length,
-        settings=plan.settings,
+        settings=plan.kind_settings.get(kind.name),
         plug_in=plan.model.plug_in,
     )
     own = plan.task_plan(task, len(prepared.train_rows))

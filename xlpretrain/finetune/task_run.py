@@ -38,7 +38,7 @@ from xlpretrain.finetune.examples import TaskExamples
 from xlpretrain.finetune.layer_decay import make_finetune_optimizer
 from xlpretrain.finetune.plan import TaskPlan
 from xlpretrain.tasks import TaskKind
-from xlpretrain.tasks.declaration import Encoding, Head, Rows, TaskSettings
+from xlpretrain.tasks.declaration import Encoding, Head, Rows
 from xlpretrain.training import loop
 from xlpretrain.training import workdir as workdir_lib
 from xlpretrain.training.checkpoint import abstract_with_shardings
@@ -126,18 +126,16 @@ def prepare(
     examples: TaskExamples,
     *,
     max_length: int,
-    settings: TaskSettings,
+    settings: object,
     plug_in: str,
 ) -> Prepared:
     """Reads the pre-trained model at `init_path` and encodes the training examples.
-    `plug_in`: `model.plug_in` (VECO's cross-attention for sentence pairs)."""
+    `settings`: the kind's own (`TaskKind.section`'s values, or None); `plug_in`:
+    `model.plug_in` (VECO's cross-attention for sentence pairs)."""
     pretrained = folder.read(init_path)
     if pretrained.tokenizer is None:
         raise FileNotFoundError(f"{init_path} has no tokenizer (tokenizer.model or .json)")
     backbone = backbones.of(pretrained.config)
-    settings = dataclasses.replace(
-        settings, plug_in=resolve_plug_in(plug_in, pretrained.config.cross_attention)
-    )
     language_ids = LanguageIds(
         tuple(pretrained.languages),
         bool(pretrained.config.num_languages),
@@ -146,7 +144,9 @@ def prepare(
     encoding = Encoding(
         pretrained.tokenizer, examples.labels or kind.label_names(examples.train),
         backbone.pair_layout,
-        max_length, settings, lang_ids=language_ids(examples.train_language),
+        max_length, settings,
+        plug_in=resolve_plug_in(plug_in, pretrained.config.cross_attention),
+        lang_ids=language_ids(examples.train_language),
     )  # fmt: skip
     train_rows = kind.encode(examples.train, dataclasses.replace(encoding, training=True))
     if not len(train_rows):
@@ -234,7 +234,7 @@ def build(
     config = plan.model.applied_to(prepared.pretrained.config)
     encoding, train_rows = prepared.encoding, prepared.train_rows
     labels = encoding.labels
-    head = Head(config, backbones.of(config).task_head, len(labels), encoding.settings)
+    head = Head(config, backbones.of(config).task_head, len(labels), encoding.plug_in)
     model = kind.module(head)
     log.info(
         "fine-tuning %s for %s (%s) on %d %s rows%s",
@@ -404,7 +404,7 @@ def run(tuning: TaskTuning) -> dict | None:
     results = {
         "task": plan.task,
         "kind": kind.name,
-        "plug_in": tuning.encoding.settings.plug_in,
+        "plug_in": tuning.encoding.plug_in,
         "steps": step,
         "train_language": examples.train_language,
         "train_rows": len(tuning.train_rows),

@@ -22,8 +22,8 @@ def label_names(examples: Sequence[PairExample]) -> tuple[str, ...]:
 
 
 def encode(examples: Sequence[PairExample], encoding: Encoding) -> Encoded:
-    """Rows as `data.finetuning.pairs` lays them out; an unlabelled (test) example gets label 0, never
-    trained on."""
+    """Rows as `data.finetuning.pairs` lays them out; an unlabelled (test) example gets label 0,
+    never trained on."""
     ids = {label: i for i, label in enumerate(encoding.labels)}
     labels = np.array([ids.get(e.label, 0) for e in examples], np.int32)
     return encode_texts(
@@ -32,7 +32,7 @@ def encode(examples: Sequence[PairExample], encoding: Encoding) -> Encoded:
         labels,
         encoding.tokenizer,
         max_length=encoding.max_length,
-        plug_in=encoding.settings.plug_in,
+        plug_in=encoding.plug_in,
         lang_ids=encoding.lang_ids,
         layout=encoding.layout,
     )
@@ -40,7 +40,7 @@ def encode(examples: Sequence[PairExample], encoding: Encoding) -> Encoded:
 
 def module(head: Head) -> PairClassifier:
     return PairClassifier(
-        head.config, head.num_labels, plug_in=head.settings.plug_in, task_head=head.task_head
+        head.config, head.num_labels, plug_in=head.plug_in, task_head=head.task_head
     )
 
 

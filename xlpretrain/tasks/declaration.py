@@ -19,6 +19,7 @@ import flax.linen as nn
 import jax
 import numpy as np
 
+from xlpretrain.core.settings import Section
 from xlpretrain.data.finetuning.task_examples import PairLayout
 from xlpretrain.data.tokenizer import Tokenizer
 from xlpretrain.model.config import ModelConfig
@@ -36,44 +37,32 @@ class Rows(Protocol):
 @dataclasses.dataclass(frozen=True)
 class Encoding:
     """What encoding a file's examples needs besides them: the tokenizer, the label names in id
-    order (empty for QA), the family's pair layout, the row length and the kind's own settings
-    (`TaskSettings`), the language ids its tokens carry (a pair's second sentence the second's,
-    every other token the first's), and whether the rows are trained on."""
+    order (empty for QA), the family's pair layout, the row length, the kind's own settings
+    (its `TaskKind.section`'s values; None for a kind without one), whether VECO's
+    cross-attention is plugged in (sentence pairs), the language ids its tokens carry (a pair's
+    second sentence the second's, every other token the first's), and whether the rows are
+    trained on."""
 
     tokenizer: Tokenizer
     labels: tuple[str, ...]
     layout: PairLayout
     max_length: int
-    settings: TaskSettings
+    settings: object = None
+    plug_in: bool = False
     lang_ids: tuple[int, int] = (0, 0)
     training: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
-class TaskSettings:
-    """Settings only some kinds read: QA's windows (XTREME's `doc_stride`, `max_query_length`),
-    loss (`loss_over`: "window" or "tokens", `objectives.task_losses`) and decoding
-    (`n_best_size`, `max_answer_length`, `answer_text`: `qa_windows.ANSWER_TEXTS`), and
-    whether VECO's cross-attention is plugged in (sentence pairs)."""
-
-    doc_stride: int = 128
-    max_query_length: int = 64
-    n_best_size: int = 20
-    max_answer_length: int = 30
-    loss_over: str = "window"
-    answer_text: str = "words"
-    plug_in: bool = False
-
-
-@dataclasses.dataclass(frozen=True)
 class Head:
     """What builds a kind's module: the model's config, its family's head style
-    (`Family.task_head`), the number of labels and the settings."""
+    (`Family.task_head`), the number of labels and whether VECO's cross-attention is plugged
+    in."""
 
     config: ModelConfig
     task_head: str
     num_labels: int
-    settings: TaskSettings
+    plug_in: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -94,6 +83,8 @@ class TaskKind:
     - ``chance``: (gold examples) → what `score` gives a constant answer, the baseline a
       user's task is read against (classification: the majority label's share), where a kind
       has one.
+    - ``section``: the kind's own config section (`cfg.<section.name>.*`, QA's windows), whose
+      values its encoding carries (`Encoding.settings`), where a kind has settings of its own.
     """
 
     name: str
@@ -106,3 +97,4 @@ class TaskKind:
     decode: Callable[[Any, Rows, Sequence[Any], Encoding], list[Any]]
     score: Callable[[Sequence[Any], Sequence[Any]], float]
     chance: Callable[[Sequence[Any]], float] | None = None
+    section: Section | None = None

@@ -4,14 +4,50 @@ by SQuAD v1.1's F1."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 
-from xlpretrain.data.finetuning.qa_windows import QAWindows, decode_answers, encode_questions
+from xlpretrain.core.settings import Section
+from xlpretrain.data.finetuning.qa_windows import (
+    ANSWER_TEXTS,
+    QAWindows,
+    decode_answers,
+    encode_questions,
+)
 from xlpretrain.data.finetuning.task_examples import QAExample
 from xlpretrain.eval.xtreme import score
 from xlpretrain.model.task_heads import SpanExtractor
 from xlpretrain.objectives.task_losses import answer_boundaries, span_loss
 from xlpretrain.tasks.declaration import Encoding, Head, TaskKind
+
+
+@dataclasses.dataclass(frozen=True)
+class QASettings:
+    """`qa.*`: the windows (XTREME's `doc_stride`, `max_query_length`), the loss (`loss_over`:
+    "window" or "tokens", `objectives.task_losses`) and the decoding (`n_best_size`,
+    `max_answer_length`, `answer_text`: `qa_windows.ANSWER_TEXTS`), XTREME's by default
+    (scripts/train_qa.sh, run_squad.py)."""
+
+    doc_stride: int = 128
+    max_query_length: int = 64
+    n_best_size: int = 20
+    max_answer_length: int = 30
+    loss_over: str = "window"
+    answer_text: str = "words"
+
+
+SECTION = Section(
+    "qa",
+    QASettings,
+    {
+        "doc_stride": (lambda v: v > 0, "must be > 0"),
+        "max_query_length": (lambda v: v > 0, "must be > 0"),
+        "n_best_size": (lambda v: v > 0, "must be > 0"),
+        "max_answer_length": (lambda v: v > 0, "must be > 0"),
+        "loss_over": (lambda v: v in ("window", "tokens"), "must be 'window' or 'tokens'"),
+        "answer_text": (lambda v: v in ANSWER_TEXTS, f"must be one of {ANSWER_TEXTS}"),
+    },
+)
 
 
 def no_labels(examples: Sequence[QAExample]) -> tuple[str, ...]:
@@ -71,4 +107,5 @@ KIND = TaskKind(
     outputs=outputs,
     decode=decode,
     score=squad_f1,
+    section=SECTION,
 )
