@@ -482,11 +482,11 @@ def test_retrieval_bad_lines_are_errors(tmp_path):
     english.write_text("en-1\tOne.\nen-2 Two.\n")
     assert one_line_error(lambda: read_bucc(source, english)).startswith(f"{english}:2: ")
     english.write_text("en-1\tOne.\nen-1\tTwo.\n")
-    assert "id 'en-1' given twice" in one_line_error(lambda: read_bucc(source, english))
+    assert "ID 'en-1' is also on line 1" in one_line_error(lambda: read_bucc(source, english))
     english.write_text("en-1\tOne.\nen-2\tTwo.\n")
     gold.write_text("de-1\ten-2\nde-2\ten-3\n")
     message = one_line_error(lambda: read_bucc(source, english, gold))
-    assert message == f"{gold}:2: no sentence 'en-3' in {english}"
+    assert message == f"{gold}:2: ID 'en-3' is not in {english}"
     tatoeba = tmp_path / "de-en.en"
     tatoeba.write_bytes(b"One.\nT\xffwo.\n")
     assert one_line_error(lambda: read_tatoeba(source, tatoeba)).startswith(f"{tatoeba}:2: ")

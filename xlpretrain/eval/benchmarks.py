@@ -15,7 +15,8 @@ gold file is one `MiningSet` (the official test split has no public gold, so it 
 
 Unlike a training corpus, whose bad lines are skipped and counted, these files are references:
 an ID that cannot be read would silently change what is scored, so a malformed BUCC line, a
-duplicate ID or a gold ID missing from its side is a `DataError` naming the file and line.
+duplicate ID or a gold ID missing from its side is a `DataError` naming the file and line
+(BUCC's files are read by the readers of XTREME's copy of them, `data.xtreme.retrieval`).
 Tatoeba keeps the training rule (a line pair with a bad side is skipped and counted), since
 skipping both sides of a pair keeps the alignment; different line counts are an error.
 """
@@ -39,6 +40,7 @@ from xlpretrain.data.corpora.sources import (
     parse_pair,
     reject_string,
 )
+from xlpretrain.data.xtreme.retrieval import read_gold_pairs, read_id_sentences
 
 __all__ = ["MiningSet", "TatoebaSource", "read_mining_sets"]
 
@@ -189,47 +191,14 @@ def _mining_set(folder: str, pair: Pair, split: str, gold_name: str) -> MiningSe
     for side in paths:
         if not os.path.isfile(side):
             raise DataError(f"{side} is missing: {gold_name} pairs IDs of {name}.{{l1,l2}}")
-    (ids1, texts1), (ids2, texts2) = (read_id_lines(side) for side in paths)
-    gold = read_gold(os.path.join(folder, gold_name), (ids1, ids2), paths)
-    return MiningSet(name, pair, (ids1, ids2), (texts1, texts2), gold)
-
-
-def read_id_lines(path: str) -> tuple[list[str], list[str]]:
-    """The IDs and sentences of a file of `ID<TAB>sentence` lines (a sentence may hold tabs)."""
-    ids, texts, rows = [], [], {}
-    for number, line in enumerate(_read_text_lines(path), 1):
-        identifier, tab, text = line.partition("\t")
-        if not tab or not identifier.strip() or not text.strip():
-            raise DataError(f"{path}:{number}: expected ID<TAB>sentence, got {line[:80]!r}")
-        if identifier in rows:
-            raise DataError(
-                f"{path}:{number}: ID {identifier!r} is also on line {rows[identifier]}"
-            )
-        rows[identifier] = number
-        ids.append(identifier)
-        texts.append(text)
-    if not ids:
-        raise DataError(f"{path} is empty")
-    return ids, texts
-
-
-def read_gold(
-    path: str, ids: tuple[list[str], list[str]], sides: Sequence[str]
-) -> frozenset[tuple[int, int]]:
-    """The `ID_l1<TAB>ID_l2` lines of a gold file as (l1 row, l2 row) pairs."""
-    rows = [{identifier: row for row, identifier in enumerate(side)} for side in ids]
-    gold = set()
-    for number, line in enumerate(_read_text_lines(path), 1):
-        fields = line.split("\t")
-        if len(fields) != 2:
-            raise DataError(f"{path}:{number}: expected ID_l1<TAB>ID_l2, got {line[:80]!r}")
-        for identifier, side_rows, side in zip(fields, rows, sides, strict=True):
-            if identifier not in side_rows:
-                raise DataError(f"{path}:{number}: ID {identifier!r} is not in {side}")
-        gold.add((rows[0][fields[0]], rows[1][fields[1]]))
-    if not gold:
-        raise DataError(f"{path} has no gold pair")
-    return frozenset(gold)
+    first, second = (read_id_sentences(side) for side in paths)
+    pairs = read_gold_pairs(
+        os.path.join(folder, gold_name), ((first, paths[0]), (second, paths[1]))
+    )
+    rows = [{name: row for row, name in enumerate(side)} for side in (first, second)]
+    gold = frozenset((rows[0][a], rows[1][b]) for a, b in pairs)
+    ids = (list(first), list(second))
+    return MiningSet(name, pair, ids, (list(first.values()), list(second.values())), gold)
 
 
 def _folder(path: str | os.PathLike[str]) -> str:
@@ -243,14 +212,3 @@ def _folder(path: str | os.PathLike[str]) -> str:
 def _read_lines(path: str) -> list[bytes]:
     with open(path, "rb") as f:
         return f.read().splitlines()
-
-
-def _read_text_lines(path: str) -> list[str]:
-    """The lines of a reference file, which must be UTF-8 throughout."""
-    lines = []
-    for number, line in enumerate(_read_lines(path), 1):
-        try:
-            lines.append(line.decode("utf-8"))
-        except UnicodeDecodeError:
-            raise DataError(f"{path}:{number}: not UTF-8") from None
-    return lines

@@ -2,9 +2,12 @@
 reference and a bad line is an error naming file:line.
 
 BUCC: `{lang}-en.{split}.{lang}` and `{lang}-en.{split}.en` hold one `id<TAB>sentence` per line
-(ids such as `de-000000001`); `{lang}-en.dev.gold` holds the true pairs, `source id<TAB>English
-id`. The download script renames BUCC's training split to `test` and its sample to `dev`, and
-deletes the test gold (the submission's labels are XTREME's).
+(ids such as `de-000000001`; the first tab separates, so a sentence may hold tabs);
+`{lang}-en.dev.gold` holds the true pairs, `source id<TAB>English id`. The download script
+renames BUCC's training split to `test` and its sample to `dev`, and deletes the test gold (the
+submission's labels are XTREME's). The same readers serve BUCC's own files
+(`<l1>-<l2>.<split>.{l1,l2,gold}`) for the pre-trained encoder's mining evaluation
+(`eval.benchmarks.read_mining_sets`).
 
 Tatoeba: `{lang}-en.{lang}` holds the source sentences, one per line, and `{lang}-en.en` their
 English translations, sorted (utils_preprocess.py sorts them, hiding the alignment; the sort
@@ -19,7 +22,14 @@ import os
 from xlpretrain.data.corpora.sources import DataError
 from xlpretrain.data.xtreme.lines import BadLines, decoded_lines
 
-__all__ = ["BuccSplit", "TatoebaSplit", "read_bucc", "read_tatoeba"]
+__all__ = [
+    "BuccSplit",
+    "TatoebaSplit",
+    "read_bucc",
+    "read_gold_pairs",
+    "read_id_sentences",
+    "read_tatoeba",
+]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,21 +57,44 @@ def read_bucc(
     gold_path: str | os.PathLike | None = None,
 ) -> BuccSplit:
     """Reads one BUCC split (and its gold, if given); every gold id must be a sentence's."""
-    source, english = _id_sentences(source_path), _id_sentences(english_path)
+    source, english = read_id_sentences(source_path), read_id_sentences(english_path)
     if gold_path is None:
         return BuccSplit(source, english, None)
+    sides = ((source, source_path), (english, english_path))
+    return BuccSplit(source, english, read_gold_pairs(gold_path, sides))
+
+
+def read_id_sentences(path: str | os.PathLike) -> dict[str, str]:
+    """The sentences of a file of `id<TAB>sentence` lines by id, in file order (the first tab
+    separates: a sentence may hold tabs); a line without a tab or an id, or an id given twice,
+    is an error naming file:line."""
+    sentences: dict[str, str] = {}
+    lines: dict[str, int] = {}
+    for number, text in _lines(path):
+        name, tab, sentence = text.partition("\t")
+        if not tab or not name.strip():
+            raise DataError(f"{path}:{number}: expected ID<TAB>sentence, got {text[:80]!r}")
+        if name in sentences:
+            raise DataError(f"{path}:{number}: ID {name!r} is also on line {lines[name]}")
+        sentences[name], lines[name] = sentence, number
+    return sentences
+
+
+def read_gold_pairs(
+    path: str | os.PathLike, sides: tuple[tuple[dict[str, str], str | os.PathLike], ...]
+) -> tuple[tuple[str, str], ...]:
+    """The `id<TAB>id` lines of a gold file, each id one of its side's sentences (`sides`: each
+    side's sentences by id and its file)."""
     gold = []
-    for number, fields in _fields(gold_path):
+    for number, text in _lines(path):
+        fields = text.split("\t")
         if len(fields) != 2:
-            raise DataError(f"{gold_path}:{number}: expected 2 fields, source id and English id")
-        for known, name, path in (
-            (source, fields[0], source_path),
-            (english, fields[1], english_path),
-        ):
+            raise DataError(f"{path}:{number}: expected ID_l1<TAB>ID_l2, got {text[:80]!r}")
+        for name, (known, side) in zip(fields, sides, strict=True):
             if name not in known:
-                raise DataError(f"{gold_path}:{number}: no sentence {name!r} in {path}")
+                raise DataError(f"{path}:{number}: ID {name!r} is not in {side}")
         gold.append((fields[0], fields[1]))
-    return BuccSplit(source, english, tuple(gold))
+    return tuple(gold)
 
 
 def read_tatoeba(source_path: str | os.PathLike, english_path: str | os.PathLike) -> TatoebaSplit:
@@ -80,18 +113,3 @@ def _lines(path: str | os.PathLike) -> list[tuple[int, str]]:
     if not lines:
         raise DataError(f"{path} is empty")
     return lines
-
-
-def _fields(path: str | os.PathLike) -> list[tuple[int, list[str]]]:
-    return [(number, text.split("\t")) for number, text in _lines(path)]
-
-
-def _id_sentences(path: str | os.PathLike) -> dict[str, str]:
-    sentences: dict[str, str] = {}
-    for number, fields in _fields(path):
-        if len(fields) != 2 or not fields[0].strip():
-            raise DataError(f"{path}:{number}: expected 2 fields, an id and a sentence")
-        if fields[0] in sentences:
-            raise DataError(f"{path}:{number}: id {fields[0]!r} given twice")
-        sentences[fields[0]] = fields[1]
-    return sentences
