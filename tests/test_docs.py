@@ -69,6 +69,9 @@ _TRAIN = (
     "--config.train.log_every=2",
     "--config.tokenizer.path={tokenizer}",  # instead of training one per command
     f"--config.model.vocab_size={TINY_VOCAB}",
+    # Retrieval on every held-out pair file, at step 0 and at the end, but 10 lines of each
+    # instead of 100 or 1000: the encoding, not the compile, was most of a tiny run.
+    "--config.eval.retrieval_lines=10",
 )
 # XLM-R base / large shapes take minutes per compiled step on a CPU; the benchmark and sizing
 # commands get a small model of the same kind instead.
