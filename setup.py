@@ -55,7 +55,7 @@ setup(
         ],
         "docs": ["mkdocs-material>=9.5"],
         "wandb": ["wandb>=0.17"],  # train.wandb_project
-        # python -m xlpretrain.eval.xtreme score: PAN-X's and UD-POS's span F1. 1.x, whose
+        # python -m xlpretrain.finetune (score and run): PAN-X's and UD-POS's span F1. 1.x, whose
         # chunking evaluate.py's numbers today come from (UD-POS differs under 0.0.x).
         "xtreme": ["seqeval>=1.2"],
         "beam": ["apache-beam>=2.50"],  # python -m xlpretrain.data.prepare --beam

@@ -106,7 +106,7 @@ TINY: dict[str, tuple[str, ...]] = {
 STORE_KEEPS = ("--config.tokenizer.path", "--config.model.vocab_size")
 # Compiled at XLA's default level, not -O0: their evaluation over every language of the demo's
 # pairs outweighs their compiles (the fine-tuning commands, 52 CPU-s at -O0 against 31).
-FULL_OPTIMIZATION = ("xlpretrain.eval.finetune",)
+FULL_OPTIMIZATION = ("xlpretrain.finetune",)
 # Appended only where a command sets the flag, so that it stays inside the tiny run.
 TINY_IF_SET = {"--config.train.stop_at": "2"}
 
