@@ -31,6 +31,11 @@ TyDiQA-GoldP, where XTREME ships such data; languages without it are not run). T
 scored against: `data.labels_dir` (`--labels`), else `XTREME_DIR/labels` if it exists, else the
 test files' own labels (written to `OUT/labels/`) where they have them; none of these: no test
 table.
+
+A user's task (a folder source: `pairs`, `tagging`, `extractive_qa`) runs zero-shot from its
+`train_language`, selects on that folder's dev file where there is one, and is scored here, by
+its kind's metric beside chance where the kind has one (`user_scores`), into
+`OUT/<task>/results.json`: evaluate.py knows only XTREME's tasks, so no gold of it is written.
 """
 
 from __future__ import annotations
