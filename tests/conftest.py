@@ -69,6 +69,28 @@ def demo_json_tokenizer_path(tmp_path_factory) -> pathlib.Path:
 
 
 @pytest.fixture(scope="session")
+def tiny_xlmr(demo_json_tokenizer_path, tmp_path_factory) -> pathlib.Path:
+    """A randomly initialised 2-layer XLM-R with the demo corpus's tokenizer, as a checkpoint
+    folder: what the fine-tuning tests start from, where the plumbing, not transfer, is under
+    test (docs/xtreme.md and docs/finetune.md report the demo model's figures)."""
+    import flax.linen as nn
+    import jax
+    import numpy as np
+
+    from xlpretrain.convert import folder
+    from xlpretrain.data.tokenizer import Tokenizer
+    from xlpretrain.families import XLMR
+    from xlpretrain.model import init_params
+
+    config = XLMR.config(vocab_size=2002, hidden_size=32, num_layers=2, num_heads=4, mlp_dim=64)
+    params = jax.tree.map(np.asarray, nn.unbox(init_params(config, jax.random.key(0))))
+    path = tmp_path_factory.mktemp("tiny_xlmr") / "model"
+    tokenizer = Tokenizer.load(demo_json_tokenizer_path)
+    folder.write(folder.Pretrained(config, params, tokenizer), path)
+    return path
+
+
+@pytest.fixture(scope="session")
 def udhr_run_config(udhr, udhr_tokenizer_path):
     """`tests.tiny.run_config` on the UDHR corpus and tokenizer: `udhr_run_config(**overrides)`."""
     from tests.tiny import run_config

@@ -10,37 +10,21 @@ import pathlib
 import subprocess
 import sys
 
-import flax.linen as nn
-import jax
 import numpy as np
 import pytest
 
 from xlpretrain import tasks
-from xlpretrain.convert import folder
 from xlpretrain.data.corpora.sources import DataError
 from xlpretrain.data.finetuning.task_examples import Answer, QAExample
-from xlpretrain.data.tokenizer import Tokenizer
 from xlpretrain.data.xtreme import write_squad_file
 from xlpretrain.families import XLMR
 from xlpretrain.finetune import folder_source, registry, schema, suite
 from xlpretrain.finetune.plan import resolve
-from xlpretrain.model import init_params
 from xlpretrain.tasks import classification
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 NAMES = ("Anna", "Berlin", "Kenia", "Maria", "Paris", "Tokio")
 WORDS = ("the", "house", "is", "near", "and", "river", "old", "city")
-
-
-@pytest.fixture(scope="module")
-def tiny_model(demo_json_tokenizer_path, tmp_path_factory) -> pathlib.Path:
-    """A randomly initialised 2-layer XLM-R: the plumbing, not transfer, is under test."""
-    config = XLMR.config(vocab_size=2002, hidden_size=32, num_layers=2, num_heads=4, mlp_dim=64)
-    params = jax.tree.map(np.asarray, nn.unbox(init_params(config, jax.random.key(0))))
-    path = tmp_path_factory.mktemp("model") / "model"
-    tokenizer = Tokenizer.load(demo_json_tokenizer_path)
-    folder.write(folder.Pretrained(config, params, tokenizer), path)
-    return path
 
 
 def tagged(seed: int, n: int, labelled: bool = True) -> str:
@@ -88,12 +72,12 @@ def user_dir(tmp_path_factory) -> pathlib.Path:
 
 
 def test_a_users_tagging_and_qa_folders_fine_tune_with_the_pairs_command(
-    tiny_model, user_dir, tmp_path
+    tiny_xlmr, user_dir, tmp_path
 ):
     out = tmp_path / "out"
     command = [
         sys.executable, "-m", "xlpretrain.finetune", "run",
-        f"--config={REPO / 'configs' / 'finetune_pairs.py'}", f"--init={tiny_model}",
+        f"--config={REPO / 'configs' / 'finetune_pairs.py'}", f"--init={tiny_xlmr}",
         f"--data={user_dir}", f"--out={out}", "--tasks=tagging,extractive_qa",
         "--config.train.steps=3", "--config.train.log_every=1", "--config.eval.every_steps=3",
         "--config.tagging.batch_size=8", "--config.tagging.max_length=32",
@@ -125,9 +109,9 @@ def test_a_users_tagging_and_qa_folders_fine_tune_with_the_pairs_command(
     assert not (out / "labels").exists()  # a user's tasks are scored here, not by evaluate.py
 
 
-def test_a_folder_without_its_files_is_named(tiny_model, user_dir, tmp_path):
+def test_a_folder_without_its_files_is_named(tiny_xlmr, user_dir, tmp_path):
     cfg = schema.default_config()
-    cfg.init.path, cfg.data.dir, cfg.tasks = str(tiny_model), str(user_dir), "tagging"
+    cfg.init.path, cfg.data.dir, cfg.tasks = str(tiny_xlmr), str(user_dir), "tagging"
     cfg.tagging.train_language = "fr"
     with pytest.raises(DataError, match=r"no file .*/fr/train.tsv \(word<TAB>tag a line"):
         suite.run(resolve(cfg), tmp_path / "a")
@@ -151,7 +135,7 @@ def toy_kind() -> tasks.TaskKind:
     return dataclasses.replace(classification.KIND, name="toy_kind", score=first_letters)
 
 
-def test_a_toy_kind_and_a_toy_task_touch_nothing_else(tiny_model, tmp_path, monkeypatch):
+def test_a_toy_kind_and_a_toy_task_touch_nothing_else(tiny_xlmr, tmp_path, monkeypatch):
     """The kind is a declaration and an entry of `tasks.KINDS`, the task one `register` call;
     the schema gives it a section, the plan a plan, the suite runs, writes and scores it."""
     monkeypatch.setattr(tasks, "KINDS", {**tasks.KINDS, "toy_kind": toy_kind()})
@@ -167,7 +151,7 @@ def test_a_toy_kind_and_a_toy_task_touch_nothing_else(tiny_model, tmp_path, monk
         (data / lang / ("train.tsv" if lang == "en" else "test.tsv")).write_text("\n".join(lines))
     cfg = schema.default_config()
     assert cfg.toy.seed == 3 and cfg.toy.train_language == "en"  # its section, its defaults
-    cfg.init.path, cfg.data.dir, cfg.tasks = str(tiny_model), str(data), "toy"
+    cfg.init.path, cfg.data.dir, cfg.tasks = str(tiny_xlmr), str(data), "toy"
     plan = resolve(cfg)
     assert plan.task_plan("toy", 16).loop.steps == 2  # one epoch of 16 rows, 8 a step
     finished = suite.run(plan, tmp_path / "out")

@@ -10,25 +10,18 @@ import pathlib
 import subprocess
 import sys
 
-import flax.linen as nn
-import jax
-import numpy as np
 import pytest
 
 from configs import xtreme as xtreme_config
 from tests import xtreme_fixtures as fx
-from xlpretrain.convert import folder
 from xlpretrain.core.errors import ConfigError
 from xlpretrain.data import demo_corpus
 from xlpretrain.data.corpora.sources import DataError
 from xlpretrain.data.demo_corpus import demo_xtreme
-from xlpretrain.data.tokenizer import Tokenizer
 from xlpretrain.eval.xtreme import score, tables
-from xlpretrain.families import XLMR
 from xlpretrain.finetune import suite
 from xlpretrain.finetune.plan import resolve, tasks_of
 from xlpretrain.finetune.schema import check as check_run_config
-from xlpretrain.model import init_params
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 TASKS = ("pawsx", "panx", "xquad")
@@ -41,18 +34,6 @@ def xtreme_dir(tmp_path_factory) -> pathlib.Path:
     out = tmp_path_factory.mktemp("xtreme")
     demo_xtreme.write_benchmark(corpus, out)
     return out
-
-
-@pytest.fixture(scope="module")
-def tiny_model(demo_json_tokenizer_path, tmp_path_factory) -> pathlib.Path:
-    """A randomly initialised 2-layer XLM-R with the demo corpus's tokenizer: the plumbing, not
-    transfer, is under test (docs/xtreme.md reports the demo model's figures)."""
-    config = XLMR.config(vocab_size=2002, hidden_size=32, num_layers=2, num_heads=4, mlp_dim=64)
-    params = jax.tree.map(np.asarray, nn.unbox(init_params(config, jax.random.key(0))))
-    path = tmp_path_factory.mktemp("model") / "model"
-    tokenizer = Tokenizer.load(demo_json_tokenizer_path)
-    folder.write(folder.Pretrained(config, params, tokenizer), path)
-    return path
 
 
 def run_config(model, data, **overrides):
@@ -70,9 +51,9 @@ def run_config(model, data, **overrides):
 
 
 @pytest.fixture(scope="module")
-def finished(tiny_model, xtreme_dir, tmp_path_factory):
+def finished(tiny_xlmr, xtreme_dir, tmp_path_factory):
     out = tmp_path_factory.mktemp("out")
-    return out, suite.run(resolve(run_config(tiny_model, xtreme_dir)), out)
+    return out, suite.run(resolve(run_config(tiny_xlmr, xtreme_dir)), out)
 
 
 def test_every_test_language_is_predicted_in_the_submission_layout(finished, xtreme_dir):
@@ -111,9 +92,9 @@ def test_each_task_selects_on_english_dev(finished):
 
 
 def test_a_killed_run_resumes_without_redoing_a_finished_task(
-    tiny_model, xtreme_dir, tmp_path, caplog
+    tiny_xlmr, xtreme_dir, tmp_path, caplog
 ):
-    cfg = run_config(tiny_model, xtreme_dir)
+    cfg = run_config(tiny_xlmr, xtreme_dir)
     cfg.tasks = "pawsx"
     assert suite.run(resolve(cfg), tmp_path) is not None
     done = (tmp_path / "pawsx" / "results.json").stat().st_mtime_ns
@@ -129,8 +110,8 @@ def test_a_killed_run_resumes_without_redoing_a_finished_task(
     assert (tmp_path / "panx" / "results.json").is_file()
 
 
-def test_a_task_config_takes_its_epochs_over_its_rows(tiny_model, xtreme_dir):
-    cfg = run_config(tiny_model, xtreme_dir)
+def test_a_task_config_takes_its_epochs_over_its_rows(tiny_xlmr, xtreme_dir):
+    cfg = run_config(tiny_xlmr, xtreme_dir)
     cfg.train.steps = 0
     cfg.pawsx.update(epochs=2.5, batch_size=8, learning_rate=1e-3)
     own = resolve(cfg).task_plan("pawsx", train_rows=20)
@@ -139,25 +120,25 @@ def test_a_task_config_takes_its_epochs_over_its_rows(tiny_model, xtreme_dir):
     assert own.optim.learning_rate == 1e-3 and own.batch_size == 8
 
 
-def test_config_and_data_errors(tiny_model, xtreme_dir, tmp_path):
-    cfg = run_config(tiny_model, xtreme_dir)
+def test_config_and_data_errors(tiny_xlmr, xtreme_dir, tmp_path):
+    cfg = run_config(tiny_xlmr, xtreme_dir)
     assert tasks_of(cfg, "pawsx,bucc2018") == ("pawsx", "bucc2018")
     with pytest.raises(ConfigError, match="unknown task.*nosuch.*knows xnli.*tatoeba"):
         tasks_of(cfg, "nosuch")
     cfg.pawsx.learnin_rate = 1.0
     with pytest.raises(ConfigError, match="pawsx.learnin_rate"):
         check_run_config(cfg)
-    missing = run_config(tiny_model, tmp_path)
+    missing = run_config(tiny_xlmr, tmp_path)
     missing.tasks = "panx"
     with pytest.raises(Exception, match=r"panx.*AmazonPhotos"):
         suite.run(resolve(missing), tmp_path / "out")
 
 
-def test_the_command_line_runs_a_task_and_prints_the_table(tiny_model, xtreme_dir, tmp_path):
+def test_the_command_line_runs_a_task_and_prints_the_table(tiny_xlmr, xtreme_dir, tmp_path):
     out = tmp_path / "out"
     command = [
         sys.executable, "-m", "xlpretrain.finetune", "run",
-        f"--config={REPO / 'configs' / 'xtreme.py'}:demo", f"--init={tiny_model}",
+        f"--config={REPO / 'configs' / 'xtreme.py'}:demo", f"--init={tiny_xlmr}",
         f"--data={xtreme_dir}", f"--out={out}", "--tasks=pawsx", "--config.train.steps=2",
         "--config.pawsx.batch_size=8", "--config.pawsx.max_length=32",
     ]  # fmt: skip
@@ -183,12 +164,12 @@ DEV_TABLE = ("xnli", "pawsx", "panx", "udpos", "mlqa", "bucc2018")
 
 
 @pytest.fixture(scope="module")
-def download(tiny_model, tmp_path_factory):
+def download(tiny_xlmr, tmp_path_factory):
     """All nine tasks run on `tests/xtreme_fixtures`' XTREME_DIR: written as utils_preprocess.py
     writes it, test files without labels, QA test answers its placeholder."""
     data = fx.write_xtreme_dir(tmp_path_factory.mktemp("download"))
     cfg = xtreme_config.get_config("demo")
-    cfg.init.path, cfg.data.dir, cfg.tasks = str(tiny_model), str(data), ",".join(EVERY_TASK)
+    cfg.init.path, cfg.data.dir, cfg.tasks = str(tiny_xlmr), str(data), ",".join(EVERY_TASK)
     cfg.train.update(steps=2, log_every=2, checkpoint_every=2, async_checkpointing=False)
     cfg.eval.every_steps = 2
     for task in FINE_TUNED:
@@ -246,11 +227,11 @@ def test_the_test_table_with_the_original_test_answers(download, tmp_path):
         suite.run(resolve(cfg), out)
 
 
-def test_the_command_line_says_which_table_is_which(download, tiny_model, tmp_path):
+def test_the_command_line_says_which_table_is_which(download, tiny_xlmr, tmp_path):
     cfg, out, _ = download
     command = [
         sys.executable, "-m", "xlpretrain.finetune", "run",
-        f"--config={REPO / 'configs' / 'xtreme.py'}:demo", f"--init={tiny_model}",
+        f"--config={REPO / 'configs' / 'xtreme.py'}:demo", f"--init={tiny_xlmr}",
         f"--data={cfg.data.dir}", f"--out={out}", f"--tasks={','.join(EVERY_TASK)}",
     ]  # fmt: skip
     done = subprocess.run(command, capture_output=True, text=True, cwd=REPO, timeout=600)
