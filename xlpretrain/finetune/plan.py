@@ -22,7 +22,6 @@ from xlpretrain import tasks as task_kinds
 from xlpretrain.core.errors import ConfigError
 from xlpretrain.eval.xtreme.retrieval import RetrievalSettings
 from xlpretrain.finetune import registry, schema
-from xlpretrain.finetune.folder_source import FolderSource
 from xlpretrain.finetune.schema import FineTuneSettings
 from xlpretrain.model.config import ModelConfig
 from xlpretrain.training.record import ConfigRecord
@@ -166,7 +165,7 @@ class FineTunePlan:
         data = {"max_length": own.max_length, "batch_size": own.batch_size, **run["data"]}
         for key in ("dir", "labels_dir"):
             del data[key]
-        if isinstance(registry.get(task).source, FolderSource):
+        if registry.get(task).users:
             folder = ("train_language", "languages", "labels")
             data |= {key: list(v) if isinstance(v := getattr(own, key), tuple) else v
                      for key in folder}  # fmt: skip

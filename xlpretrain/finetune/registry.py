@@ -54,6 +54,12 @@ class Task:
         return self.kind != RETRIEVAL
 
     @property
+    def users(self) -> bool:
+        """Whether its data is a user's folder (scored here, beside chance) rather than
+        XTREME's (scored as evaluate.py scores it)."""
+        return isinstance(self.source, FolderSource)
+
+    @property
     def protocols(self) -> tuple[str, ...]:
         return self.source.protocols
 

@@ -24,8 +24,8 @@ from xlpretrain.core.settings import Ranges, Section
 from xlpretrain.data.xtreme import VERSIONS
 from xlpretrain.eval.xtreme.retrieval import RetrievalSettings
 from xlpretrain.finetune import registry
-from xlpretrain.finetune.folder_source import FolderSettings, FolderSource
-from xlpretrain.finetune.xtreme_source import PROTOCOLS, XtremeSource
+from xlpretrain.finetune.folder_source import FolderSettings
+from xlpretrain.finetune.xtreme_source import PROTOCOLS
 from xlpretrain.model.config import ATTENTION_IMPLS
 from xlpretrain.training.config import (
     LOOP_RANGES,
@@ -103,7 +103,7 @@ def task_section(task: registry.Task) -> Section:
     """`task`'s config section, its values' defaults the registry's."""
     if not task.fine_tuned:
         values, ranges = RetrievalSettings, RETRIEVAL_RANGES
-    elif isinstance(task.source, FolderSource):
+    elif task.users:
         values, ranges = FolderTaskSettings, FOLDER_RANGES
     else:
         values, ranges = FineTuneSettings, FINE_TUNE_RANGES
@@ -117,7 +117,7 @@ def sections() -> dict[str, Section]:
 
 def xtreme_tasks() -> tuple[str, ...]:
     """The registered tasks of XTREME's layout: what a run runs unless `tasks` says."""
-    return tuple(n for n, t in registry.TASKS.items() if isinstance(t.source, XtremeSource))
+    return tuple(name for name, task in registry.TASKS.items() if not task.users)
 
 
 def kind_sections() -> dict[str, Section]:

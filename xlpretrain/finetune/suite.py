@@ -58,7 +58,6 @@ from xlpretrain.data.xtreme import BuccSplit, read_bucc, read_tatoeba, write_lab
 from xlpretrain.eval.xtreme import retrieval, score, tables
 from xlpretrain.finetune import registry, task_run
 from xlpretrain.finetune.examples import TaskExamples
-from xlpretrain.finetune.folder_source import FolderSource
 from xlpretrain.finetune.plan import FineTunePlan
 
 log = logging.getLogger("xlpretrain")
@@ -192,7 +191,7 @@ def run_task(plan: FineTunePlan, task: str, out: Path, devices=None) -> dict[str
     if jax.process_index() == 0:
         write_predictions(out, task, predicted)
         write_predictions(out, task, dev_predicted, "dev_predictions")
-        if not isinstance(registry.get(task).source, FolderSource):  # scored by evaluate.py's
+        if not registry.get(task).users:  # scored by evaluate.py's
             write_gold(out, task, tests, "labels")
             write_gold(out, task, devs, "dev_labels")
         _write_done(folder, result)
@@ -315,7 +314,7 @@ class RunResults:
     @property
     def xtreme(self) -> bool:
         """Whether any task was XTREME's (scored by evaluate.py, drawn in `results.md`)."""
-        return any(not _user_task(task) for task in self.tasks)
+        return any(not registry.get(task).users for task in self.tasks)
 
     def json(self) -> dict[str, Any]:
         """Every table of the run: `selected`, `dev` and, where test labels were found, `test`
@@ -352,16 +351,12 @@ def run(plan: FineTunePlan, out: str | os.PathLike, devices=None) -> RunResults 
     return finished
 
 
-def _user_task(task: str) -> bool:
-    return isinstance(registry.get(task).source, FolderSource)
-
-
 def user_lines(finished: RunResults) -> list[str]:
     """Each user task's scores beside chance, a line a language (its kind's metric, in
     percent), then the average: what `run` prints of them."""
     lines = []
     for task, result in finished.tasks.items():
-        if not _user_task(task):
+        if not registry.get(task).users:
             continue
         lines.append(f"{task} ({registry.get(task).kind}), trained on {result['train_language']}:")
         for name, figures in {"train": result["train"], **result["languages"]}.items():
