@@ -34,6 +34,7 @@ class PreemptionWatch:
     def __init__(self, manager: ocp.CheckpointManager):
         self._manager = manager
         self._signal: int | None = None
+        self._announced = False
         self._previous: dict[int, object] = {}
 
     @property
@@ -51,21 +52,29 @@ class PreemptionWatch:
             signal.signal(signum, previous)
 
     def _note(self, signum: int, frame) -> None:
+        """The handler only notes the signal: it interrupts the main thread anywhere, and a
+        log line written from it inside the main thread's own write to the console fails
+        ("reentrant call"); `reached` says it at the step boundary."""
         del frame
         self._signal = signum
         if signum == signal.SIGINT:
             signal.signal(signal.SIGINT, signal.default_int_handler)
-            log.warning(
-                "Ctrl-C: stopping after this step with a checkpoint (Ctrl-C again aborts now, "
-                "losing the steps since the last checkpoint)"
-            )
-        else:
-            log.warning(
-                "received %s: stopping after this step with a checkpoint",
-                signal.Signals(signum).name,
-            )
 
     def reached(self, step: int) -> bool:
-        if jax.process_count() == 1:
-            return self._signal is not None
-        return self._manager.reached_preemption(step)
+        if jax.process_count() > 1:
+            return self._manager.reached_preemption(step)
+        if self._signal is not None and not self._announced:
+            self._announced = True
+            if self.interrupted:
+                log.warning(
+                    "Ctrl-C: stopping after step %d with a checkpoint (Ctrl-C again aborts now, "
+                    "losing the steps since the last checkpoint)",
+                    step,
+                )
+            else:
+                log.warning(
+                    "received %s: stopping after step %d with a checkpoint",
+                    signal.Signals(self._signal).name,
+                    step,
+                )
+        return self._signal is not None
