@@ -18,13 +18,15 @@ How a block is treated:
 - A command is a line, or lines joined at trailing backslashes; blank and `#` lines are
   dropped. A few are skipped or changed by rule (`RULES`, `STRIP_PREFIX`, `DRY_RUN`):
   installation lines (CI has installed the project), the test suite itself, cluster
-  submissions; `launch/*.sh` launchers run as their dry run (`DRY_RUN=1`).
+  submissions, the xlco demo (tests/test_demo_xlco.py runs it as written);
+  `launch/*.sh` launchers run as their dry run (`DRY_RUN=1`).
 - A command identical to one that runs on another page is run once, where it comes first.
   So a page must not use the outputs of a command it repeats from another page, except those
   that only write a corpus folder (`EVERY_PAGE`: seconds each), which run on every page.
 - `TINY` is the one place where documented settings are shrunk: a command running one of its
   programs gets that program's flags appended (a later flag wins over the documented one):
-  a few steps, one small shared tokenizer, small benchmark and sizing shapes.
+  a few steps, one small shared tokenizer, small benchmark and sizing shapes, and no held-out
+  evaluation in a one-device `train` that sets no eval flag (`NO_EVAL`).
 
 Where commands run: each page (README.md, a docs page, launch/README.md) in its own scratch
 directory, holding symlinks `configs` and `launch` to the repository's and nothing else a
@@ -109,12 +111,22 @@ STORE_KEEPS = ("--config.tokenizer.path", "--config.model.vocab_size")
 FULL_OPTIMIZATION = ("xlpretrain.finetune",)
 # Appended only where a command sets the flag, so that it stays inside the tiny run.
 TINY_IF_SET = {"--config.train.stop_at": "2"}
+# No held-out evaluation (a retrieval at step 0 and an evaluation at the end: about a third of a
+# tiny run) in a one-device `train` that sets no `--config.eval.` flag: tests/test_demo_runs.py
+# and tests/test_evaluation.py check evaluation on one device. Commands that set an eval flag,
+# run several devices (`XLA_FLAGS=...`) or processes (`launch`) keep theirs.
+NO_EVAL = "--config.eval.every_steps=0"
 
 # --- Rules for commands that are not run as written. -----------------------------------------
 _ENV = r"^(?:\w+=\S*\s+)*"  # leading VAR=value assignments
 RULES: tuple[tuple[str, str], ...] = (
     (r"^pip install\b", "installs the project, which CI has already installed"),
     (r"^python -m pytest\b", "the test suite itself, which CI runs (this test is part of it)"),
+    (
+        r"^python -m xlpretrain\.train --config configs/demo\.py:xlco --workdir runs/demo_xlco$",
+        "the xlco demo, run as written (600 steps) by tests/test_demo_xlco.py; no page uses its "
+        "workdir",
+    ),
     (
         _ENV + r"sbatch\b",
         "submits to a SLURM cluster; the launcher's dry run is tested in "
@@ -278,6 +290,10 @@ def shrink(command: str, tokenizer: pathlib.Path) -> str:
     )
     extra = [flag.format(tokenizer=tokenizer) for flag in TINY[match.group(1)]]
     extra += [f"{flag}={value}" for flag, value in TINY_IF_SET.items() if flag + "=" in command]
+    if match.group(1) == "xlpretrain.train" and not re.search(
+        r"--config\.eval\.|XLA_FLAGS=", command
+    ):
+        extra.append(NO_EVAL)
     if "--config.data.store=" in command:  # the store's tokenizer is the run's
         extra = [f for f in extra if not f.startswith(STORE_KEEPS)]
     return " ".join([command, *extra])

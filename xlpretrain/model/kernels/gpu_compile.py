@@ -30,6 +30,10 @@ _THUNK = re.compile(
     r"kCustomKernel .*?\] (?P<name>\S+) grid: \[(?P<grid>[\d, ]+)\] "
     r"threads: \[(?P<threads>[\d, ]+)\]\s+shared_memory: (?P<smem>\d+) bytes"
 )
+# LLVM's NVPTX backend at XLA's default level whatever `XLA_FLAGS` asks of a process's other
+# compiles (tests run XLA's CPU backend at -O0): the report is of the PTX a GPU would run, and
+# at -O0 every flash kernel spills.
+GPU_BACKEND_OPTIONS = {"xla_backend_optimization_level": 3}
 _ENTRY = re.compile(r"^\.visible \.entry (\S+)\(", re.MULTILINE)
 
 
@@ -117,7 +121,9 @@ def compile_with_report(
         cache = jax.config.jax_enable_compilation_cache
         jax.config.update("jax_enable_compilation_cache", False)
         try:
-            compiled = lowered.compile(compiler_options={"xla_dump_to": dump})
+            compiled = lowered.compile(
+                compiler_options={"xla_dump_to": dump, **GPU_BACKEND_OPTIONS}
+            )
         finally:
             jax.config.update("jax_enable_compilation_cache", cache)
         reports = _read_dump(pathlib.Path(dump), tuple(kernels))
