@@ -33,7 +33,7 @@ setup(
     extras_require={
         "test": [
             "pytest>=8",
-            "pytest-xdist>=3.5",  # the suite's files over the cores (pyproject's addopts)
+            "pytest-xdist>=3.8",  # the suite's files over the cores (pyproject's addopts)
             "ruff>=0.6",
             "tensorflow-datasets>=4.9",
             "array-record>=0.5",
