@@ -1,15 +1,14 @@
-"""Test session set-up: 8 fake CPU devices so sharded and unsharded runs can be compared, XLA's
-CPU backend at -O0, and the longest test files handed out first."""
+"""Test session set-up: 8 fake CPU devices so sharded and unsharded runs can be compared, cheap
+XLA compiles, and the longest test files handed out first."""
 
 import os
 
-# XLA's backend at -O0: a test's tiny model runs a few steps, so compiling is most of its time,
-# and -O0 compiles in about a third less CPU time (test_task_heads + test_modern_encoder: 449 →
-# 285 CPU-s). Inherited by the commands tests run; the demo runs set a user's environment.
+from tests.compile_flags import FAST_COMPILE
+
+# Cheap compiles (tests/compile_flags.py): a test's tiny model runs a few steps, so compiling is
+# most of its time. Inherited by the commands tests run; the demo runs set a user's environment.
 # Deviceless GPU compiles keep XLA's level (`gpu_compile.compile_with_report`).
-os.environ.setdefault(
-    "XLA_FLAGS", "--xla_force_host_platform_device_count=8 --xla_backend_optimization_level=0"
-)
+os.environ.setdefault("XLA_FLAGS", f"--xla_force_host_platform_device_count=8 {FAST_COMPILE}")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 import functools  # noqa: E402

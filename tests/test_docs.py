@@ -38,8 +38,9 @@ the rest of the page is not run. Pages run side by side (`WORKERS`) so that both
 machine work: a command is mostly one busy core (start-up and a cold XLA compile). Each
 command is a fresh `bash -c` (no variable or `cd` carries over), sees one CPU device
 (`XLA_FLAGS` reset, as on a user's machine: conftest's 8 fake devices are for the in-process
-tests; XLA compiles at -O0 but for `FULL_OPTIMIZATION`) and has a timeout. A failure shows the
-command, where it is documented, its directory and the tail of its output.
+tests; cheap XLA compiles, `tests/compile_flags.py`, but for `FULL_OPTIMIZATION`) and has a
+timeout. A failure shows the command, where it is documented, its directory and the tail of its
+output.
 """
 
 from __future__ import annotations
@@ -55,6 +56,8 @@ import time
 
 import pytest
 import yaml
+
+from tests.compile_flags import FAST_COMPILE
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 # Read besides README.md and the site's pages, if no page includes them.
@@ -324,10 +327,9 @@ class Runner:
     def __init__(self, root: pathlib.Path, tokenizer: pathlib.Path):
         self.root, self.tokenizer = root, tokenizer
         self.env = dict(os.environ)
-        # One CPU device, as a user has (not conftest's 8). XLA's backend at -O0 (but for
-        # `FULL_OPTIMIZATION`): compiling is most of a tiny command's time (about 10% less CPU
-        # here), and nothing is timed.
-        self.env["XLA_FLAGS"] = "--xla_backend_optimization_level=0"
+        # One CPU device, as a user has (not conftest's 8). Cheap compiles (but for
+        # `FULL_OPTIMIZATION`): compiling is most of a tiny command's time, and nothing is timed.
+        self.env["XLA_FLAGS"] = FAST_COMPILE
         self.env["PYTHONPATH"] = os.pathsep.join(
             filter(None, [str(REPO), self.env.get("PYTHONPATH")])
         )

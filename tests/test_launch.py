@@ -9,6 +9,7 @@ import sys
 import numpy as np
 import pytest
 
+from tests.compile_flags import FAST_COMPILE
 from xlpretrain import launch
 from xlpretrain.parallel import distributed
 from xlpretrain.training.metrics import read_metrics
@@ -53,7 +54,7 @@ def launch_local(workdir, *extra: str) -> subprocess.CompletedProcess:
 def one_process(tmp_path_factory):
     """The reference: one process with four devices, straight through."""
     workdir = tmp_path_factory.mktemp("one_process")
-    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=4"}
+    env = {**os.environ, "XLA_FLAGS": f"{FAST_COMPILE} --xla_force_host_platform_device_count=4"}
     subprocess.run(
         [sys.executable, "-m", "xlpretrain.train", *TRAIN, "--workdir", str(workdir)],
         env=env, check=True, capture_output=True, timeout=600,
@@ -96,3 +97,14 @@ def test_partial_distributed_environment_is_an_error_naming_what_is_missing():
 def test_launch_needs_train_arguments():
     with pytest.raises(SystemExit):
         launch.main(["local", "--processes", "2"])
+
+
+def test_each_process_keeps_the_callers_xla_flags_and_gets_its_device_count(monkeypatch):
+    flags = "--xla_dump_to=/tmp/dump --xla_force_host_platform_device_count=8"
+    monkeypatch.setenv("XLA_FLAGS", flags)
+    env = launch.process_env(1, processes=2, devices=2, port=1234)
+    assert env["XLA_FLAGS"] == (
+        "--xla_dump_to=/tmp/dump --xla_force_host_platform_device_count=8 "
+        "--xla_force_host_platform_device_count=2"  # the last one counts
+    )
+    assert (env["JAX_PROCESS_ID"], env["JAX_NUM_PROCESSES"]) == ("1", "2")

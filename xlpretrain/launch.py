@@ -29,9 +29,11 @@ def free_port() -> int:
 
 def process_env(index: int, processes: int, devices: int, port: int) -> dict[str, str]:
     env = dict(os.environ)
+    # The device count after the caller's own XLA flags, which it overrides and which stay.
+    device_count = f"--xla_force_host_platform_device_count={devices}"
     env.update(
         JAX_PLATFORMS="cpu",
-        XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}",
+        XLA_FLAGS=" ".join(filter(None, [os.environ.get("XLA_FLAGS", ""), device_count])),
         JAX_COORDINATOR_ADDRESS=f"localhost:{port}",
         JAX_NUM_PROCESSES=str(processes),
         JAX_PROCESS_ID=str(index),
