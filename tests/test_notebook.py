@@ -13,6 +13,8 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
+from tests.compile_flags import FAST_COMPILE
+
 REPO = pathlib.Path(__file__).resolve().parents[1]
 NOTEBOOK = REPO / "docs" / "colab_tpu_demo.ipynb"
 STEPS = 6  # ERNIE-M's stage 2 (BTMLM) starts at half of train.steps: steps 1-2, then 3-6
@@ -144,13 +146,13 @@ def test_notebook_runs_on_cpu(tmp_path):
 
     # Any cell error (a failed command raises in the notebook) raises CellExecutionError here.
     # The kernel sees one CPU device, as a Colab CPU runtime does (conftest's 8 fake devices
-    # are for the in-process tests, and compile an 8-way sharded step).
+    # are for the in-process tests, and compile an 8-way sharded step); compiles are cheap.
     NotebookClient(
         nb,
         timeout=600,
         kernel_name="python3",
         resources={"metadata": {"path": str(REPO / "docs")}},
-    ).execute(env={k: v for k, v in os.environ.items() if k != "XLA_FLAGS"})
+    ).execute(env={**os.environ, "XLA_FLAGS": FAST_COMPILE})
 
     install = stream_text(tagged(nb, "install"))
     assert f"xlpretrain checkout: {REPO}" in install and "skipping pip" in install, install
