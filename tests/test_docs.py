@@ -57,7 +57,7 @@ import time
 import pytest
 import yaml
 
-from tests.compile_flags import FAST_COMPILE
+from tests.compile_flags import FAST_COMPILE, OPTIMIZED_COMPILE
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 # Read besides README.md and the site's pages, if no page includes them.
@@ -110,7 +110,7 @@ TINY: dict[str, tuple[str, ...]] = {
 # Left to a run on a prepared store, whose tokenizer (and so vocabulary) is the run's.
 STORE_KEEPS = ("--config.tokenizer.path", "--config.model.vocab_size")
 # Compiled at XLA's default level, not -O0: their evaluation over every language of the demo's
-# pairs outweighs their compiles (the fine-tuning commands, 52 CPU-s at -O0 against 31).
+# pairs outweighs their compiles (`compile_flags.OPTIMIZED_COMPILE`).
 FULL_OPTIMIZATION = ("xlpretrain.finetune",)
 # Appended only where a command sets the flag, so that it stays inside the tiny run.
 TINY_IF_SET = {"--config.train.stop_at": "2"}
@@ -390,7 +390,7 @@ class Runner:
         program = PROGRAM.search(command)
         env = self.env
         if program and program.group(1) in FULL_OPTIMIZATION:
-            env = {**env, "XLA_FLAGS": ""}
+            env = {**env, "XLA_FLAGS": OPTIMIZED_COMPILE}
         first = step.where if re.match(EVERY_PAGE, command) else self._claims[command]
         if first != step.where:
             return Outcome("skipped", f"{step.where}: same command as {first}, run there")
