@@ -26,7 +26,8 @@ How a block is treated:
 - `TINY` is the one place where documented settings are shrunk: a command running one of its
   programs gets that program's flags appended (a later flag wins over the documented one):
   a few steps, one small shared tokenizer, small benchmark and sizing shapes, and no held-out
-  evaluation in a one-device `train` that sets no eval flag (`NO_EVAL`).
+  evaluation in a one-device `train` that sets no eval flag (`NO_EVAL`); a command that sets
+  `XLA_FLAGS` itself gets the tests' cheap compiles after its own flags.
 
 Where commands run: each page (README.md, a docs page, launch/README.md) in its own scratch
 directory, holding symlinks `configs` and `launch` to the repository's and nothing else a
@@ -290,6 +291,10 @@ def shrink(command: str, tokenizer: pathlib.Path) -> str:
     assert not re.search(r"[|;>]|&&", command[match.end() :]), (
         f"tiny flags are appended at the end, so {command!r} must end with the program's "
         "arguments (no pipe, redirection or second command after it)"
+    )
+    # Its own XLA flags (fake devices) are kept and the cheap compiles added after them.
+    command = re.sub(
+        r"^((?:\w+=\S*\s+)*)XLA_FLAGS=(\S+)", rf'\1XLA_FLAGS="\2 {FAST_COMPILE}"', command
     )
     extra = [flag.format(tokenizer=tokenizer) for flag in TINY[match.group(1)]]
     extra += [f"{flag}={value}" for flag, value in TINY_IF_SET.items() if flag + "=" in command]
