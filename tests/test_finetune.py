@@ -284,9 +284,20 @@ def test_a_pair_folder_gives_each_side_its_language(udhr_tokenizer_path):
     assert sides.any() and (batch["lang_ids"][0, :length] == np.where(sides, 0, 1)).all()
 
 
-def test_plug_in_fine_tuning_of_a_cross_attention_model(veco_folder, task_dir, tmp_path):
-    cfg = task_config(veco_folder, task_dir, train__steps=1, pairs__languages=("fra",))
-    results = run(cfg, tmp_path)
+# A few steps of VECO's plugged-in fine-tuning (`model.plug_in=auto`), French tested.
+PLUGGED_IN = dict(train__steps=3, train__log_every=1, pairs__languages=("fra",))
+
+
+@pytest.fixture(scope="module")
+def one_device(veco_folder, task_dir, tmp_path_factory) -> tuple[dict, pathlib.Path]:
+    """`PLUGGED_IN` run on one device: its results and output folder, which the plug-in test
+    reads and the sharded run is compared with."""
+    out = tmp_path_factory.mktemp("one")
+    return run(task_config(veco_folder, task_dir, **PLUGGED_IN), out, jax.devices()[:1]), out
+
+
+def test_plug_in_fine_tuning_of_a_cross_attention_model(one_device):
+    results, _ = one_device
     assert results["plug_in"] is True  # model.plug_in=auto: the model has cross-attention
     assert list(results["languages"]) == ["fra"]
     assert 0.0 <= results["languages"]["fra"]["metric"] <= 100.0
@@ -515,12 +526,13 @@ def test_resumed_fine_tuning_equals_an_uninterrupted_one(veco_folder, task_dir, 
     assert (whole["selected_step"], whole["dev"]) == (best["step"], best["eval/dev"])
 
 
-def test_sharded_accumulated_fine_tuning_equals_one_device(veco_folder, task_dir, tmp_path):
+def test_sharded_accumulated_fine_tuning_equals_one_device(
+    one_device, veco_folder, task_dir, tmp_path
+):
     """On 2 × 2 × 2 devices (rows over data × fsdp, heads and MLP over tensor) with two
     micro-batches a step, VECO's plugged-in fine-tuning logs one device's losses, gradient
     norms and accuracies and ends with its results."""
-    settings = dict(train__steps=3, train__log_every=1, pairs__languages=("fra",))
-    one = run(task_config(veco_folder, task_dir, **settings), tmp_path / "one", jax.devices()[:1])
+    one, one_out = one_device
     sharded = task_config(
         veco_folder,
         task_dir,
@@ -528,10 +540,13 @@ def test_sharded_accumulated_fine_tuning_equals_one_device(veco_folder, task_dir
         mesh__fsdp=2,
         mesh__tensor=2,
         train__grad_accum=2,
-        **settings,
+        **PLUGGED_IN,
     )
     assert run(sharded, tmp_path / "sharded") == one
-    records = {name: read_metrics(tmp_path / name / "pairs") for name in ("one", "sharded")}
+    records = {
+        name: read_metrics(out / "pairs")
+        for name, out in (("one", one_out), ("sharded", tmp_path / "sharded"))
+    }
     for key in ("loss", "grad_norm", "accuracy/task", "count/task"):
         np.testing.assert_allclose(
             [r[key] for r in records["sharded"]], [r[key] for r in records["one"]], rtol=2e-5
