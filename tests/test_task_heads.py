@@ -102,7 +102,13 @@ def our_config(family: str):
 
 def initial_params(family: str, kind: str, seed: int = 0) -> dict:
     """The task module's initial params, every one moved off its initial value (biases off 0,
-    norms off 1) so that a weight mapped to the wrong place shows."""
+    norms off 1) so that a weight mapped to the wrong place shows. A copy of `_initial_params`'
+    (an eager `init` is seconds of small compiles, and most are asked for by several tests)."""
+    return jax.tree.map(np.copy, _initial_params(family, kind, seed))
+
+
+@functools.cache
+def _initial_params(family: str, kind: str, seed: int) -> dict:
     config = our_config(family)
     module = task_model(kind, config, backbones.get(family).task_head, len(LABELS))
     params = nn.unbox(
