@@ -3,6 +3,8 @@ validation, logged with each step, in force in the rows of exactly their step, a
 exactly in the middle of a schedule (the language shares and masked shares of many rows:
 tests/test_data_pipeline.py::test_alpha_and_mask_rates_anneal_with_the_step)."""
 
+import shutil
+
 import jax
 import numpy as np
 import pytest
@@ -114,11 +116,13 @@ def test_the_rows_of_a_step_have_that_steps_settings(udhr_run_config):
 
 
 def test_settings_in_force_are_logged_and_a_resume_mid_schedule_is_exact(udhr_run_config, tmp_path):
+    """The resume starts from the whole run's own checkpoint at step 3 (its later ones removed):
+    a run stopped there would have computed the same first steps again."""
     schedule = ({"step": 0, "mono_alpha": 1.0, "mono_mask_rate": 0.4},
                 {"step": 8, "mono_alpha": 0.2, "mono_mask_rate": 0.1})  # fmt: skip
 
-    def train(workdir, **overrides):
-        cfg = udhr_run_config(data__anneal=schedule, **overrides)
+    def train(workdir):
+        cfg = udhr_run_config(data__anneal=schedule, train__checkpoint_every=3)
         trainer = trainer_lib.build(resolve(cfg), str(workdir), jax.devices()[:1])
         try:
             trainer_lib.run(trainer)
@@ -127,8 +131,11 @@ def test_settings_in_force_are_logged_and_a_resume_mid_schedule_is_exact(udhr_ru
         return read_metrics(workdir)
 
     whole = train(tmp_path / "whole")
-    train(tmp_path / "resumed", train__stop_at=3)
+    shutil.copytree(tmp_path / "whole", tmp_path / "resumed")
+    for later in (6, 8):
+        shutil.rmtree(tmp_path / "resumed" / "checkpoints" / str(later))
     resumed = train(tmp_path / "resumed")
+    assert (tmp_path / "resumed" / "checkpoints" / "8").is_dir()  # it trained steps 4-8
     anneal = Anneal.from_config(schedule, total_steps=8)
     for record in whole:
         assert record["data/mono_alpha"] == pytest.approx(

@@ -154,14 +154,17 @@ def test_dropout_from_rbg_resumes_exactly_and_sharded_equals_one_device(
     reference, udhr_run_config, tmp_path
 ):
     """`train.prng_impl=rbg` draws other dropout masks than threefry (the losses differ from the
-    reference's), and its run stopped halfway on one device and resumed on data=2 × fsdp=4 logs
-    the losses of one device straight through (XLA:CPU generates a sharded RngBitGenerator's
-    bits whole; docs/performance.md says what a GPU does). An unknown implementation is a
-    config error."""
-    rbg = dict(train__prng_impl="rbg")
+    reference's), and its run resumed halfway on data=2 × fsdp=4 logs the losses of one device
+    straight through (XLA:CPU generates a sharded RngBitGenerator's bits whole;
+    docs/performance.md says what a GPU does). An unknown implementation is a config error.
+    The halfway checkpoint is the straight run's own (its later one removed): a run stopped
+    there would have computed the same first half again."""
+    rbg = dict(train__prng_impl="rbg", train__checkpoint_every=STEPS // 2)
     run(udhr_run_config(**rbg), tmp_path / "straight", jax.devices()[:1])
-    run(udhr_run_config(train__stop_at=STEPS // 2, **rbg), tmp_path / "resumed", jax.devices()[:1])
+    shutil.copytree(tmp_path / "straight", tmp_path / "resumed")
+    shutil.rmtree(tmp_path / "resumed" / "checkpoints" / str(STEPS))
     run(udhr_run_config(mesh__data=2, mesh__fsdp=4, **rbg), tmp_path / "resumed")
+    assert (tmp_path / "resumed" / "checkpoints" / str(STEPS)).is_dir()  # it trained 5-8
     straight, resumed = losses(tmp_path / "straight"), losses(tmp_path / "resumed")
     assert not np.allclose(straight[1], reference[1], rtol=1e-4)
     for step in range(1, STEPS + 1):
