@@ -216,7 +216,7 @@ def test_corrupt_latest_checkpoint_falls_back_to_the_previous_one(
         run(cfg, workdir, devices)
     assert not (workdir / "checkpoints" / "8").exists()  # both set aside, nothing deleted
     assert len(list((workdir / "checkpoints" / "unreadable").iterdir())) == 3
-    cfg = udhr_run_config(train__steps=2, train__allow_fresh_start=True)
+    cfg = udhr_run_config(train__allow_fresh_start=True)  # the reference's step: compiled
     run(cfg, tmp_path / "fresh", devices)  # an empty workdir is no reason to stop
 
 
@@ -266,7 +266,8 @@ def test_nan_loss_halts_without_corrupting_the_state(udhr_run_config, tmp_path, 
     assert not (tmp_path / "checkpoints" / "3").exists()  # the run ended before saving it
 
     # train.max_bad_steps=0: every update is skipped, counted, and the state stays as it was
-    cfg = udhr_run_config(train__log_every=2, train__steps=4, train__max_bad_steps=0)
+    # (stopped at 4 of the first run's 8 steps: its step, compiled, is in the cache)
+    cfg = udhr_run_config(train__log_every=2, train__stop_at=4, train__max_bad_steps=0)
     trainer = trainer_lib.build(resolve(cfg), str(tmp_path / "going_on"), jax.devices()[:1])
     initial = jax.device_get(trainer.training.state.params)
     state = trainer_lib.run(trainer)
