@@ -135,30 +135,45 @@ def test_kill_9_many_times(reference, tmp_path, seed):
     kill_and_resume(reference, tmp_path, kills=8, seed=seed)
 
 
-def stop_and_resume(reference, workdir: pathlib.Path, signum: int, code: int) -> tuple[int, str]:
-    """Sends `signum` after step 3; the run must exit with `code`, a checkpoint at the step it
-    stopped after, and the same command must resume it exactly. (that step, its output)"""
-    tokenizer, want = reference
+def stop(workdir: pathlib.Path, tokenizer: pathlib.Path, signum: int, code: int, after: int):
+    """Sends `signum` once step `after` is logged; the run must exit with `code` and a
+    checkpoint at the step it stopped after. (that step, its output)"""
     proc = start(workdir, tokenizer)
-    assert wait_for_step(proc, workdir, 3)
+    assert wait_for_step(proc, workdir, after)
     proc.send_signal(signum)
     output, _ = proc.communicate(timeout=120)
     assert proc.returncode == code, output[-3000:]
     stopped = last_logged(workdir)
-    assert 3 <= stopped < STEPS
+    assert after <= stopped < STEPS, output[-3000:]
     assert (workdir / "checkpoints" / str(stopped)).is_dir(), output[-3000:]
-    result = train(workdir, f"--config.tokenizer.path={tokenizer}")
-    assert result.returncode == 0, result.stdout[-3000:]
-    assert f"resumed from {workdir / 'checkpoints'}/{stopped}" in result.stdout
-    got = losses(workdir)
-    for step, loss in want.items():
-        assert got[step] == pytest.approx(loss, rel=1e-5, abs=1e-5), step
     return stopped, output
 
 
-def test_sigterm_saves_the_current_step_and_exits_0(reference, tmp_path):
-    stopped, output = stop_and_resume(reference, tmp_path / "preempted", signal.SIGTERM, 0)
+@pytest.fixture(scope="module")
+def preempted_then_interrupted(reference, tmp_path_factory):
+    """One run stopped twice, each time resumed by the same command: SIGTERM after step 3, then
+    Ctrl-C two steps into the resumed run, then run to its end, where it logs the losses of the
+    uninterrupted run. One resume serves both signals' tests (a resume each cost a whole run).
+    (workdir, (step, output) of the SIGTERM and of the Ctrl-C, the output resuming after each)"""
+    tokenizer, want = reference
+    workdir = tmp_path_factory.mktemp("signals") / "run"
+    preempted, preempted_output = stop(workdir, tokenizer, signal.SIGTERM, 0, after=3)
+    interrupted, interrupted_output = stop(
+        workdir, tokenizer, signal.SIGINT, 130, after=preempted + 2
+    )
+    result = train(workdir, f"--config.tokenizer.path={tokenizer}")
+    assert result.returncode == 0, result.stdout[-3000:]
+    got = losses(workdir)
+    for step, loss in want.items():
+        assert got[step] == pytest.approx(loss, rel=1e-5, abs=1e-5), step
+    return workdir, (preempted, preempted_output), (interrupted, interrupted_output), result.stdout
+
+
+def test_sigterm_saves_the_current_step_and_exits_0(preempted_then_interrupted):
+    """...and the same command resumes from that step (exactly: the fixture's losses)."""
+    workdir, (stopped, output), (_, resumed_output), _ = preempted_then_interrupted
     assert f"preempted: stopped after step {stopped} with a checkpoint" in output
+    assert f"resumed from {workdir / 'checkpoints'}/{stopped}" in resumed_output
 
 
 def test_huge_learning_rate_stops_with_the_divergence_named(reference, tmp_path):
@@ -172,17 +187,17 @@ def test_huge_learning_rate_stops_with_the_divergence_named(reference, tmp_path)
     assert "The last checkpoint is step" in result.stdout
 
 
-def test_ctrl_c_saves_the_current_step_and_exits_130(reference, tmp_path):
+def test_ctrl_c_saves_the_current_step_and_exits_130(preempted_then_interrupted):
     """The first Ctrl-C is a preemption the user asked for: the step finishes and is saved,
     the run says how to resume in one line and exits 130; the resumed run is exact."""
-    workdir = tmp_path / "interrupted"
-    stopped, output = stop_and_resume(reference, workdir, signal.SIGINT, 130)
+    workdir, _, (stopped, output), resumed_output = preempted_then_interrupted
     assert (
         f"xlpretrain.train: stopped: Ctrl-C: stopped after step {stopped} with a checkpoint in "
         f"{workdir / 'checkpoints'}; run the same command to resume" in output
     )
     assert "Traceback" not in output and "KeyboardInterrupt" not in output
     assert f"curves: {workdir / 'curves.png'}" in output  # the picture, up to the stop
+    assert f"resumed from {workdir / 'checkpoints'}/{stopped}" in resumed_output
 
 
 @pytest.mark.parametrize(
