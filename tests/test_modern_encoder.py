@@ -89,15 +89,15 @@ def layer_output(hidden, positions, window, segment=None):
     layer = ModernLayer(CONFIG, masks.mmlm, deterministic=True)
     schedule = {"window": jnp.int32(window), "theta": jnp.float32(1e4), "first": jnp.bool_(False)}
     params = layer.init(jax.random.key(0), hidden, meta, None, schedule)
-    return lambda h, p=positions: layer.apply(params, h, {**meta, "positions": p}, None, schedule)[
-        0
-    ]
+    # Jitted: op by op, the Jacobian below dispatches (and compiles) each small op apart.
+    run = jax.jit(lambda h, p: layer.apply(params, h, {**meta, "positions": p}, None, schedule)[0])
+    return lambda h, p=positions: run(h, p)
 
 
 def test_a_local_layer_reads_nothing_outside_its_window():
     hidden = jnp.asarray(np.random.default_rng(0).normal(size=(1, 20, 32)), jnp.float32)
     run = layer_output(hidden, 2 + jnp.arange(20)[None], window=3)
-    influence = jax.jacobian(lambda h: run(h)[0, 10])(hidden)  # [H, 1, L, H]
+    influence = jax.jit(jax.jacobian(lambda h: run(h)[0, 10]))(hidden)  # [H, 1, L, H]
     reached = np.abs(np.asarray(influence)).sum(axis=(0, 1, 3)) > 0
     assert reached.tolist() == [abs(i - 10) <= 3 for i in range(20)]
 
@@ -121,11 +121,11 @@ def test_scanned_layers_equal_unrolled():
     per_layer = {f"layers_{i}": jax.tree.map(lambda x, i=i: x[i], layers) for i in range(4)}
     flat = {**scanned, "encoder": {**per_layer, "final_norm": scanned["encoder"]["final_norm"]}}
     kwargs = dict(mask_fn=masks.mmlm, mask_meta=meta)
-    np.testing.assert_allclose(
-        MaskedLM(unrolled).apply({"params": flat}, ids, positions, **kwargs),
-        MaskedLM(CONFIG).apply({"params": scanned}, ids, positions, **kwargs),
-        atol=1e-5,
+    forward = jax.jit(  # one program each: op by op, every small op compiles apart
+        lambda config, params: MaskedLM(config).apply({"params": params}, ids, positions, **kwargs),
+        static_argnums=0,
     )
+    np.testing.assert_allclose(forward(unrolled, flat), forward(CONFIG, scanned), atol=1e-5)
 
 
 # Each objective with what it needs of the model; XLM-E's gated bias is refused (rotary).
@@ -210,9 +210,11 @@ def test_splash_runs_local_and_global_layers_as_the_reference_does():
     states = {}
     for impl in ("xla", "splash"):
         model = MaskedLM(dataclasses.replace(config, attention_impl=impl, kernel_platform="cpu"))
-        states[impl] = model.apply(
-            {"params": params}, ids, positions, mask_fn=masks.mmlm, mask_meta=meta
-        )
+        states[impl] = jax.jit(  # one program: op by op, every small op compiles apart
+            lambda p, model=model: model.apply(
+                {"params": p}, ids, positions, mask_fn=masks.mmlm, mask_meta=meta
+            )
+        )(params)
     np.testing.assert_allclose(states["splash"], states["xla"], atol=2e-5)
 
 
