@@ -64,7 +64,8 @@ def influence(mask_fn, batch, predicted):
         return optax.softmax_cross_entropy_with_integer_labels(logits, jnp.full(len(predicted), 5))
 
     delta = jnp.zeros((1, batch["input_ids"].shape[1], CFG.hidden_size))
-    jacobian = jax.jacrev(losses)(delta)  # [predictions, 1, L, H]
+    # Jitted: op by op, each of the Jacobian's many small ops is dispatched (and compiled) apart.
+    jacobian = jax.jit(jax.jacrev(losses))(delta)  # [predictions, 1, L, H]
     return np.abs(np.asarray(jacobian)).sum(-1)[:, 0]
 
 
