@@ -1,6 +1,7 @@
 """VECO: plug-in cross-attention, the two streams, stop-gradient, CS-MLM causality, frozen
 phases, segment-pair rows and the paper's configs."""
 
+import functools
 import pathlib
 import sys
 
@@ -51,25 +52,30 @@ BATCH = {
 X, Y = set(range(0, 5)), set(range(5, 10))
 
 
-def influence(loss_of, prediction: int):
-    """|d loss / d embedding_j| for the metric `loss_of(metrics)` restricted to one slot."""
-    batch = dict(BATCH)
-    weights = np.zeros((1, 2), np.float32)
-    weights[0, prediction] = 1.0
-    batch["pred_weights"] = weights
+@functools.cache
+def loss_gradient(loss_of):
+    """d metric / d embeddings, jitted once per metric (the slot's weights are an argument)."""
     objective = veco.make_veco("veco", loss_of[1])
 
-    def loss(delta):
+    def loss(delta, weights):
         def add_delta(next_fun, args, kwargs, context):
             out = next_fun(*args, **kwargs)
             embedding = isinstance(context.module, Embeddings) and context.method_name == "__call__"
             return out + delta if embedding else out
 
+        batch = {**BATCH, "pred_weights": weights}
         with nn.intercept_methods(add_delta):
             _, metrics = objective(PARAMS, batch, jax.random.key(0), MaskedLM(CFG))
         return metrics[loss_of[0]]
 
-    grad = jax.grad(loss)(jnp.zeros((1, IDS.shape[1], CFG.hidden_size)))
+    return jax.jit(jax.grad(loss))
+
+
+def influence(loss_of, prediction: int):
+    """|d loss / d embedding_j| for the metric `loss_of(metrics)` restricted to one slot."""
+    weights = np.zeros((1, 2), np.float32)
+    weights[0, prediction] = 1.0
+    grad = loss_gradient(loss_of)(jnp.zeros((1, IDS.shape[1], CFG.hidden_size)), weights)
     return {j for j in range(IDS.shape[1]) if np.abs(np.asarray(grad)[0, j]).sum() > 0}
 
 
