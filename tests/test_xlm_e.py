@@ -77,9 +77,8 @@ def _objective_grads(rng_seed=0, disc_weight=1.0):
         total, metrics = rtd(params, BATCH, jax.random.key(rng_seed), MODEL)
         return metrics["loss/gen_mlm"], metrics["loss/mrtd"]
 
-    generator_grads = jax.grad(lambda p: parts(p)[0])(PARAMS)
-    discriminator_grads = jax.grad(lambda p: parts(p)[1])(PARAMS)
-    return generator_grads, discriminator_grads
+    # One jitted program for both: op by op, every small op is dispatched (and compiled) apart.
+    return jax.jit(jax.jacrev(parts))(PARAMS)
 
 
 def _norm(tree):
