@@ -125,7 +125,7 @@ def test_gradients_reach_both_sides_of_a_pair():
                             np.random.default_rng(0))  # fmt: skip
     batch["input_ids"] = np.where(batch["side"] == SIDE_SOURCE, 100, 200).astype(np.int32)
     loss_fn = plan.objectives["xlco"].loss(plan.contexts["xlco"])
-    grads = jax.grad(lambda p: loss_fn(p, batch, jax.random.key(1), model)[0])(params)
+    grads = jax.jit(jax.grad(lambda p: loss_fn(p, batch, jax.random.key(1), model)[0]))(params)
     table = grads["embeddings"]["word_embeddings"]["embedding"]
     assert float(jnp.abs(table[100]).sum()) > 0 and float(jnp.abs(table[200]).sum()) > 0
 
