@@ -238,7 +238,8 @@ def test_pair_classifier_plugged_in_and_out():
     pretrained = {k: v for k, v in PARAMS.items() if k != "lm_head"}
     batch = {k: BATCH[k] for k in ("input_ids", "positions", "segment_ids", "pair_ids", "side")}
     plugged_in = PairClassifier(CFG, num_labels=3, plug_in=True)
-    params = nn.unbox(plugged_in.init(jax.random.key(1), batch)["params"])
+    # Jitted: op by op, initialising and differentiating compile every small op apart.
+    params = nn.unbox(jax.jit(plugged_in.init)(jax.random.key(1), batch)["params"])
     # the pre-trained tree (with its cross-attention) loads into the backbone as it is
     assert jax.tree.structure(params["backbone"]) == jax.tree.structure(pretrained)
     assert params["head_dense"]["kernel"].shape == (4 * CFG.hidden_size, CFG.hidden_size)
@@ -248,13 +249,13 @@ def test_pair_classifier_plugged_in_and_out():
         return plugged_in.apply({"params": p}, batch)[0, 1]
 
     assert plugged_in.apply({"params": params}, batch).shape == (1, 3)
-    grads = jax.grad(score)(params)
+    grads = jax.jit(jax.grad(score))(params)
     cross = grads["backbone"]["encoder"]["layers"]["cross_attention"]["query"]["kernel"]
     assert np.abs(np.asarray(cross)).sum() > 0  # the plug-in takes part
 
     plugged_out = PairClassifier(CFG, num_labels=3, plug_in=False)
     tlm_row = dict(batch, segment_ids=np.minimum(SEGMENTS, 1) * 1)  # one segment: XLM-R style
-    out_params = nn.unbox(plugged_out.init(jax.random.key(1), tlm_row)["params"])
+    out_params = nn.unbox(jax.jit(plugged_out.init)(jax.random.key(1), tlm_row)["params"])
     assert "cross_attention" not in out_params["backbone"]["encoder"]["layers"]
     assert out_params["head_dense"]["kernel"].shape == (CFG.hidden_size, CFG.hidden_size)
     with pytest.raises(ValueError, match="cross_attention=True"):
