@@ -11,15 +11,19 @@ import pytest
 
 from tests.conftest import REQUIRE_SHARED
 
+# The session's conftest.py and the module it imports.
 CONFTEST = pathlib.Path(__file__).with_name("conftest.py")
+COMPILE_FLAGS = pathlib.Path(__file__).with_name("compile_flags.py")
 
 
 @pytest.fixture(scope="module")
 def lone_clone(tmp_path_factory) -> pathlib.Path:
-    """`clone/tests/` with this conftest.py and one test that reads the corpus; no `shared/`."""
+    """`clone/tests/` with this conftest.py (and what it imports) and one test that reads the
+    corpus; no `shared/`."""
     tests = tmp_path_factory.mktemp("lone") / "clone" / "tests"
     tests.mkdir(parents=True)
     shutil.copy(CONFTEST, tests / "conftest.py")
+    shutil.copy(COMPILE_FLAGS, tests / "compile_flags.py")
     (tests / "test_reads_udhr.py").write_text("def test_reads(udhr):\n    assert udhr.is_dir()\n")
     assert not (tests.parents[1] / "shared").exists()
     return tests
