@@ -3,12 +3,11 @@ validation, logged with each step, in force in the rows of exactly their step, a
 exactly in the middle of a schedule (the language shares and masked shares of many rows:
 tests/test_data_pipeline.py::test_alpha_and_mask_rates_anneal_with_the_step)."""
 
-import shutil
-
 import jax
 import numpy as np
 import pytest
 
+from tests.tiny import workdir_at_step
 from xlpretrain.data.corpora import corpus as corpus_lib
 from xlpretrain.data.pretraining.anneal import Anneal
 from xlpretrain.data.tokenizer import Tokenizer
@@ -131,9 +130,7 @@ def test_settings_in_force_are_logged_and_a_resume_mid_schedule_is_exact(udhr_ru
         return read_metrics(workdir)
 
     whole = train(tmp_path / "whole")
-    shutil.copytree(tmp_path / "whole", tmp_path / "resumed")
-    for later in (6, 8):
-        shutil.rmtree(tmp_path / "resumed" / "checkpoints" / str(later))
+    workdir_at_step(tmp_path / "whole", tmp_path / "resumed", 3)
     resumed = train(tmp_path / "resumed")
     assert (tmp_path / "resumed" / "checkpoints" / "8").is_dir()  # it trained steps 4-8
     anneal = Anneal.from_config(schedule, total_steps=8)

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from absl import flags
 
-from tests.tiny import STEPS
+from tests.tiny import STEPS, workdir_at_step
 from xlpretrain.data.tokenizer import Tokenizer
 from xlpretrain.training import trainer as trainer_lib
 from xlpretrain.training.checkpoint import CheckpointError, CheckpointMismatchError
@@ -161,8 +161,7 @@ def test_dropout_from_rbg_resumes_exactly_and_sharded_equals_one_device(
     there would have computed the same first half again."""
     rbg = dict(train__prng_impl="rbg", train__checkpoint_every=STEPS // 2)
     run(udhr_run_config(**rbg), tmp_path / "straight", jax.devices()[:1])
-    shutil.copytree(tmp_path / "straight", tmp_path / "resumed")
-    shutil.rmtree(tmp_path / "resumed" / "checkpoints" / str(STEPS))
+    workdir_at_step(tmp_path / "straight", tmp_path / "resumed", STEPS // 2)
     run(udhr_run_config(mesh__data=2, mesh__fsdp=4, **rbg), tmp_path / "resumed")
     assert (tmp_path / "resumed" / "checkpoints" / str(STEPS)).is_dir()  # it trained 5-8
     straight, resumed = losses(tmp_path / "straight"), losses(tmp_path / "resumed")

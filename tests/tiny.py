@@ -5,7 +5,8 @@
 small encoder that model and objective unit tests build directly, `token_batch` writes token
 metadata rows by hand, `mask_tokens` masks one row as the pipeline does, and
 `step_batch_builder` is the input pipeline over given streams without the grain plumbing, and
-`train_json_tokenizer` makes a `tokenizer.json` with `tokenizers`' own trainer. A test that needs
+`train_json_tokenizer` makes a `tokenizer.json` with `tokenizers`' own trainer, and
+`workdir_at_step` copies a finished run's workdir as a stop at a step leaves it. A test that needs
 another setting passes it as an override.
 """
 
@@ -267,6 +268,16 @@ def one_device_and_a_mesh(plan, rows: int = 8, seed: int = 3) -> list[tuple[dict
         state, metrics = training.step_fns[0](training.state, placed)
         results.append((jax.device_get(metrics), jax.device_get(state.params)))
     return results
+
+
+def workdir_at_step(finished: pathlib.Path, copy: pathlib.Path, step: int) -> pathlib.Path:
+    """A copy of the finished run's workdir as a run stopped after `step` leaves it (its
+    checkpoints after `step` removed), for a resume without recomputing the first steps."""
+    shutil.copytree(finished, copy)
+    for checkpoint in (copy / "checkpoints").iterdir():
+        if checkpoint.name.isdigit() and int(checkpoint.name) > step:
+            shutil.rmtree(checkpoint)
+    return copy
 
 
 def trains_alone(plan, name: str) -> None:
