@@ -41,7 +41,10 @@ from xlpretrain.tasks import TaskKind
 from xlpretrain.tasks.declaration import Encoding, Head, Rows
 from xlpretrain.training import loop
 from xlpretrain.training import workdir as workdir_lib
-from xlpretrain.training.checkpoint import abstract_with_shardings
+from xlpretrain.training.checkpoint import (
+    abstract_with_shardings,
+    save_replicated_arrays_from_one_replica_on_cpu,
+)
 from xlpretrain.training.optim import parameter_path
 from xlpretrain.training.prediction import Predictor, make_predictor
 from xlpretrain.training.step import Training, make_train_step, sharded_training
@@ -314,6 +317,7 @@ class BestParams:
         path = os.path.join(self.folder, f"step_{step}")
         if os.path.exists(path):
             shutil.rmtree(path)
+        save_replicated_arrays_from_one_replica_on_cpu()
         checkpointer = ocp.StandardCheckpointer()
         checkpointer.save(path, params)
         checkpointer.wait_until_finished()

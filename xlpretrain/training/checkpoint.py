@@ -9,6 +9,7 @@ no step that looks finished; a finished step that cannot be read (damaged files)
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import time
@@ -32,10 +33,41 @@ class CheckpointMismatchError(CheckpointError):
     """A readable checkpoint of another model: falling back to an older one would not help."""
 
 
+@functools.cache
+def save_replicated_arrays_from_one_replica_on_cpu() -> None:
+    """On CPU, Orbax writes a replicated array from one replica, as it already does on GPUs.
+
+    Its default elsewhere (replica-parallel) splits such an array among its replicas, each
+    copying a slice to the host: on CPU the devices are the host's own memory, so nothing moves
+    faster, and each replica's slice of each shape is compiled first (a tiny model's first save
+    on 8 CPU devices took 4.4 s instead of 0.07 s). TPUs keep Orbax's default. Orbax keeps the
+    metadata store its default handler writes (typed PRNG keys need it) in a module it does not
+    export; an Orbax without it keeps its default here.
+    """
+    if jax.default_backend() != "cpu":
+        return
+    try:
+        from orbax.checkpoint._src.metadata.array_metadata_store import Store
+
+        handler = ocp.type_handlers.ArrayHandler(
+            use_replica_parallel=False, array_metadata_store=Store()
+        )
+    except (ImportError, TypeError):
+        return
+    absl_log = logging.getLogger("absl")
+    level = absl_log.level
+    absl_log.setLevel(logging.ERROR)  # Orbax warns of any override
+    try:
+        ocp.type_handlers.register_type_handler(jax.Array, handler, override=True)
+    finally:
+        absl_log.setLevel(level)
+
+
 class Checkpointer:
     """`workdir/checkpoints/<step>/{state,data}` with keep-N and (optionally) async saves."""
 
     def __init__(self, directory: str | os.PathLike, *, keep: int, async_save: bool = True):
+        save_replicated_arrays_from_one_replica_on_cpu()
         self.directory = os.path.abspath(os.fspath(directory))
         self.manager = ocp.CheckpointManager(
             self.directory,
