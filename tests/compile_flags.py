@@ -37,15 +37,17 @@ def jaxlib_knows(flag: str) -> bool:
         return m.find(name) >= 0
 
 
+def if_known(flag: str) -> str:
+    """`flag` where jaxlib names it, else nothing: XLA aborts on a flag it does not know."""
+    return flag if jaxlib_knows(flag) else ""
+
+
 # For commands whose running outweighs their compiles (evaluation over every language): XLA's
 # level kept (the fine-tuning command: 34 CPU-s, against 39 at XLA's defaults and 66 at -O0).
-OPTIMIZED_COMPILE = FUSION_EMITTERS_OFF if jaxlib_knows(FUSION_EMITTERS_OFF) else ""
+OPTIMIZED_COMPILE = if_known(FUSION_EMITTERS_OFF)
 FAST_COMPILE = " ".join(
-    flag
-    for flag in (
-        "--xla_backend_optimization_level=0",
-        OPTIMIZED_COMPILE,
-        ONE_CODEGEN_MODULE if jaxlib_knows(ONE_CODEGEN_MODULE) else "",
+    filter(
+        None,
+        ("--xla_backend_optimization_level=0", OPTIMIZED_COMPILE, if_known(ONE_CODEGEN_MODULE)),
     )
-    if flag
 )
