@@ -66,7 +66,7 @@ def test_a_size_the_sample_cannot_give_names_the_keys_that_give_it(udhr_run_conf
     """The message names the size and the coverage by the keys a run sets, and lowering the
     coverage as it suggests lets the same size train."""
     cfg = udhr_run_config(model__vocab_size=1002)  # fewer ids than the sample's characters
-    cfg.tokenizer.update(path="", sentences_per_language=20)
+    cfg.tokenizer.update(path="", sentences_per_language=5)
     with pytest.raises(ConfigError) as error:
         trainer_lib.build(resolve(cfg), str(tmp_path / "run"))
     message = str(error.value)
