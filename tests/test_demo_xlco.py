@@ -12,7 +12,7 @@ def test_the_xlco_demo_learns_to_retrieve_translations(tmp_path):
     """`configs/demo.py:xlco` (the demo with the contrastive objective) as the README gives it:
     held-out retrieval rises far above its step-0 value, on the pairs across scripts too, where
     the untrained model is near chance."""
-    result = train_as_the_readme_does("configs/demo.py:xlco", tmp_path)
+    result = train_as_the_readme_does("configs/demo.py:xlco", tmp_path, cpu=1)
     held_out = re.search(r"held-out at step 600: (.*)", result.stdout).group(1)
     retrieval, start = map(float, re.search(
         r"retrieval@1 ([\d.]+) \(step 0 ([\d.]+)", held_out
