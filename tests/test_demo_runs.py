@@ -20,11 +20,12 @@ def train_as_the_readme_does(
     config: str, workdir: pathlib.Path, cpu: int = 0
 ) -> subprocess.CompletedProcess:
     """`python -m xlpretrain.train --config CONFIG --workdir WORKDIR` from the repository's
-    root, as the README gives it, in a user's environment (XLA's defaults: not conftest's
-    `XLA_FLAGS`); it must succeed. Where the OS lets a process choose its cores (Linux), it runs
-    on one, the `cpu`-th this process may use, as on a one-core machine: the suite keeps every
-    core busy, and XLA's thread pool spread over a core another worker also uses costs CPU
-    (the two demos side by side, 200 steps each: 183 and 198 CPU-s spread, 165 pinned)."""
+    root, as the README gives it, in a user's environment (one CPU device, XLA's defaults: not
+    conftest's `XLA_FLAGS`); it must succeed. Where the OS lets a process choose its cores
+    (Linux), it runs on one, the `cpu`-th this process may use, as on a one-core machine: the
+    suite keeps every core busy, and XLA's thread pool spread over a core another worker also
+    uses costs CPU (the two demos side by side, 200 steps each: 183 and 198 CPU-s spread, 165
+    pinned)."""
     repo = pathlib.Path(__file__).resolve().parents[1]
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
     with one_core(cpu):
